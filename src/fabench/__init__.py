@@ -1,0 +1,3 @@
+"""fabench: reproduce published flash-attention benchmarks, one process per job."""
+
+__version__ = "0.1.0"
