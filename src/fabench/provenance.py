@@ -1,0 +1,88 @@
+"""Where and with what a result was measured."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform as pyplatform
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import torch
+
+from fabench import platform as plat
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def sha256_json(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def triton_version() -> str | None:
+    # ROCm ships Triton as pytorch-triton-rocm; CUDA torch as triton.
+    for name in ("triton", "pytorch-triton-rocm", "pytorch-triton"):
+        version = package_version(name)
+        if version:
+            return version
+    return None
+
+
+def aiter_commit() -> str | None:
+    """The container records the commit it built; a source install may carry a git checkout."""
+    if os.environ.get("FABENCH_AITER_COMMIT"):
+        return os.environ["FABENCH_AITER_COMMIT"]
+    from fabench.aiter_config import installed_aiter_dir
+
+    aiter_dir = installed_aiter_dir()
+    return git_commit(aiter_dir.parent) if aiter_dir else None
+
+
+def git_commit(path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return out or None
+
+
+def collect(platform: str, config_sha256: str, project_commit: str | None) -> dict:
+    return {
+        "host": socket.gethostname(),
+        "os": pyplatform.platform(),
+        "python": pyplatform.python_version(),
+        "platform": platform,
+        "device": plat.device_name(platform),
+        "arch": plat.device_arch(platform),
+        "device_count": torch.cuda.device_count() if platform != "cpu" else 0,
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"),
+        "driver": plat.driver_version(platform),
+        "cuda": torch.version.cuda if platform == "cuda" else None,
+        "hip": torch.version.hip if platform == "rocm" else None,
+        "cudnn": torch.backends.cudnn.version() if platform == "cuda" else None,
+        "torch": torch.__version__,
+        "triton": triton_version(),
+        "aiter": (package_version("amd-aiter") or package_version("aiter")) if platform == "rocm" else None,
+        "aiter_commit": aiter_commit() if platform == "rocm" else None,
+        "runtime": os.environ.get("FABENCH_RUNTIME", "local"),
+        "image": os.environ.get("FABENCH_IMAGE"),
+        "image_id": os.environ.get("FABENCH_IMAGE_ID"),
+        "project_commit": project_commit,
+        "config_sha256": config_sha256,
+        "command": [sys.executable, "-m", "fabench.run", *sys.argv[1:]],
+        "cwd": os.getcwd(),
+    }

@@ -1,0 +1,206 @@
+"""One benchmark job: one (variant, shape), every configured backend in turn, one JSON result.
+
+    python -m fabench.run --config results/<run>/config.json --variant tuned \
+        --shape b4-s512-h8-d256 --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
+
+A backend that cannot run here is recorded as unavailable, one that breaks as failed with its
+reason; neither stops the job. Only bad arguments or an unwritable output fail the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from fabench import metrics, provenance
+from fabench import platform as plat
+from fabench.aiter_config import file_sha256, forward_config
+from fabench.backends import BACKENDS, Backend, FallbackError, Problem
+from fabench.shapes import parse_shape_id, shape_id
+
+SCHEMA_VERSION = 1
+
+
+def make_inputs(shape: dict, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
+    """q, k, v in (batch, seq, heads, head_dim); drawn on the CPU so every platform gets the same."""
+    gen = torch.Generator().manual_seed(seed)
+    dims = (shape["batch"], shape["seq"], shape["heads"], shape["head_dim"])
+    return tuple(torch.randn(dims, generator=gen).to(dtype).to(device) for _ in range(3))
+
+
+def reference_output(q, k, v, causal: bool) -> torch.Tensor:
+    """fp32 attention by torch's math SDPA (not our native code), one batch entry at a time."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    outs = []
+    with sdpa_kernel([SDPBackend.MATH]):
+        for b in range(q.size(0)):
+            qb, kb, vb = (t[b : b + 1].transpose(1, 2).float() for t in (q, k, v))
+            outs.append(torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=causal))
+    return torch.cat(outs).transpose(1, 2).contiguous()
+
+
+def classify_failure(err: BaseException) -> tuple[str, str]:
+    """(failure_kind, reason) for an exception raised by a backend."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    lowered = text.lower()
+    if isinstance(err, FallbackError):
+        return "fallback", text
+    if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in lowered:
+        return "oom", f"out of memory: {text[:240]}"
+    if "out of resource" in lowered:
+        start = lowered.find("out of resource")
+        detail = text[start : start + 200]
+        what = "out of shared memory" if "shared memory" in lowered else "out of resources"
+        return "out_of_resources", f"{what}: {detail}"
+    if isinstance(err, NotImplementedError) or any(
+        s in lowered for s in ("no available kernel", "not supported", "unsupported", "head_dim", "headdim")
+    ):
+        return "unsupported", text[:300]
+    return "error", f"{type(err).__name__}: {text[:300]}"
+
+
+def empty_entry(backend: Backend) -> dict:
+    return {"label": backend.label, "status": "ok", "reason": None, "failure_kind": None,
+            "wall_mean_ms": None, "device_ms": None, "tflops": None, "correctness": None,
+            "kernel_config": None}
+
+
+def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor, job: dict) -> dict:
+    entry = empty_entry(backend)
+    reason = backend.unavailable(problem.platform)
+    if reason:
+        entry.update(status="unavailable", reason=reason)
+        return entry
+    try:
+        prepared = backend.prepare(problem)
+        entry["kernel_config"] = prepared.kernel_config
+        with prepared.context():
+            out = prepared.fn()
+            plat.synchronize(problem.platform)
+            if prepared.check_compiled:
+                prepared.check_compiled()
+            if prepared.layout == "bhsd":
+                out = out.transpose(1, 2)
+            entry["correctness"] = metrics.compare(out, reference, job["tolerance"])
+            del out
+            timed(entry, prepared.fn, problem.platform, job)
+        if not entry["correctness"]["passed"]:
+            c = entry["correctness"]
+            entry.update(status="failed", failure_kind="correctness",
+                         reason=f"wrong numbers: max abs err {c['max_abs_err']}, cosine {c['cosine']}")
+    except Exception as err:  # a backend's failure is a result, never the job's end
+        kind, why = classify_failure(err)
+        entry.update(status="failed", failure_kind=kind, reason=why)
+    finally:
+        prepared = None
+        gc.collect()
+        if problem.platform != "cpu":
+            torch.cuda.empty_cache()
+    return entry
+
+
+def timed(entry: dict, fn, platform: str, job: dict) -> None:
+    entry["wall_mean_ms"] = metrics.wall_mean_ms(fn, platform, job["warmup"], job["iters"])
+    tflops = {"wall": metrics.tflops(job["flops"], entry["wall_mean_ms"]), "device_median": None}
+    if platform != "cpu":
+        entry["device_ms"] = metrics.summarize(metrics.device_samples_ms(fn, job["iters"]))
+        tflops["device_median"] = metrics.tflops(job["flops"], entry["device_ms"]["median"])
+    entry["tflops"] = tflops
+
+
+def job_settings(config: dict, platform: str, shape: dict) -> dict:
+    iterations = config["cpu"] if platform == "cpu" and "cpu" in config else config
+    return {
+        "warmup": iterations["warmup"],
+        "iters": iterations["iters"],
+        "reduced": (iterations["warmup"], iterations["iters"]) != (config["warmup"], config["iters"]),
+        "tolerance": config["tolerance"],
+        "flops": metrics.attention_flops(shape["batch"], shape["seq"], shape["heads"], shape["head_dim"],
+                                         config["causal"]),
+    }
+
+
+def run_job(config: dict, variant: str, shape: dict, kernel_config_path: Path | None,
+            project_commit: str | None) -> dict:
+    if variant not in config["variants"]:
+        raise ValueError(f"variant {variant!r} is not in the config (have: {', '.join(config['variants'])})")
+    started = provenance.now()
+    platform = plat.detect()
+    job = job_settings(config, platform, shape)
+    kernel_config = _kernel_config(config, variant, kernel_config_path)
+
+    device = "cpu" if platform == "cpu" else "cuda"
+    q, k, v = make_inputs(shape, getattr(torch, config["dtype"]), config["seed"], device)
+    reference = reference_output(q, k, v, config["causal"])
+    problem = Problem(q, k, v, config["causal"], platform, kernel_config["values"])
+    results = {}
+    for name in config["backends"]:
+        print(f"[fabench] {variant} {shape_id(shape)} {name} ...", flush=True)
+        results[name] = measure_backend(BACKENDS[name], problem, reference, job)
+        print(f"[fabench]   {_summary(results[name])}", flush=True)
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": config["run"],
+        "variant": variant,
+        "shape": shape,
+        "shape_id": shape_id(shape),
+        "dtype": config["dtype"],
+        "causal": config["causal"],
+        "platform": platform,
+        "roles": config["roles"][platform],
+        "method": {"warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"],
+                   "wall": metrics.WALL_METHOD, "device_timer": None if platform == "cpu" else f"{platform}-events"},
+        "flops": job["flops"],
+        "flop_convention": metrics.FLOP_CONVENTION,
+        "tolerance": config["tolerance"],
+        "kernel_config": kernel_config,
+        "backends": results,
+        "provenance": {"started": started, "finished": provenance.now(),
+                       **provenance.collect(platform, provenance.sha256_json(config), project_commit)},
+    }
+
+
+def _kernel_config(config: dict, variant: str, path: Path | None) -> dict:
+    """The Triton-role config this job measures: from the patched file when given (what aiter reads)."""
+    if path is None:
+        return {"path": None, "sha256": None, "values": dict(config["variants"][variant]["triton"])}
+    return {"path": str(path), "sha256": file_sha256(path), "values": forward_config(json.loads(path.read_text()))}
+
+
+def _summary(entry: dict) -> str:
+    if entry["status"] == "unavailable":
+        return f"unavailable: {entry['reason']}"
+    if entry["status"] == "failed" and entry["wall_mean_ms"] is None:
+        return f"failed: {entry['reason']}"
+    return f"{entry['status']}: {entry['wall_mean_ms']:.3f} ms" + (f" ({entry['reason']})" if entry["reason"] else "")
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fabench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, type=Path, help="frozen config JSON (results/<run>/config.json)")
+    parser.add_argument("--variant", required=True)
+    parser.add_argument("--shape", required=True, type=parse_shape_id, help="e.g. b4-s512-h8-d256")
+    parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    args = parser.parse_args(argv)
+
+    config = json.loads(args.config.read_text())
+    result = run_job(config, args.variant, args.shape, args.aiter_config,
+                     args.project_commit or provenance.git_commit(Path(__file__).parent))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(args.out)  # a reader never sees half a result
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

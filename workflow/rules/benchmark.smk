@@ -1,0 +1,37 @@
+# One job per (variant, shape): one process, one GPU, one JSON result.
+
+
+rule freeze_config:
+    output:
+        "results/{run}/config.json",
+    log:
+        "logs/{run}/freeze_config.log",
+    params:
+        job_config=lambda wildcards: fabench_config.job_config(config),
+    run:
+        Path(output[0]).write_text(json.dumps(params.job_config, indent=2, sort_keys=True) + "\n")
+
+
+def runner_args(wildcards, input, output):
+    return (
+        f"--config {input.config} --variant {wildcards.variant} --shape {wildcards.shape} "
+        f"--out {output} --project-commit {PROJECT_COMMIT}"
+    )
+
+
+rule benchmark:
+    input:
+        config="results/{run}/config.json",
+        kernel_config="results/{run}/aiter-config/{variant}.json",
+        manifest=lambda wildcards: image_manifest() if use_docker() else [],
+    output:
+        "results/{run}/{variant}/{shape}.json",
+    log:
+        "logs/{run}/{variant}/{shape}.log",
+    resources:
+        gpu=1,
+    params:
+        python=PYTHON,
+        runner=runner_args,
+    shell:
+        "{params.python} -m fabench.run {params.runner} --aiter-config {input.kernel_config} > {log} 2>&1"
