@@ -161,9 +161,12 @@ def _require_triton_kernel(fn: Callable[[], torch.Tensor]) -> None:
     torch._dynamo falls back to eager code without an error when, for example, its recompile limit
     is reached; the result is right and about 50x slower, so it must be caught, not timed.
     """
+    import warnings
+
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        warnings.simplefilter("ignore")  # the profiler warns about its cycles on every use
         fn()
         torch.cuda.synchronize()
     kernels = [evt.name for evt in prof.events() if evt.device_type.name in ("CUDA", "PrivateUse1")]

@@ -14,6 +14,30 @@ class ConfigError(ValueError):
     pass
 
 
+def schema_error(config: dict, schema: dict) -> str | None:
+    """The most relevant schema violation as one line: where it is and what was expected."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    expected = _expected(error.validator, error.schema)
+    return f"{where}: {error.message}" + (f" (expected {expected})" if expected else "")
+
+
+def _expected(validator: str, schema: dict) -> str | None:
+    if validator == "additionalProperties":
+        return "only the keys " + ", ".join(sorted(schema.get("properties", {})))
+    if validator == "enum":
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    if validator in ("type", "minimum", "exclusiveMinimum", "maximum", "pattern", "multipleOf", "minItems"):
+        return " and ".join(f"{key} {schema[key]}" for key in
+                            ("type", "minimum", "exclusiveMinimum", "maximum", "pattern", "multipleOf", "minItems")
+                            if key in schema)
+    return None
+
+
 def check(config: dict) -> None:
     """Raise ConfigError naming the key when the config is consistent with the schema but not itself."""
     for platform, roles in config["roles"].items():

@@ -81,7 +81,7 @@ def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor,
         prepared = backend.prepare(problem)
         entry["kernel_config"] = prepared.kernel_config
         with prepared.context():
-            out = prepared.fn()
+            out = prepared.fn()  # warm-up 1 (and compilation): its output is the one checked
             plat.synchronize(problem.platform)
             if prepared.check_compiled:
                 prepared.check_compiled()
@@ -106,7 +106,9 @@ def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor,
 
 
 def timed(entry: dict, fn, platform: str, job: dict) -> None:
-    entry["wall_mean_ms"] = metrics.wall_mean_ms(fn, platform, job["warmup"], job["iters"])
+    """Time after the remaining warm-ups: the checked first call was warm-up 1."""
+    remaining_warmup = max(job["warmup"] - 1, 0)
+    entry["wall_mean_ms"] = metrics.wall_mean_ms(fn, platform, remaining_warmup, job["iters"])
     tflops = {"wall": metrics.tflops(job["flops"], entry["wall_mean_ms"]), "device_median": None}
     if platform != "cpu":
         entry["device_ms"] = metrics.summarize(metrics.device_samples_ms(fn, job["iters"]))

@@ -1,15 +1,16 @@
 # One job per (variant, shape): one process, one GPU, one JSON result.
 
 
+# What the jobs read, frozen: a change re-runs them (the params trigger), a title change does not.
 rule freeze_config:
     output:
         "results/{run}/config.json",
     log:
         "logs/{run}/freeze_config.log",
     params:
-        job_config=lambda wildcards: fabench_config.job_config(config),
+        frozen=lambda wildcards: fabench_config.job_config(config),
     run:
-        Path(output[0]).write_text(json.dumps(params.job_config, indent=2, sort_keys=True) + "\n")
+        write_json(output[0], params.frozen)
 
 
 def runner_args(wildcards, input, output):

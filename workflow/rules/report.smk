@@ -3,22 +3,36 @@
 
 rule collect:
     input:
-        result_paths(),
+        config="results/{run}/config.json",
+        results=result_paths(),
     output:
         "results/{run}/results.json",
     log:
         "logs/{run}/collect.log",
     params:
         python=PYTHON,
+        schema=project_path("workflow/schemas/result.schema.json"),
     shell:
-        "{params.python} -m fabench.collect --out {output} {input} > {log} 2>&1"
+        "{params.python} -m fabench.collect --config {input.config} --schema {params.schema} "
+        "--out {output} {input.results} > {log} 2>&1"
+
+
+rule freeze_report_config:
+    output:
+        "results/{run}/report-config.json",
+    log:
+        "logs/{run}/freeze_report_config.log",
+    params:
+        frozen=lambda wildcards: config,
+    run:
+        write_json(output[0], params.frozen)
 
 
 rule render_report:
     input:
         results="results/{run}/results.json",
-        config="results/{run}/config.json",
-        published=config["published"] or [],
+        config="results/{run}/report-config.json",
+        published=published_numbers(),
     output:
         "results/{run}/report.md",
     log:
@@ -26,6 +40,7 @@ rule render_report:
     params:
         python=PYTHON,
         published=lambda wildcards, input: f"--published {input.published}" if input.published else "",
+        templates=project_path("report"),
     shell:
         "{params.python} -m fabench.report --results {input.results} --config {input.config} "
-        "{params.published} --out {output} > {log} 2>&1"
+        "--templates {params.templates} {params.published} --out {output} > {log} 2>&1"

@@ -1,0 +1,89 @@
+# fabench benchmark image: a ROCm PyTorch base + AMD aiter at a pinned commit + a pinned
+# Triton + this project's package (installed last, so that a change to src/ does not
+# rebuild aiter).
+#
+# Build (usually through `python -m fabench.container build`, which also writes a manifest):
+#   docker build --network host -t fabench:dev .
+# CPU-only image for CI/tests (no aiter, keep the base's torch and Triton):
+#   docker build --network host --build-arg BASE_IMAGE=fabench-cpu-base:bookworm-torch2.13 \
+#       --build-arg AITER_COMMIT= --build-arg TRITON_VERSION= -t fabench:cpu .
+#
+# Written for the legacy builder: no RUN --mount, no heredocs, no COPY --chmod.
+
+# ROCm 7.0.2 / PyTorch 2.8.0 / Python 3.12 on Ubuntu 24.04: the image aiter's own release
+# CI built its Python 3.12 wheels in (aiter commit d394c66283, 2025-10-17), i.e. the
+# ROCm/PyTorch pairing aiter was built against around the report's date (2025-12-30).
+ARG BASE_IMAGE=rocm/pytorch:rocm7.0.2_ubuntu24.04_py3.12_pytorch_release_2.8.0
+FROM ${BASE_IMAGE}
+
+ARG BASE_IMAGE
+# AMD's aiter from its git repository (the "aiter" name on PyPI is an unrelated package).
+# bfe8107fa6 (2025-12-30): Triton MHA at aiter/ops/triton/mha.py, config at
+# aiter/ops/triton/configs/gfx942-MHA-DEFAULT.json. Empty: no aiter (CPU/CI images).
+ARG AITER_REPO=https://github.com/ROCm/aiter.git
+ARG AITER_COMMIT=bfe8107fa6c0ebf90f365e0c992a59afd73875ee
+ARG GPU_ARCHS=gfx942
+# aiter's PREBUILD_KERNELS (0: CK modules are compiled just in time, on first use)
+ARG AITER_PREBUILD_KERNELS=0
+ARG MAX_JOBS=
+# Triton from PyPI (its wheel carries the AMD backend); 3.5.0 is the version aiter's AOT
+# kernel metadata at that commit was produced with. Empty: keep the base image's Triton.
+ARG TRITON_VERSION=3.5.0
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# Images with a Debian/Ubuntu system Python refuse pip installs without this (PEP 668).
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+# --- aiter at the pinned commit --------------------------------------------------------
+RUN set -eux; \
+    if [ -z "${AITER_COMMIT}" ]; then echo "AITER_COMMIT is empty: no aiter in this image"; exit 0; fi; \
+    if [ "${#AITER_COMMIT}" -ne 40 ]; then echo "AITER_COMMIT must be a full 40-character SHA" >&2; exit 1; fi; \
+    git clone --no-checkout "${AITER_REPO}" /opt/aiter; \
+    cd /opt/aiter; \
+    git checkout --detach "${AITER_COMMIT}"; \
+    test "$(git rev-parse HEAD)" = "${AITER_COMMIT}"; \
+    git submodule sync --recursive; \
+    git submodule update --init --recursive --jobs 4; \
+    python3 -m pip install "setuptools>=61" "setuptools_scm[toml]>=6.2" wheel packaging psutil \
+        "ninja>=1.11.1" "pybind11>=3.0.1" pandas einops; \
+    if [ -n "${MAX_JOBS}" ]; then export MAX_JOBS; fi; \
+    GPU_ARCHS="${GPU_ARCHS}" PREBUILD_KERNELS="${AITER_PREBUILD_KERNELS}" \
+        python3 -m pip install --no-build-isolation .; \
+    cd /; \
+    python3 -c "import importlib.metadata as m; print('amd-aiter', m.version('amd-aiter'))"
+
+# --- Triton ------------------------------------------------------------------------------
+# The ROCm PyTorch images ship Triton as pytorch-triton-rocm; both distributions provide the
+# `triton` module, so the old one is removed first.
+RUN set -eux; \
+    if [ -z "${TRITON_VERSION}" ]; then echo "TRITON_VERSION is empty: keeping the base image's Triton"; exit 0; fi; \
+    python3 -m pip uninstall -y pytorch-triton-rocm triton || true; \
+    python3 -m pip install "triton==${TRITON_VERSION}"; \
+    python3 -c "import triton; print('triton', triton.__version__)"
+
+# Recorded for the runner's provenance and the image manifest.
+ENV FABENCH_BASE_IMAGE=${BASE_IMAGE} \
+    FABENCH_AITER_REPO=${AITER_REPO} \
+    FABENCH_AITER_COMMIT=${AITER_COMMIT} \
+    FABENCH_GPU_ARCHS=${GPU_ARCHS} \
+    FABENCH_TRITON_VERSION=${TRITON_VERSION} \
+    GPU_ARCHS=${GPU_ARCHS}
+LABEL org.opencontainers.image.title="fabench" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      fabench.aiter.commit="${AITER_COMMIT}" \
+      fabench.gpu_archs="${GPU_ARCHS}" \
+      fabench.triton.version="${TRITON_VERSION}"
+
+# --- this project's package, last --------------------------------------------------------
+COPY pyproject.toml /opt/fabench/pyproject.toml
+COPY src /opt/fabench/src
+RUN set -eux; \
+    python3 -m pip install /opt/fabench; \
+    python3 -c "import fabench; print('fabench', fabench.__version__)"
+
+WORKDIR /tmp
+CMD ["/bin/bash"]

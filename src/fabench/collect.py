@@ -1,0 +1,167 @@
+"""Collect one run's per-job result files into one validated, ordered results.json.
+
+    python -m fabench.collect --out results/<run>/results.json [--config results/<run>/config.json] FILE...
+
+Every file is checked against workflow/schemas/result.schema.json and a few rules a schema
+cannot express (shape_id spelled from shape, one run, one result per variant and shape). All
+problems of all files are reported together, each naming the file and the JSON path, so one
+broken job does not hide another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import jsonschema
+
+SCHEMA_NAME = "result.schema.json"
+# In a checkout the schema lives in workflow/schemas/ (Snakemake reads it there too); an
+# installed package carries a copy as package data under fabench/schemas/.
+REPO_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / SCHEMA_NAME
+
+
+class ResultError(ValueError):
+    """One or more result files do not meet the result contract."""
+
+
+def result_schema(path: str | os.PathLike | None = None) -> dict:
+    """The result JSON Schema: from `path`, else the checkout's copy, else the package's."""
+    if path is not None:
+        return json.loads(Path(path).read_text())
+    if REPO_SCHEMA.is_file():
+        return json.loads(REPO_SCHEMA.read_text())
+    packaged = resources.files("fabench").joinpath("schemas", SCHEMA_NAME)
+    return json.loads(packaged.read_text())
+
+
+def shape_id(shape: dict) -> str:
+    return f"b{shape['batch']}-s{shape['seq']}-h{shape['heads']}-d{shape['head_dim']}"
+
+
+def shape_key(shape: dict) -> tuple:
+    """Shapes sort in the order of the report's "(B,S,H,D)" column."""
+    return (shape["batch"], shape["seq"], shape["heads"], shape["head_dim"])
+
+
+def json_path(parts: Iterable) -> str:
+    text = "$"
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def schema_problems(result: object, validator: jsonschema.Validator) -> list[str]:
+    errors = sorted(validator.iter_errors(result), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{json_path(e.absolute_path)}: {e.message}" for e in errors]
+
+
+def contract_problems(result: dict) -> list[str]:
+    """Rules the schema cannot state; only called on schema-valid results."""
+    expected = shape_id(result["shape"])
+    if result["shape_id"] != expected:
+        return [f"$.shape_id: {result['shape_id']!r} does not match $.shape (expected {expected!r})"]
+    return []
+
+
+def load_result(path: Path, validator: jsonschema.Validator) -> tuple[dict | None, list[str]]:
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        return None, [f"{path}: cannot read JSON: {err}"]
+    problems = schema_problems(result, validator)
+    if not problems:
+        problems = contract_problems(result)
+    if problems:
+        return None, [f"{path}: {problem}" for problem in problems]
+    return result, []
+
+
+def run_problems(loaded: list[tuple[Path, dict]]) -> list[str]:
+    """The files must describe one run with at most one result per (variant, shape)."""
+    problems, seen = [], {}
+    first_path, first = loaded[0]
+    for path, result in loaded:
+        if result["run"] != first["run"]:
+            problems.append(f"{path}: $.run: {result['run']!r} differs from {first['run']!r} in {first_path}")
+        key = (result["variant"], result["shape_id"])
+        if key in seen:
+            problems.append(f"{path}: $.variant/$.shape_id: {key} already collected from {seen[key]}")
+        seen.setdefault(key, path)
+    return problems
+
+
+def ordered(results: list[dict], variant_order: Sequence[str] | None) -> list[dict]:
+    """Variants in the given order (then in order of first appearance), shapes by (B,S,H,D)."""
+    order = list(variant_order or [])
+    for result in results:
+        if result["variant"] not in order:
+            order.append(result["variant"])
+    return sorted(results, key=lambda r: (order.index(r["variant"]), shape_key(r["shape"])))
+
+
+def collect(
+    paths: Iterable[str | os.PathLike],
+    variant_order: Sequence[str] | None = None,
+    schema: dict | None = None,
+) -> dict:
+    """Validate result files and return {"run": name, "results": [...]} in report order.
+
+    Raises ResultError listing every problem, each as "<file>: <JSON path>: <message>".
+    """
+    schema = schema or result_schema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    loaded, problems = [], []
+    for path in map(Path, paths):
+        result, file_problems = load_result(path, validator)
+        problems += file_problems
+        if result is not None:
+            loaded.append((path, result))
+    if not problems and not loaded:
+        problems.append("no result files given")
+    if not problems:
+        problems = run_problems(loaded)
+    if problems:
+        raise ResultError("invalid results:\n  " + "\n  ".join(problems))
+    results = [result for _, result in loaded]
+    return {"run": results[0]["run"], "results": ordered(results, variant_order)}
+
+
+def variant_order_from_config(config_path: str | None) -> list[str] | None:
+    if config_path is None:
+        return None
+    return list(json.loads(Path(config_path).read_text()).get("variants", {}))
+
+
+def write_json(data: dict, out: Path) -> None:
+    """Write via a temporary file so a failed run never leaves a half-written results.json."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fabench.collect", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="results/<run>/results.json")
+    parser.add_argument("--config", help="results/<run>/config.json: its variants give the order")
+    parser.add_argument("--schema", help="result schema (default: the checkout's or the package's)")
+    parser.add_argument("files", nargs="+", help="per-job result JSON files")
+    args = parser.parse_args(argv)
+    schema = result_schema(args.schema)
+    try:
+        collected = collect(args.files, variant_order_from_config(args.config), schema)
+    except ResultError as err:
+        print(f"fabench.collect: {err}", file=sys.stderr)
+        return 1
+    write_json(collected, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

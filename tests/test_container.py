@@ -1,0 +1,367 @@
+"""The docker runtime against a real engine: image build + manifest, config patch, job runs.
+
+Needs root + dockerd (or a DOCKER_HOST that answers); see tests/conftest.py. The first session
+on a machine makes the CPU base image (~1 min); later ones reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fabench import container as fc
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+# aiter's gfx942 MHA config as of the report (its "fwd" sections; values from the report).
+FAKE_AITER_CONFIG = {
+    "fwd": {
+        "default": {"BLOCK_M": 128, "BLOCK_N": 64, "PRELOAD_V": False, "waves_per_eu": 2,
+                    "num_warps": 4, "num_ctas": 1, "num_stages": 1},
+        "dropout_or_fp32": {"BLOCK_M": 32, "BLOCK_N": 32, "PRELOAD_V": False, "waves_per_eu": 1,
+                            "num_warps": 2, "num_ctas": 1, "num_stages": 1},
+    }
+}
+
+# Run in the job container instead of fabench.run: reports what a job sees there.
+PROBE = '''
+import argparse, hashlib, json, os, sys, time
+p = argparse.ArgumentParser()
+p.add_argument("--out")
+p.add_argument("--aiter-config")
+p.add_argument("--sleep", type=float, default=0)
+p.add_argument("--fail", action="store_true")
+a = p.parse_args()
+def sha(path):
+    try:
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    except OSError as e:
+        return repr(e)
+mount = os.environ.get("FABENCH_AITER_CONFIG_MOUNT")
+print("probe: started", flush=True)
+if a.sleep:
+    time.sleep(a.sleep)
+if a.fail:
+    for i in range(50):
+        print(f"probe: line {i}")
+    print("probe: the last words", flush=True)
+    sys.exit(3)
+out = {"uid": os.getuid(), "gid": os.getgid(), "cwd": os.getcwd(),
+       "env": {k: v for k, v in os.environ.items() if k.startswith(("FABENCH_", "HOME", "TRITON_", "AITER_"))},
+       "aiter_config_arg": a.aiter_config, "aiter_config_sha256": sha(a.aiter_config),
+       "mount": mount, "mount_sha256": sha(mount) if mount else None,
+       "mount_writable": os.access(mount, os.W_OK) if mount else None,
+       "home_writable": os.access(os.environ["HOME"], os.W_OK)}
+os.makedirs(os.path.dirname(a.out), exist_ok=True)
+open(a.out, "w").write(json.dumps(out))
+print("probe: wrote", a.out, flush=True)
+'''
+
+FAKE_DOCKERFILE = """ARG BASE
+FROM ${BASE}
+COPY fakeaiter /opt/fakeaiter
+COPY fabench_probe.py /opt/fakeaiter/fabench_probe.py
+ENV PYTHONPATH=/opt/fakeaiter FABENCH_AITER_COMMIT=0000000000000000000000000000000000000000
+"""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def job_containers(cli, tag: str) -> list:
+    return cli.containers.list(all=True, filters={"label": f"fabench.image={tag}"})
+
+
+# ---------------------------------------------------------------- no engine needed
+
+def test_image_tag_follows_inputs(tmp_path):
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(SRC, tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    args = {"AITER_COMMIT": ""}
+    tag = fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
+    assert re.fullmatch(r"fabench:[0-9a-f]{16}", tag)
+    # the same inputs anywhere give the same tag (paths are hashed relative to the context)
+    assert tag == fc.image_tag(ROOT / "Dockerfile", args, context=ROOT)
+    (tmp_path / "src" / "fabench" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "src" / "fabench" / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) == tag
+    assert fc.image_tag(tmp_path / "Dockerfile", {"AITER_COMMIT": "x"}, context=tmp_path) != tag
+    (tmp_path / "src" / "fabench" / "container.py").write_text("# changed\n", "utf-8")
+    assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) != tag
+    assert fc.manifest_name("fabench:abc") == "fabench_abc.json"
+
+
+def test_dockerfile_pins_and_legacy_builder():
+    text = "\n".join(line for line in (ROOT / "Dockerfile").read_text().splitlines()
+                     if not line.lstrip().startswith("#"))
+    defaults = fc.dockerfile_arg_defaults(ROOT / "Dockerfile")
+    assert FULL_SHA.match(defaults["AITER_COMMIT"]) and defaults["AITER_COMMIT"].startswith("bfe8107fa6")
+    assert defaults["GPU_ARCHS"] == "gfx942"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", defaults["TRITON_VERSION"])
+    base = defaults["BASE_IMAGE"]
+    assert base.startswith("rocm/pytorch:") and not base.endswith(":latest")
+    # the legacy builder: no BuildKit-only syntax
+    assert not re.search(r"RUN\s+--mount", text)
+    assert "<<" not in text
+    assert not re.search(r"COPY\s+--chmod", text)
+    assert "ENV FABENCH_BASE_IMAGE" in text and "FABENCH_AITER_COMMIT=${AITER_COMMIT}" in text
+    # our package is copied last: everything after the first COPY is about it
+    first_copy = text.index("\nCOPY ")
+    assert "aiter" not in text[first_copy:].lower()
+
+
+# ---------------------------------------------------------------- real engine
+
+@pytest.mark.docker
+def test_manifest_is_complete(cpu_image, cpu_base_image, docker_client):
+    m = json.loads(cpu_image["manifest"].read_text())
+    assert m == cpu_image["data"]
+    image = docker_client.images.get(m["tag"])
+    assert m["image_id"] == image.id and m["build"]["built"] is True
+    assert m["tag"].startswith("fabench-test:")
+    assert m["base_image"] == {"ref": m["build"]["build_args"]["BASE_IMAGE"], "id": cpu_base_image.id,
+                               "repo_digests": cpu_base_image.attrs.get("RepoDigests") or []}
+    for key in ("repo_digests", "aiter_commit", "versions", "build", "aiter_mha_config"):
+        assert key in m
+    v = m["versions"]
+    assert v["python"].startswith("3.11.") and v["torch"].startswith("2.13.0")
+    assert v["aiter"] is None and m["aiter_commit"] is None and m["aiter_mha_config"] is None
+    assert set(v) >= {"rocm", "hip", "torch", "triton", "aiter", "python"}
+    assert m["build"]["build_args"]["AITER_COMMIT"] == ""
+    assert m["build"]["effective_build_args"]["GPU_ARCHS"] == "gfx942"
+    assert m["build"]["seconds"] is not None
+    assert "Successfully built" in cpu_image["log"].read_text()
+
+
+@pytest.mark.docker
+def test_second_build_is_not_a_rebuild(cpu_image):
+    log = cpu_image["log"]
+    steps = log.read_text().count("\nStep ")
+    again = fc.build_image(ROOT / "Dockerfile", ROOT, {**cpu_image["data"]["build"]["build_args"]},
+                           cpu_image["manifest"], log, name="fabench-test")
+    assert again["build"]["built"] is False and again["build"]["seconds"] is None
+    assert again["image_id"] == cpu_image["data"]["image_id"] and again["tag"] == cpu_image["data"]["tag"]
+    assert log.read_text().count("\nStep ") == steps  # no build output added
+
+
+@pytest.mark.docker
+def test_failed_build_raises_with_the_log_tail(cpu_base_image, tmp_path):
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {cpu_base_image.id}\nRUN echo the-last-words-of-a-build && exit 7\n")
+    (tmp_path / "x").write_text("x")
+    with pytest.raises(fc.ContainerError, match="the-last-words-of-a-build"):
+        fc.build_image(tmp_path / "Dockerfile", tmp_path, {}, tmp_path / "m.json", tmp_path / "b.log",
+                       name="fabench-test-broken", package_paths=["x"])
+    assert not (tmp_path / "m.json").exists()
+    assert "the-last-words-of-a-build" in (tmp_path / "b.log").read_text()
+
+
+@pytest.mark.docker
+def test_patch_config_without_aiter(cpu_image, tmp_path):
+    out = tmp_path / "aiter-config" / "tuned.json"
+    info = fc.patch_config(cpu_image["manifest"], {"BLOCK_M": 64, "PRELOAD_V": True}, out)
+    assert json.loads(out.read_text()) == {"fwd": {"default": {"BLOCK_M": 64, "PRELOAD_V": True}}}
+    side = json.loads((tmp_path / "aiter-config" / "tuned.meta.json").read_text())
+    assert side == info and side["mount_target"] is None and side["base_sha256"] is None
+    assert side["patched_sha256"] == sha256(out) and side["image_id"] == cpu_image["data"]["image_id"]
+
+
+@pytest.fixture(scope="module")
+def fake_aiter_image(cpu_image, tmp_path_factory):
+    """The CPU image plus a stand-in aiter package (its config file only) and a probe module."""
+    ctx = tmp_path_factory.mktemp("fake-aiter")
+    cfg = ctx / "fakeaiter" / "aiter" / "ops" / "triton" / "configs" / "gfx942-MHA-DEFAULT.json"
+    cfg.parent.mkdir(parents=True)
+    (ctx / "fakeaiter" / "aiter" / "__init__.py").write_text("raise ImportError('stand-in: not importable')\n")
+    cfg.write_text(json.dumps(FAKE_AITER_CONFIG, indent=2))
+    (ctx / "fabench_probe.py").write_text(PROBE)
+    (ctx / "Dockerfile").write_text(FAKE_DOCKERFILE)
+    m = fc.build_image(ctx / "Dockerfile", ctx, {"BASE": cpu_image["data"]["image_id"]}, ctx / "manifest.json",
+                       ctx / "build.log", name="fabench-test-fakeaiter", package_paths=["fakeaiter", "fabench_probe.py"])
+    return {"manifest": ctx / "manifest.json", "data": m, "config": cfg}
+
+
+@pytest.mark.docker
+def test_patch_config_from_the_image(fake_aiter_image, tmp_path):
+    m = fake_aiter_image["data"]
+    assert m["aiter_dir"] == "/opt/fakeaiter/aiter"
+    assert m["aiter_mha_config"] == "/opt/fakeaiter/aiter/ops/triton/configs/gfx942-MHA-DEFAULT.json"
+    assert m["aiter_commit"] == "0" * 40
+    out = tmp_path / "tuned.json"
+    proc = subprocess.run([sys.executable, "-m", "fabench.container", "patch-config", "--manifest",
+                           str(fake_aiter_image["manifest"]), "--variant-json",
+                           '{"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": true}', "--out", str(out)],
+                          capture_output=True, text=True, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    patched = json.loads(out.read_text())
+    assert patched["fwd"]["default"] == {**FAKE_AITER_CONFIG["fwd"]["default"], "BLOCK_M": 64, "BLOCK_N": 32,
+                                         "PRELOAD_V": True}
+    assert patched["fwd"]["dropout_or_fp32"] == FAKE_AITER_CONFIG["fwd"]["dropout_or_fp32"]
+    side = json.loads(out.with_suffix(".meta.json").read_text())
+    assert side["mount_target"] == m["aiter_mha_config"]
+    assert side["base_sha256"] == sha256(fake_aiter_image["config"])
+
+    bad = tmp_path / "bad.json"
+    proc = subprocess.run([sys.executable, "-m", "fabench.container", "patch-config", "--manifest",
+                           str(fake_aiter_image["manifest"]), "--variant-json", '{"BLOCK_K": 16, "BLOCK_M": 64}',
+                           "--out", str(bad)], capture_output=True, text=True, env=_env())
+    assert proc.returncode == 2 and "BLOCK_K" in proc.stderr and "BLOCK_M" not in proc.stderr.split("expected")[0]
+    assert not bad.exists()
+
+
+def _env(**extra) -> dict:
+    env = {**os.environ, **extra}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    return env
+
+
+@pytest.fixture()
+def patched(fake_aiter_image, tmp_path):
+    results = tmp_path / "results" / "r1"
+    cfg = results / "aiter-config" / "tuned.json"
+    fc.patch_config(fake_aiter_image["manifest"], {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True}, cfg)
+    return {"results": results, "config": cfg}
+
+
+@pytest.mark.docker
+def test_run_job_sees_the_patched_config(fake_aiter_image, patched, docker_client, tmp_path):
+    m = fake_aiter_image["data"]
+    log = tmp_path / "job.log"
+    out = patched["results"] / "tuned" / "probe.json"
+    code = fc.run_job(fake_aiter_image["manifest"], patched["config"], patched["results"],
+                      ["--out", str(out)], log=log, cache_dir=tmp_path / "cache", module="fabench_probe")
+    assert code == 0 and out.is_file()
+    seen = json.loads(out.read_text())
+    assert (seen["uid"], seen["gid"]) == (os.getuid(), os.getgid())
+    assert seen["aiter_config_arg"] == fc.CONTAINER_AITER_CONFIG
+    assert seen["aiter_config_sha256"] == sha256(patched["config"])
+    assert seen["mount"] == m["aiter_mha_config"]
+    assert seen["mount_sha256"] == sha256(patched["config"])  # aiter's own file is the patched one
+    assert seen["mount_writable"] is False and seen["home_writable"] is True
+    assert seen["env"]["FABENCH_RUNTIME"] == "docker"
+    assert seen["env"]["FABENCH_IMAGE"] == m["tag"] and seen["env"]["FABENCH_IMAGE_ID"] == m["image_id"]
+    assert "probe: wrote" in log.read_text()
+    assert job_containers(docker_client, m["tag"]) == []
+
+
+@pytest.mark.docker
+def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeypatch):
+    """The real runner, as the workflow calls it: relative paths under results/<run>."""
+    import yaml
+
+    from fabench import config as fabench_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load((ROOT / "tests" / "configs" / "docker-small.yaml").read_text())
+    results = Path("results") / "t"
+    results.mkdir(parents=True)
+    (results / "config.json").write_text(json.dumps(fabench_config.job_config(cfg)))
+    fc.patch_config(cpu_image["manifest"], cfg["variants"]["tuned"]["triton"], results / "aiter-config" / "tuned.json")
+    shape = "b1-s64-h2-d32"
+    proc = subprocess.run([sys.executable, "-m", "fabench.container", "run-job", "--manifest",
+                           str(cpu_image["manifest"]), "--aiter-config", str(results / "aiter-config" / "tuned.json"),
+                           "--results-dir", str(results), "--",
+                           "--config", str(results / "config.json"), "--variant", "tuned", "--shape", shape,
+                           "--out", str(results / "tuned" / f"{shape}.json")],
+                          capture_output=True, text=True, env=_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((results / "tuned" / f"{shape}.json").read_text())
+    prov = result["provenance"]
+    assert prov["runtime"] == "docker" and prov["image_id"] == cpu_image["data"]["image_id"]
+    assert result["kernel_config"]["sha256"] == sha256(results / "aiter-config" / "tuned.json")
+    assert (results / "tuned" / f"{shape}.json").stat().st_uid == os.getuid()
+
+
+@pytest.mark.docker
+def test_run_job_failure_raises_with_last_lines(fake_aiter_image, patched, docker_client, tmp_path):
+    with pytest.raises(fc.ContainerError) as err:
+        fc.run_job(fake_aiter_image["manifest"], patched["config"], patched["results"],
+                   ["--out", str(patched["results"] / "x.json"), "--fail"], log=tmp_path / "job.log",
+                   cache_dir=tmp_path / "cache", module="fabench_probe")
+    assert "exited with 3" in str(err.value) and "probe: the last words" in str(err.value)
+    assert "probe: line 0\n" not in str(err.value)  # only the tail
+    assert job_containers(docker_client, fake_aiter_image["data"]["tag"]) == []
+
+
+@pytest.mark.docker
+def test_run_job_sigterm_removes_the_container(fake_aiter_image, patched, docker_client, tmp_path):
+    tag = fake_aiter_image["data"]["tag"]
+    log = tmp_path / "job.log"
+    proc = subprocess.Popen([sys.executable, "-m", "fabench.container", "run-job", "--manifest",
+                             str(fake_aiter_image["manifest"]), "--aiter-config", str(patched["config"]),
+                             "--results-dir", str(patched["results"]), "--log", str(log),
+                             "--cache-dir", str(tmp_path / "cache"), "--module", "fabench_probe", "--",
+                             "--out", str(patched["results"] / "x.json"), "--sleep", "120"],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "probe: started" in log.read_text()):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the job container did not start"
+            time.sleep(0.2)
+        assert len(job_containers(docker_client, tag)) == 1
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 130
+    assert job_containers(docker_client, tag) == []
+    assert not (patched["results"] / "x.json").exists()
+
+
+def _pipeline_ready() -> str | None:
+    if shutil.which("snakemake") is None:
+        return "snakemake is not installed"
+    bench = (ROOT / "workflow" / "rules" / "benchmark.smk").read_text()
+    if "job_launcher" not in bench:
+        return "workflow/rules/benchmark.smk does not start jobs through job_launcher yet"
+    return None
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_workflow_end_to_end_in_docker(cpu_image, tmp_path):
+    why = _pipeline_ready()
+    if why:
+        pytest.skip(why)
+    work = tmp_path / "project"
+    work.mkdir()
+    for name in ("Snakefile", "config.yaml", "Dockerfile", ".dockerignore", "pyproject.toml"):
+        shutil.copy(ROOT / name, work / name)
+    for name in ("workflow", "src", "report", "tests/configs"):
+        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    proc = subprocess.run(["snakemake", "--cores", "1", "report", "--configfile", "tests/configs/docker-small.yaml"],
+                          cwd=work, capture_output=True, text=True, timeout=900,
+                          env={**_env(), "PYTHONPATH": str(work / "src")})
+    logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted((work / "logs").rglob("*.log"))) \
+        if (work / "logs").exists() else ""
+    assert proc.returncode == 0, proc.stderr[-5000:] + logs
+    manifests = list((work / "build" / "images").glob("*.json"))
+    assert len(manifests) == 1
+    manifest = json.loads(manifests[0].read_text())
+    assert manifest["tag"] == cpu_image["data"]["tag"]  # the fixture's image, not rebuilt
+    run = work / "results" / "docker-small"
+    results = sorted(run.glob("*/b*.json"))
+    assert {p.parent.name for p in results} == {"default", "tuned"}
+    for path in results:
+        r = json.loads(path.read_text())
+        assert r["provenance"]["runtime"] == "docker"
+        assert r["provenance"]["image"] == manifest["tag"]
+        assert r["provenance"]["image_id"] == manifest["image_id"]
+        assert r["kernel_config"]["sha256"] == sha256(run / "aiter-config" / f"{path.parent.name}.json")
+    assert (run / "report.md").is_file()
