@@ -11,8 +11,8 @@ import pytest
 
 from fabench.collect import collect, result_schema
 from fabench.published import as_collected, load_published
+from fabench.report import fmt_sig, render
 from fabench.report import main as report_main
-from fabench.report import render
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -95,6 +95,30 @@ def fixture_run() -> tuple[dict, dict]:
     return collected, config
 
 
+@pytest.fixture(scope="module")
+def cpu_run() -> tuple[dict, dict]:
+    """A real run on a CPU host (results/local): no device timer, most backends unavailable."""
+    return (json.loads((FIXTURES / "cpu-run" / "results.json").read_text()),
+            json.loads((FIXTURES / "cpu-run" / "config.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def h200_run() -> tuple[dict, dict]:
+    """Four real jobs on an NVIDIA H200: CUDA-event device times, FlexAttention's ignored keys."""
+    config = json.loads((FIXTURES / "config.json").read_text())
+    return collect(sorted((FIXTURES / "h200-run").glob("*.json")), list(config["variants"])), config
+
+
+def section(text: str, heading: str) -> str:
+    """From the heading line to the next heading of the same or a higher level."""
+    level = heading.split(" ")[0]
+    lines = text.splitlines()
+    start = _start(lines, heading)
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].startswith("#") and len(lines[i].split(" ")[0]) <= len(level)), len(lines))
+    return "\n".join(lines[start:end]) + "\n"
+
+
 def table_rows(text: str, heading: str) -> list[list[str]]:
     lines = table_block(text, heading).splitlines()
     rows = [line for line in lines if line.startswith("|")][2:]
@@ -175,7 +199,9 @@ def test_failed_and_unavailable_cells_keep_the_row_and_give_the_reason(fixture_r
     assert rows[0] == ["(4, 512, 8, 256)", "0.342", "0.069", "failed: out of resources [1]", "4.96x", "n/a"]
     assert ("- [1] FlexAttention (`flex`): failed: out of resources: out of shared memory: "
             "Required: 262144 Hardware limit: 232448") in text
-    assert "| needs ROCm (this host: cuda) |" in text  # unavailable backends in the all-backends table
+    assert text.count("- CK (`ck`): needs ROCm (this host: cuda)\n") == 1  # unavailable: listed once
+    failed = [r for r in table_rows(text, "#### All measured backends") if r[2] == "FlexAttention (`flex`)"]
+    assert failed[0][3] == "failed: out of resources" and failed[0][-1].startswith("out of shared memory")
 
 
 def test_unavailable_role_cell_renders_with_footnote(fixture_run):
@@ -222,7 +248,7 @@ def test_published_comparison_flags_other_hardware_and_backends(fixture_run):
     text = render(*fixture_run, load_published(PUBLISHED_YAML))
     assert "published on AMD Instinct MI300X, measured here on NVIDIA H200" in text
     assert "CK → SDPA (cuDNN)" in text
-    assert "| Tuned config | (4, 512, 8, 256) | triton | Triton | 0.162 | FlexAttention | 0.106 | -34.6% |" in text
+    assert "| Tuned config | (4, 512, 8, 256) | triton | Triton | 0.162 | FlexAttention | 0.106 | 1.53x faster |" in text
     assert "| Default config | (4, 512, 8, 256) | triton | Triton | 0.436 | FlexAttention | failed: out of resources | n/a |" in text
 
 
@@ -247,3 +273,186 @@ def test_cli_writes_the_report(tmp_path, fixture_run):
     assert report_main(["--results", str(tmp_path / "results.json"), "--config", str(tmp_path / "config.json"),
                         "--published", str(PUBLISHED_YAML), "--out", str(out)]) == 0
     assert out.read_text() == render(collected, config, load_published(PUBLISHED_YAML))
+
+
+# ------------------------------------------------------------ unavailable backends, once
+
+def test_correctness_lists_only_backends_that_ran(cpu_run):
+    text = render(*cpu_run, None)
+    rows = table_rows(text, "### Correctness")
+    assert {row[3] for row in rows} == {"ok"}
+    assert {row[2] for row in rows} == {"Native (`native`)", "SDPA (`sdpa`)"}
+    assert len(rows) == 2 * len(cpu_run[0]["results"])
+    listed = section(text, "### Correctness")
+    assert listed.count("- FlexAttention (`flex`): compiled FlexAttention generates Triton GPU kernels; "
+                        "needs a GPU (this host: cpu)\n") == 1
+    assert "- CK (`ck`): needs ROCm and AMD's aiter (this host: cpu)\n" in listed
+    assert "unavailable" not in "\n".join(line for line in listed.splitlines() if line.startswith("|"))
+
+
+def test_all_backends_table_leaves_unavailable_ones_to_the_list(cpu_run):
+    text = render(*cpu_run, None)
+    rows = table_rows(text, "#### All measured backends")
+    assert {row[3] for row in rows} == {"ok"} and len(rows) == 20
+    assert "needs CUDA (this host: cpu)" not in section(text, "#### All measured backends")
+    assert text.count("needs CUDA (this host: cpu)") == 1
+
+
+def test_backend_unavailable_in_some_jobs_only_says_how_many(h200_run):
+    collected, config = copy.deepcopy(h200_run)
+    collected["results"][0]["backends"]["sdpa_flash"].update(
+        status="unavailable", reason="flash kernel not built", wall_mean_ms=None, device_ms=None,
+        tflops=None, correctness=None)
+    text = render(collected, config, None)
+    assert "- SDPA (flash) (`sdpa_flash`): flash kernel not built (1 of 4 jobs)\n" in text
+    assert len([r for r in table_rows(text, "### Correctness") if r[2] == "SDPA (flash) (`sdpa_flash`)"]) == 3
+
+
+def test_role_backend_missing_from_results_is_listed_as_not_run(cpu_run):
+    collected, config = copy.deepcopy(cpu_run)
+    for result in collected["results"]:
+        del result["backends"]["flex"]
+    text = render(collected, config, None)
+    assert "- `flex`: not run: not in the job's results\n" in text
+
+
+# ------------------------------------------------------------ timing: CPU wall only, GPU device
+
+@pytest.mark.parametrize("value, text", [
+    (0.023612, "0.0236"), (0.0296, "0.0296"), (14.666, "14.7"), (7.5405, "7.54"), (90.36, "90.4"),
+    (530.19, "530"), (99.96, "100"), (0.0, "0"), (None, "n/a"),
+])
+def test_tflops_have_three_significant_digits(value, text):
+    assert fmt_sig(value) == text
+
+
+def test_cpu_timing_says_no_device_timer_and_shows_wall_tflops(cpu_run):
+    text = render(*cpu_run, None)
+    timing = section(text, "### Device Timing and TFLOP/s")
+    assert "No device timer on this platform (cpu): times are wall-clock only" in timing
+    assert "Device median" not in timing and "Device timer:" not in timing
+    header = next(line for line in timing.splitlines() if line.startswith("|"))
+    assert header == "| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | TFLOP/s (wall) |"
+    assert "| Tuned config | (4, 4096, 8, 256) | Native (`native`) | 11671.822 | 0.0236 |" in timing
+    assert "| 0.0 |" not in text
+    # The Triton role (FlexAttention) never ran on the CPU: no row of n/a's for it.
+    assert "FlexAttention (`flex`)" not in "".join(l for l in timing.splitlines() if l.startswith("|"))
+
+
+def test_gpu_timing_shows_device_median_percentiles_and_tflops(h200_run):
+    text = render(*h200_run, None)
+    timing = section(text, "### Device Timing and TFLOP/s")
+    assert "Device timer: cuda-events; device columns are the median, 10th and 90th percentile" in timing
+    assert ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | Device median (ms) | Device p10 (ms) "
+            "| Device p90 (ms) | TFLOP/s (device median) | TFLOP/s (wall) |") in timing
+    assert ("| Tuned config | (4, 4096, 8, 256) | FlexAttention (`flex`) | 1.244 | 1.020 | 1.004 | 1.037 "
+            "| 270 | 221 |") in timing
+    assert ("| Default config | (4, 1024, 8, 64) | Native (`native`) | 0.598 | 0.570 | 0.568 | 0.571 "
+            "| 7.54 | 7.19 |") in timing
+    rows = table_rows(text, "### Device Timing and TFLOP/s")
+    assert len(rows) == 12 and all("n/a" not in row for row in rows)
+    assert "| Tuned config | (4, 512, 8, 256) | FlexAttention (`flex`) | ok | 0.127 | 0.120 | 35.8 |  |" in text
+
+
+def test_device_tflops_are_derived_when_not_recorded(h200_run):
+    collected, config = copy.deepcopy(h200_run)
+    for result in collected["results"]:
+        for backend in result["backends"].values():
+            backend["tflops"] = None
+    row = [r for r in table_rows(render(collected, config, None), "### Device Timing and TFLOP/s")
+           if r[:3] == ["Tuned config", "(4, 4096, 8, 256)", "FlexAttention (`flex`)"]][0]
+    # 4*4*8*4096^2*256 / 2 FLOPs over 1.0196 ms and 1.2436 ms
+    assert row[7:] == ["270", "221"]
+
+
+# ------------------------------------------------------------ published vs reproduced
+
+def comparison(text: str) -> list[list[str]]:
+    return table_rows(text, "### Published vs Reproduced")
+
+
+def test_other_hardware_gives_a_ratio_not_a_percentage(cpu_run, h200_run, published):
+    cpu = comparison(render(*cpu_run, published))
+    assert cpu[0][6:] == ["144.982", "529x slower"]  # 144.982 / 0.274
+    assert not any(row[7].endswith("%") for row in cpu)
+    gpu = comparison(render(*h200_run, published))
+    assert gpu[1][5:] == ["SDPA (cuDNN)", "0.039", "4.72x faster"]
+    text = render(*cpu_run, published)
+    assert "published on AMD Instinct MI300X, measured here on AMD EPYC" in text
+    assert "Difference is therefore the ratio of the two times, not a %" in text
+
+
+def test_same_device_keeps_the_percentage(published):
+    changed = copy.deepcopy(published)
+    changed["variants"]["tuned"]["results"][0]["ms"]["native"] = 0.300
+    measured, config = as_collected(changed)
+    text = render(measured, config, published)
+    rows = comparison(text)
+    assert rows[0][7] == "+0.0%"
+    tuned = [r for r in rows if r[0] == "Tuned config" and r[1] == "(4, 512, 8, 256)" and r[2] == "baseline"]
+    assert tuned[0][7] == "+7.9%"  # 0.300 vs 0.278
+    assert "The hardware differs" not in text
+
+
+# ------------------------------------------------------------ appendix columns
+
+def column_starts(line: str, cells: list[str]) -> list[int]:
+    starts, at = [], 0
+    for cell in cells:
+        at = line.index(cell, at)
+        starts.append(at)
+        at += len(cell)
+    return starts
+
+
+def test_appendix_widens_only_columns_that_do_not_fit(h200_run, cpu_run):
+    lines = extract(render(*h200_run, None), "full-benchmark-output").splitlines()
+    header = next(line for line in lines if line.startswith("Config "))
+    labels = ["Config", "Native (ms)", "SDPA (cuDNN) (ms)", "FlexAttention (ms)", "SDPA (cuDNN) Speedup",
+              "FlexAttention Speedup"]
+    starts = column_starts(header, labels)
+    assert starts[:3] == [0, 21, 37]  # fitting columns keep the published widths
+    rows = [line for line in lines if line.startswith("(4, ")]
+    assert [header_split(row, starts) for row in rows] == [
+        ["(4, 512, 8, 256)", "0.336", "0.053", "0.127", "6.29x", "2.65x"],
+        ["(4, 4096, 8, 256)", "17.073", "0.510", "1.244", "33.46x", "13.73x"],
+    ]
+    for row in rows:  # each value starts exactly under its label
+        assert all(row[s - 1] == " " and row[s] != " " for s in starts[1:])
+    # every column still has a gap of at least two spaces before the next one
+    assert all(header[s - 2:s] == "  " for s in starts[1:])
+    rule = next(line for line in lines if line.startswith("="))
+    assert len(rule) == 90 + (19 - 15) + (20 - 15) + (22 - 12)
+    cpu = extract(render(*cpu_run, None), "full-benchmark-output")
+    assert "(4, 512, 8, 256)     136.760         164.183         unavailable          0.83x          n/a" in cpu
+
+
+def header_split(line: str, starts: list[int]) -> list[str]:
+    ends = starts[1:] + [len(line)]
+    return [line[a:b].strip() for a, b in zip(starts, ends)]
+
+
+# ------------------------------------------------------------ config keys the Triton role ignored
+
+def test_ignored_config_keys_are_named_once_under_the_variant_tables(h200_run):
+    text = render(*h200_run, None)
+    note = ("**Config keys not used on this platform**: FlexAttention (`flex`), the Triton-role backend on cuda, "
+            "did not use the config keys PRELOAD_V, num_ctas, waves_per_eu; it was given only BLOCK_M, BLOCK_N, "
+            "num_warps, num_stages. The variants' difference in PRELOAD_V therefore cannot show in its times.")
+    assert text.count(note) == 1
+    lines = text.splitlines()
+    assert lines.index(note) > lines.index("#### After Tuning (Optimized Triton Config)")
+    assert lines.index(note) < lines.index("**Key Improvements**:")
+
+
+def test_no_ignored_keys_no_note(fixture_run, published):
+    assert "Config keys not used" not in render(*fixture_run, None)
+    assert "Config keys not used" not in render_published(published)
+
+
+def test_ignored_keys_note_with_one_variant_names_no_change(h200_run):
+    collected, config = copy.deepcopy(h200_run)
+    collected["results"] = [r for r in collected["results"] if r["variant"] == "tuned"]
+    text = render(collected, config, None)
+    assert "did not use the config keys PRELOAD_V, num_ctas, waves_per_eu" in text
+    assert "therefore cannot show" not in text

@@ -48,7 +48,7 @@ class EngineError(RuntimeError):
 def ping(docker_host: str, timeout: float = 5.0) -> bool:
     """True when a Docker engine answers at ``docker_host`` (e.g. ``unix:///path/docker.sock``)."""
     try:
-        import docker  # imported lazily: the package is optional outside the workflow
+        import docker  # noqa: F401  (lazily: the package is optional outside the workflow)
     except ImportError:
         return False
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -41,9 +42,11 @@ FAILURE_WORDS = {
 }
 FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D"
 # The published appendix prints fields left-aligned in these widths, one space apart, under and
-# over rules of 90 '=' (measured from the published text).
+# over rules of 90 '=' (measured from the published text). A column whose label or a value does not
+# fit is widened to its longest cell plus FULL_OUTPUT_GAP, and the rules by as much.
 FULL_OUTPUT_WIDTHS = (20, 15, 15, 15, 12)
-FULL_OUTPUT_RULE = "=" * 90
+FULL_OUTPUT_RULE_WIDTH = 90
+FULL_OUTPUT_GAP = 2
 REPO_TEMPLATES = Path(__file__).resolve().parents[2] / "report"
 PACKAGE_TEMPLATES = Path(__file__).resolve().parent / "data"
 TEMPLATE = "report.md.j2"
@@ -57,6 +60,16 @@ def fmt(value, spec: str, missing: str = "n/a") -> str:
 
 def fmt_ms(value) -> str:
     return fmt(value, ".3f")
+
+
+def fmt_sig(value, digits: int = 3) -> str:
+    """`digits` significant digits without exponent (0.0236, 14.7, 530): small TFLOP/s stay visible."""
+    if value is None:
+        return "n/a"
+    if value == 0 or not math.isfinite(value):
+        return format(value, "g")
+    rounded = float(f"{value:.{digits}g}")
+    return f"{rounded:.{max(0, digits - 1 - math.floor(math.log10(abs(rounded))))}f}"
 
 
 def fmt_times(value) -> str:
@@ -260,6 +273,31 @@ def config_line(run: Run, variant: str) -> str | None:
     return f"{run.variant_info(variant, 'label')}: `{shown}`"
 
 
+def ignored_key_notes(run: Run) -> list[str]:
+    """Config keys the Triton-role backend recorded as not used (FlexAttention has no PRELOAD_V or
+    waves_per_eu): once per backend and platform, naming the keys the variants differ in."""
+    groups: dict[tuple, dict] = {}
+    for result in run.results:
+        name = result["roles"]["triton"]
+        backend = result["backends"].get(name) or {}
+        recorded = backend.get("kernel_config")
+        if not isinstance(recorded, dict) or not recorded.get("ignored"):
+            continue
+        key = (backend_name(name, backend), result["platform"], tuple(recorded["ignored"]))
+        groups.setdefault(key, {}).update(recorded.get("kernel_options") or {})
+    differing = differing_keys([kernel_values(run, v) for v in run.variants]) if len(run.variants) > 1 else []
+    notes = []
+    for (who, platform, ignored), used in groups.items():
+        note = f"{who}, the Triton-role backend on {platform}, did not use the config keys {', '.join(ignored)}"
+        note += f"; it was given only {', '.join(used)}." if used else "."
+        changed = [k for k in ignored if k in differing]
+        if changed:
+            note += (f" The variants' {'difference' if len(changed) == 1 else 'differences'} in "
+                     f"{', '.join(changed)} therefore cannot show in its times.")
+        notes.append(md_cell(note))
+    return notes
+
+
 def variant_section(run: Run, variant: str) -> dict:
     highlight = variant != run.variants[0]
     tables = []
@@ -330,6 +368,27 @@ def winners(run: Run) -> dict:
 
 # ---------------------------------------------------------------- published vs reproduced
 
+def same_hardware(result: dict, published: dict) -> bool:
+    """Measured on the published platform and device (by name), so a difference in % means something."""
+    hardware = published["source"]["hardware"]
+    device = result["provenance"].get("device") or ""
+    return result["platform"] == hardware.get("platform", result["platform"]) \
+        and hardware["device"].lower() in device.lower()
+
+
+def ratio_text(ours: float, pub: float) -> str:
+    """This run's time against the published one, as a factor: across machines a % is noise."""
+    return f"{fmt_sig(ours / pub)}x slower" if ours >= pub else f"{fmt_sig(pub / ours)}x faster"
+
+
+def difference_text(result: dict, published: dict, ours: float | None, pub: float) -> str:
+    if ours is None or not pub:
+        return "n/a"
+    if same_hardware(result, published):
+        return f"{(ours - pub) / pub * 100:+.1f}%"
+    return ratio_text(ours, pub)
+
+
 def comparison_rows(run: Run, published: dict) -> list[list[str]]:
     rows = []
     for result in run.results:
@@ -339,7 +398,7 @@ def comparison_rows(run: Run, published: dict) -> list[list[str]]:
             if row["ms"].get(name) is None:
                 continue
             pub, ours, backend = row["ms"][name], role_ms(result, role), role_backend(result, role)
-            diff = f"{(ours - pub) / pub * 100:+.1f}%" if ours is not None else "n/a"
+            diff = difference_text(result, published, ours, pub)
             rows.append([run.variant_info(result["variant"], "label"), shape_text(result["shape"]), role,
                          published["labels"][name], fmt_ms(pub),
                          backend["label"] if backend else result["roles"][role],
@@ -350,11 +409,13 @@ def comparison_rows(run: Run, published: dict) -> list[list[str]]:
 def comparison_caveats(run: Run, published: dict, rows: list[list[str]]) -> list[str]:
     caveats = []
     hardware = published["source"]["hardware"]["device"]
-    devices = run.provenance_values("device")
-    if not any(hardware.lower() in d.lower() for d in devices):
+    other = [r for r in run.results if not same_hardware(r, published)]
+    if other:
+        devices = [d for d in dict.fromkeys(r["provenance"].get("device") for r in other) if d]
+        rows_word = "" if len(other) == len(run.results) else " in their rows"
         caveats.append(f"The hardware differs: published on {hardware}, measured here on "
-                       f"{', '.join(devices) or 'an unrecorded device'}. The difference is a comparison "
-                       f"of two machines, not a reproduction error.")
+                       f"{', '.join(devices) or 'an unrecorded device'}. Difference{rows_word} is therefore the "
+                       f"ratio of the two times, not a %: it compares two machines, not a reproduction error.")
     swapped = sorted({(r[3], r[5]) for r in rows if r[3] != r[5]})
     if swapped:
         pairs = ", ".join(f"{a} → {b}" for a, b in swapped)
@@ -379,10 +440,39 @@ def backend_name(name: str, backend: dict) -> str:
     return f"{backend['label']} (`{name}`)"
 
 
+RAN = ("ok", "failed")
+
+
 def all_backends(run: Run):
     for result in run.results:
         for name, backend in result["backends"].items():
             yield result, name, backend
+
+
+def ran_backends(run: Run):
+    """Backends that ran (cleanly or not); unavailable ones are summarised once instead."""
+    for result, name, backend in all_backends(run):
+        if backend["status"] in RAN:
+            yield result, name, backend
+
+
+def unavailable_backends(run: Run) -> list[str]:
+    """One line per backend that did not run on this host, with its reason, not one per job.
+
+    A role backend missing from a job's results counts too. "(k of n jobs)" when not all jobs agree.
+    """
+    counts: Counter = Counter()
+    for result in run.results:
+        for name, backend in result["backends"].items():
+            if backend["status"] not in RAN:
+                counts[backend_name(name, backend), backend.get("reason") or "no reason recorded"] += 1
+        for role in ROLES:
+            name = result["roles"][role]
+            if name not in result["backends"]:
+                counts[f"`{name}`", "not run: not in the job's results"] += 1
+    total = len(run.results)
+    return [md_cell(f"{who}: {reason}" + ("" if n == total else f" ({n} of {total} jobs)"))
+            for (who, reason), n in counts.items()]
 
 
 def correctness_verdict(correctness: dict | None, tolerance: dict) -> str:
@@ -398,13 +488,13 @@ def correctness_verdict(correctness: dict | None, tolerance: dict) -> str:
 
 def correctness_section(run: Run) -> dict:
     rows = []
-    for result, name, backend in all_backends(run):
+    for result, name, backend in ran_backends(run):
         c = backend.get("correctness") or {}
         rows.append([run.variant_info(result["variant"], "label"), shape_text(result["shape"]),
                      backend_name(name, backend), status_text(backend), fmt(c.get("max_abs_err"), ".2e"),
                      fmt(c.get("cosine"), ".6f"), correctness_verdict(c, result["tolerance"])])
     header = ["Variant", SHAPE_HEADER, "Backend", "Status", "Max abs err", "Cosine", "Check"]
-    return {"tolerance": run.first["tolerance"], **table(header, rows)}
+    return {"tolerance": run.first["tolerance"], "unavailable": unavailable_backends(run), **table(header, rows)}
 
 
 def tflops(result: dict, backend: dict, kind: str) -> float | None:
@@ -416,45 +506,70 @@ def tflops(result: dict, backend: dict, kind: str) -> float | None:
     return result["flops"] / (ms * 1e9) if result.get("flops") and ms else None
 
 
+def has_device_timer(run: Run) -> bool:
+    """Whether any job timed on the device; without one (a CPU) only wall-clock columns are shown."""
+    return any(r["method"].get("device_timer") for r in run.results) or \
+        any((b.get("device_ms") or {}).get("median") is not None for _, _, b in all_backends(run))
+
+
 def timing_section(run: Run) -> dict:
+    device = has_device_timer(run)
     rows = []
     for result in run.results:
         for role in ROLES:
             backend = role_backend(result, role)
-            if backend is None:
+            if backend is None or backend["status"] not in RAN:
                 continue
-            dev = backend.get("device_ms") or {}
-            rows.append([run.variant_info(result["variant"], "label"), shape_text(result["shape"]),
-                         backend_name(result["roles"][role], backend), fmt_ms(backend.get("wall_mean_ms")),
-                         fmt_ms(dev.get("median")), fmt_ms(dev.get("p10")), fmt_ms(dev.get("p90")),
-                         fmt(tflops(result, backend, "device_median"), ".1f"), fmt(tflops(result, backend, "wall"), ".1f")])
-    header = ["Variant", SHAPE_HEADER, "Backend", "Wall mean (ms)", "Device median (ms)", "Device p10 (ms)",
-              "Device p90 (ms)", "TFLOP/s (device median)", "TFLOP/s (wall)"]
+            row = [run.variant_info(result["variant"], "label"), shape_text(result["shape"]),
+                   backend_name(result["roles"][role], backend), fmt_ms(backend.get("wall_mean_ms"))]
+            if device:
+                dev = backend.get("device_ms") or {}
+                row += [fmt_ms(dev.get("median")), fmt_ms(dev.get("p10")), fmt_ms(dev.get("p90")),
+                        fmt_sig(tflops(result, backend, "device_median"))]
+            rows.append(row + [fmt_sig(tflops(result, backend, "wall"))])
+    header = ["Variant", SHAPE_HEADER, "Backend", "Wall mean (ms)"]
+    if device:
+        header += ["Device median (ms)", "Device p10 (ms)", "Device p90 (ms)", "TFLOP/s (device median)"]
+    header.append("TFLOP/s (wall)")
     conventions = [r.get("flop_convention") for r in run.results if r.get("flop_convention")]
     timers = [r["method"].get("device_timer") for r in run.results if r["method"].get("device_timer")]
     return {"flop_convention": ", ".join(dict.fromkeys(conventions)) or FLOP_CONVENTION,
-            "device_timer": ", ".join(dict.fromkeys(timers)) or "none recorded",
+            "device": device, "device_timer": ", ".join(dict.fromkeys(timers)) or "none recorded",
+            "platforms": ", ".join(dict.fromkeys(r["platform"] for r in run.results)),
             "wall_method": run.first["method"]["wall"], **table(header, rows)}
 
 
 def all_backends_section(run: Run) -> dict:
+    device = has_device_timer(run)
     rows = []
-    for result, name, backend in all_backends(run):
-        dev = backend.get("device_ms") or {}
-        rows.append([run.variant_info(result["variant"], "label"), shape_text(result["shape"]),
-                     backend_name(name, backend), status_text(backend), fmt_ms(backend.get("wall_mean_ms")),
-                     fmt_ms(dev.get("median")), fmt(tflops(result, backend, "device_median"), ".1f"),
-                     backend.get("reason") or ""])
-    header = ["Variant", SHAPE_HEADER, "Backend", "Status", "Wall mean (ms)", "Device median (ms)",
-              "TFLOP/s (device median)", "Reason"]
-    return table(header, rows)
+    for result, name, backend in ran_backends(run):
+        row = [run.variant_info(result["variant"], "label"), shape_text(result["shape"]),
+               backend_name(name, backend), status_text(backend), fmt_ms(backend.get("wall_mean_ms"))]
+        if device:
+            row += [fmt_ms((backend.get("device_ms") or {}).get("median")),
+                    fmt_sig(tflops(result, backend, "device_median"))]
+        else:
+            row.append(fmt_sig(tflops(result, backend, "wall")))
+        rows.append(row + [backend.get("reason") or ""])
+    header = ["Variant", SHAPE_HEADER, "Backend", "Status", "Wall mean (ms)"]
+    header += ["Device median (ms)", "TFLOP/s (device median)"] if device else ["TFLOP/s (wall)"]
+    return table(header + ["Reason"], rows)
 
 
 # ---------------------------------------------------------------- appendix (fixed-width output)
 
-def fixed_width(cells: list[str]) -> str:
-    padded = [f"{cell:<{width}}" for cell, width in zip(cells, FULL_OUTPUT_WIDTHS)]
-    return " ".join(padded + list(cells[len(FULL_OUTPUT_WIDTHS):]))
+def column_widths(lines: list[list[str]]) -> list[int]:
+    """The published widths, except where a cell does not fit (leaves no space before the next)."""
+    widths = []
+    for i, width in enumerate(FULL_OUTPUT_WIDTHS):
+        longest = max((len(cells[i]) for cells in lines if len(cells) > i), default=0)
+        widths.append(width if longest < width else longest + FULL_OUTPUT_GAP)
+    return widths
+
+
+def fixed_width(cells: list[str], widths: Sequence[int] = FULL_OUTPUT_WIDTHS) -> str:
+    padded = [f"{cell:<{width}}" for cell, width in zip(cells, widths)]
+    return " ".join(padded + list(cells[len(widths):]))
 
 
 def plain_ms(result: dict, role: str) -> str:
@@ -462,9 +577,9 @@ def plain_ms(result: dict, role: str) -> str:
     return fmt_ms(ms) if ms is not None else status_text(role_backend(result, role))
 
 
-def full_output_row(result: dict) -> str:
-    return fixed_width([shape_text(result["shape"]), *(plain_ms(result, role) for role in ROLES),
-                        fmt_times(speedup(result, "vendor")), fmt_times(speedup(result, "triton"))])
+def full_output_cells(result: dict) -> list[str]:
+    return [shape_text(result["shape"]), *(plain_ms(result, role) for role in ROLES),
+            fmt_times(speedup(result, "vendor")), fmt_times(speedup(result, "triton"))]
 
 
 def vendor_vs_triton_lines(run: Run, result: dict) -> list[str]:
@@ -485,12 +600,15 @@ def full_output(run: Run) -> list[str]:
     last = run.variants[-1]
     groups = run.head_dim_groups(last)
     b, v, t = (run.label(role) for role in ROLES)
-    header = fixed_width(["Config", f"{b} (ms)", f"{v} (ms)", f"{t} (ms)", f"{v} Speedup", f"{t} Speedup"])
+    header = ["Config", f"{b} (ms)", f"{v} (ms)", f"{t} (ms)", f"{v} Speedup", f"{t} Speedup"]
+    rows = [full_output_cells(r) for hd, results in groups if hd == run.main_head_dim for r in results]
+    widths = column_widths([header, *rows])
+    rule = "=" * (FULL_OUTPUT_RULE_WIDTH + sum(widths) - sum(FULL_OUTPUT_WIDTHS))
     device = "cpu" if run.first["platform"] == "cpu" else "cuda"  # torch's device name, also on ROCm
     lines = [f"Device: {device}"] + [f"GPU: {d}" for d in run.provenance_values("device")[:1] if device == "cuda"]
-    lines += ["", FULL_OUTPUT_RULE, header, FULL_OUTPUT_RULE]
-    lines += [full_output_row(r) for hd, results in groups if hd == run.main_head_dim for r in results]
-    lines.append(FULL_OUTPUT_RULE)
+    lines += ["", rule, fixed_width(header, widths), rule]
+    lines += [fixed_width(row, widths) for row in rows]
+    lines.append(rule)
     for result in (r for hd, results in groups if hd != run.main_head_dim for r in results):
         lines += ["", *vendor_vs_triton_lines(run, result)]
     return lines
@@ -597,6 +715,7 @@ def render(collected: dict, config: dict, published: dict | None = None,
         "environment": environment(run, published),
         "configuration": configuration(run),
         "variants": [variant_section(run, v) for v in run.variants],
+        "ignored_keys": ignored_key_notes(run),
         "key_improvements": key_improvements(run),
         "winners": winners(run),
         "published": published_section(run, published),

@@ -92,8 +92,11 @@ def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor,
             timed(entry, prepared.fn, problem.platform, job)
         if not entry["correctness"]["passed"]:
             c = entry["correctness"]
+            tol = job["tolerance"]
             entry.update(status="failed", failure_kind="correctness",
-                         reason=f"wrong numbers: max abs err {c['max_abs_err']}, cosine {c['cosine']}")
+                         reason=f"wrong numbers: max abs err {c['max_abs_err']:.3g} (tolerance {tol['max_abs_err']:g}), "
+                                f"cosine {c['cosine']:.6f} (at least {tol['min_cosine']:g})"
+                         if c["finite"] else "wrong numbers: output has inf or nan")
     except Exception as err:  # a backend's failure is a result, never the job's end
         kind, why = classify_failure(err)
         entry.update(status="failed", failure_kind=kind, reason=why)

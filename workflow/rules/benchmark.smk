@@ -13,13 +13,6 @@ rule freeze_config:
         write_json(output[0], params.frozen)
 
 
-def runner_args(wildcards, input, output):
-    return (
-        f"--config {input.config} --variant {wildcards.variant} --shape {wildcards.shape} "
-        f"--out {output} --project-commit {PROJECT_COMMIT}"
-    )
-
-
 rule benchmark:
     input:
         config="results/{run}/config.json",
@@ -31,6 +24,8 @@ rule benchmark:
         "logs/{run}/{variant}/{shape}.log",
     resources:
         gpu=1,
+    conda:
+        "../../envs/fabench.yaml"
     params:
         python=PYTHON,
         runner=runner_args,

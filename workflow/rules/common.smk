@@ -86,3 +86,10 @@ def write_json(path, value):
     with open(path, "w") as handle:
         json.dump(value, handle, indent=2, sort_keys=True)
         handle.write("\n")
+
+
+def runner_args(wildcards, input, output):
+    return (
+        f"--config {input.config} --variant {wildcards.variant} --shape {wildcards.shape} "
+        f"--out {output} --project-commit {PROJECT_COMMIT}"
+    )

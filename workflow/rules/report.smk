@@ -9,6 +9,8 @@ rule collect:
         "results/{run}/results.json",
     log:
         "logs/{run}/collect.log",
+    conda:
+        "../../envs/fabench.yaml"
     params:
         python=PYTHON,
         schema=project_path("workflow/schemas/result.schema.json"),
@@ -32,15 +34,18 @@ rule render_report:
     input:
         results="results/{run}/results.json",
         config="results/{run}/report-config.json",
+        template=project_path("report/report.md.j2"),
         published=published_numbers(),
     output:
         "results/{run}/report.md",
     log:
         "logs/{run}/report.log",
+    conda:
+        "../../envs/fabench.yaml"
     params:
         python=PYTHON,
         published=lambda wildcards, input: f"--published {input.published}" if input.published else "",
-        templates=project_path("report"),
+        templates=lambda wildcards, input: os.path.dirname(input.template),
     shell:
         "{params.python} -m fabench.report --results {input.results} --config {input.config} "
         "--templates {params.templates} {params.published} --out {output} > {log} 2>&1"

@@ -1,0 +1,107 @@
+"""The runner as a real process on this machine's CPU, and its failure handling."""
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import torch
+
+from fabench import metrics
+from fabench.aiter_config import file_sha256
+from fabench.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
+from fabench.config import job_config
+from fabench.run import classify_failure, measure_backend
+from workflow_util import REPO, tiny_config
+
+RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
+TUNED = {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True, "waves_per_eu": 2, "num_warps": 4, "num_ctas": 1,
+         "num_stages": 1}
+
+
+def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32"):
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(job_config(config)))
+    kernel_config = tmp_path / "aiter.json"
+    kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, "-m", "fabench.run", "--config", str(config_path), "--variant", variant,
+           "--shape", shape, "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text()), kernel_config
+
+
+def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
+    result, kernel_config = run_job(tmp_path, tiny_config())
+    jsonschema.validate(result, RESULT_SCHEMA)
+    backends = result["backends"]
+    assert result["platform"] == "cpu" and result["shape_id"] == "b1-s64-h2-d32"
+    for name in ("native", "sdpa"):
+        assert backends[name]["status"] == "ok"
+        assert backends[name]["wall_mean_ms"] > 0
+        assert backends[name]["correctness"]["passed"]
+    assert backends["native"]["correctness"]["max_abs_err"] < 1e-5  # fp32 against the fp32 reference
+    assert backends["sdpa"]["correctness"]["max_abs_err"] > 0  # fp16 really differs from fp32
+    for name, why in {"ck": "needs ROCm", "triton": "needs ROCm", "sdpa_cudnn": "needs CUDA",
+                      "sdpa_flash": "needs a GPU", "flex": "needs a GPU"}.items():
+        assert backends[name]["status"] == "unavailable"
+        assert why in backends[name]["reason"]
+    assert result["kernel_config"] == {"path": str(kernel_config), "sha256": file_sha256(kernel_config),
+                                       "values": TUNED}
+    assert result["method"]["reduced"] is False  # the tiny config asks for the CPU's iterations anyway
+    provenance = result["provenance"]
+    assert provenance["project_commit"] == "abc123"
+    assert provenance["torch"] == torch.__version__ and provenance["runtime"] == "local"
+    assert len(provenance["config_sha256"]) == 64
+
+
+def test_wrong_numbers_become_a_failed_cell_and_the_job_goes_on(tmp_path):
+    config = tiny_config(tolerance={"max_abs_err": 1e-5, "min_cosine": 0.999})  # fp32 passes, fp16 not
+    result, _ = run_job(tmp_path, config)
+    sdpa = result["backends"]["sdpa"]
+    assert sdpa["status"] == "failed" and sdpa["failure_kind"] == "correctness"
+    assert "wrong numbers" in sdpa["reason"]
+    assert sdpa["wall_mean_ms"] > 0  # still timed: the cell says how fast the wrong answer was
+    assert result["backends"]["native"]["status"] == "ok"
+
+
+def test_a_backend_that_raises_is_recorded_not_propagated():
+    q = torch.randn(1, 16, 2, 32)
+    k = torch.randn(1, 16, 2, 16)  # head_dim disagrees with q: every backend must raise
+    problem = Problem(q, k, k, True, "cpu", TUNED)
+    entry = measure_backend(BACKENDS["native"], problem, q, {"tolerance": {"max_abs_err": 1, "min_cosine": 0},
+                                                              "warmup": 1, "iters": 1, "flops": 1.0})
+    assert entry["status"] == "failed" and entry["failure_kind"] == "error"
+    assert entry["reason"].startswith("RuntimeError")
+
+
+@pytest.mark.parametrize("error, kind, words", [
+    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom", "out of memory"),
+    (RuntimeError("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144, "
+                  "Hardware limit: 232448. Reducing block sizes or `num_stages` may help."),
+     "out_of_resources", "out of shared memory: out of resource: shared memory, Required: 262144"),
+    (RuntimeError("No available kernel. Aborting execution."), "unsupported", "No available kernel"),
+    (FallbackError("compiled FlexAttention ran no Triton kernel"), "fallback", "ran no Triton kernel"),
+    (ValueError("something else"), "error", "ValueError: something else"),
+])
+def test_failures_are_classified_with_their_reason(error, kind, words):
+    got_kind, reason = classify_failure(error)
+    assert got_kind == kind
+    assert words in reason
+
+
+def test_flex_gets_the_keys_it_understands_and_names_the_rest():
+    options, ignored = flex_kernel_options(TUNED)
+    assert options == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    assert ignored == ["PRELOAD_V", "num_ctas", "waves_per_eu"]
+
+
+def test_metrics():
+    assert metrics.attention_flops(4, 4096, 8, 256, causal=True) == 4 * 4 * 8 * 4096**2 * 256 / 2
+    assert metrics.attention_flops(1, 2, 1, 1, causal=False) == 16
+    summary = metrics.summarize([float(x) for x in range(1, 12)])
+    assert (summary["median"], summary["p10"], summary["p90"], summary["n"]) == (6.0, 2.0, 10.0, 11)
+    assert metrics.tflops(1e12, 1000.0) == pytest.approx(1.0)
+    assert metrics.tflops(1e12, None) is None
