@@ -40,13 +40,6 @@ def _expected(validator: str, schema: dict) -> str | None:
 
 def check(config: dict) -> None:
     """Raise ConfigError naming the key when the config is consistent with the schema but not itself."""
-    for platform, roles in config["roles"].items():
-        for role, backend in roles.items():
-            if backend not in config["backends"]:
-                raise ConfigError(
-                    f"roles.{platform}.{role}: backend {backend!r} is not in 'backends' "
-                    f"(have: {', '.join(config['backends'])})"
-                )
     unknown = [name for name in config["backends"] if name not in BACKENDS]
     if unknown:
         raise ConfigError(f"backends: unknown {unknown}; expected some of {sorted(BACKENDS)}")

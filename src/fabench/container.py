@@ -387,9 +387,14 @@ def patch_config(manifest: str | Path, overrides: dict, out: str | Path) -> dict
 # --------------------------------------------------------------------------------------------
 # one job in a container
 # --------------------------------------------------------------------------------------------
+def rocm_devices_present() -> bool:
+    """An AMD GPU is visible to this host: the kernel driver's compute and render nodes exist."""
+    return os.path.exists("/dev/kfd") and os.path.isdir("/dev/dri")
+
+
 def rocm_device_options() -> dict:
     """docker run options for AMD GPUs, only when this host has them (/dev/kfd and /dev/dri)."""
-    if not (os.path.exists("/dev/kfd") and os.path.isdir("/dev/dri")):
+    if not rocm_devices_present():
         return {}
     gids = {os.stat("/dev/kfd").st_gid}
     for node in Path("/dev/dri").iterdir():

@@ -18,11 +18,6 @@ def detect() -> str:
     return "cpu"
 
 
-def rocm_host() -> bool:
-    """A ROCm GPU is visible to the host (used before any container exists)."""
-    return os.path.exists("/dev/kfd") and os.path.isdir("/dev/dri")
-
-
 def device_name(platform: str) -> str:
     if platform == "cpu":
         return _cpu_model()

@@ -27,7 +27,7 @@ rule benchmark:
     conda:
         "../../envs/fabench.yaml"
     params:
-        python=PYTHON,
+        launch=job_launcher,
         runner=runner_args,
     shell:
-        "{params.python} -m fabench.run {params.runner} --aiter-config {input.kernel_config} > {log} 2>&1"
+        "{params.launch} {params.runner} > {log} 2>&1"
