@@ -56,13 +56,25 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
     if "out of resource" in lowered:
         start = lowered.find("out of resource")
         detail = text[start : start + 200]
-        what = "out of shared memory" if "shared memory" in lowered else "out of resources"
-        return "out_of_resources", f"{what}: {detail}"
+        return "out_of_resources", f"out of {_exhausted_resource(err)}: {detail}"
     if isinstance(err, NotImplementedError) or any(
         s in lowered for s in ("no available kernel", "not supported", "unsupported", "head_dim", "headdim")
     ):
         return "unsupported", text[:300]
     return "error", f"{type(err).__name__}: {text[:300]}"
+
+
+def _exhausted_resource(err: BaseException) -> str:
+    """Triton's OutOfResources names the resource; Inductor re-raises it under the kernel's name."""
+    seen = err
+    while seen is not None:
+        name = getattr(seen, "name", None)
+        if isinstance(name, str) and getattr(seen, "limit", None) is not None:
+            return name
+        if "shared memory" in str(seen).lower():
+            return "shared memory"
+        seen = seen.__cause__ or seen.__context__
+    return "resources"
 
 
 def empty_entry(backend: Backend) -> dict:
