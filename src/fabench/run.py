@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -65,7 +66,12 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
 
 
 def _exhausted_resource(err: BaseException) -> str:
-    """Triton's OutOfResources names the resource; Inductor re-raises it under the kernel's name."""
+    """Which resource ran out: Triton's OutOfResources names it, but Inductor re-raises the message
+    with the kernel's name in its place, so a limit equal to the device's shared memory per block
+    identifies it too."""
+    limit = re.search(r"hardware limit:\s*(\d+)", str(err), re.IGNORECASE)
+    if limit and int(limit.group(1)) == _shared_memory_per_block():
+        return "shared memory"
     seen = err
     while seen is not None:
         name = getattr(seen, "name", None)
@@ -75,6 +81,12 @@ def _exhausted_resource(err: BaseException) -> str:
             return "shared memory"
         seen = seen.__cause__ or seen.__context__
     return "resources"
+
+
+def _shared_memory_per_block() -> int | None:
+    if not torch.cuda.is_available():
+        return None
+    return getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", None)
 
 
 def empty_entry(backend: Backend) -> dict:

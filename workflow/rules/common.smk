@@ -2,6 +2,7 @@
 import functools
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -52,7 +53,10 @@ def project_commit():
                                text=True, check=True).stdout.strip()
     except (subprocess.CalledProcessError, OSError):
         # A copy without .git (a remote machine, an unpacked archive) can be told its commit.
-        return os.environ.get("FABENCH_PROJECT_COMMIT", "unknown")
+        told = os.environ.get("FABENCH_PROJECT_COMMIT", "").strip()
+        if told and not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", told):
+            raise WorkflowError(f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id")
+        return told or "unknown"
     return commit + ("-dirty" if dirty else "")
 
 
@@ -93,7 +97,7 @@ def write_json(path, value):
 def runner_args(wildcards, input, output):
     return (
         f"--config {input.config} --variant {wildcards.variant} --shape {wildcards.shape} "
-        f"--out {output} --project-commit {PROJECT_COMMIT}"
+        f"--out {output} --project-commit {shlex.quote(PROJECT_COMMIT)}"
     )
 
 
