@@ -128,3 +128,21 @@ def test_metrics():
     assert (summary["median"], summary["p10"], summary["p90"], summary["n"]) == (6.0, 2.0, 10.0, 11)
     assert metrics.tflops(1e12, 1000.0) == pytest.approx(1.0)
     assert metrics.tflops(1e12, None) is None
+
+
+def test_aiter_config_read_back_must_equal_the_patched_one():
+    from types import SimpleNamespace
+
+    from fabench.backends import ConfigMismatchError, _check_aiter_read
+
+    # aiter's _get_config(enable_dropout, dtype) returns fwd.default for fp16 without dropout.
+    loaded = {"fwd": {"default": dict(TUNED)}}
+    aiter_like = SimpleNamespace(__name__="aiter.ops.triton.mha",
+                                 _get_config=lambda dropout, dtype: loaded["fwd"]["default"])
+    record = {}
+    _check_aiter_read(aiter_like, TUNED, torch.float16, record)
+    assert record["effective"] == TUNED
+    loaded["fwd"]["default"] = {**TUNED, "BLOCK_M": 128}  # e.g. the mount did not take
+    with pytest.raises(ConfigMismatchError) as caught:
+        _check_aiter_read(aiter_like, TUNED, torch.float16, {})
+    assert classify_failure(caught.value)[0] == "config_mismatch"

@@ -25,6 +25,10 @@ class FallbackError(RuntimeError):
     """A compiled backend ran something other than its compiled kernel."""
 
 
+class ConfigMismatchError(RuntimeError):
+    """The kernel read another config than the patched one the job is measuring."""
+
+
 @dataclass
 class Problem:
     q: torch.Tensor  # (batch, seq, heads, head_dim), fp16, on the device
@@ -40,7 +44,7 @@ class Prepared:
     fn: Callable[[], torch.Tensor]
     layout: str = "bshd"  # layout of fn's output; the harness compares in bshd
     context: Callable[[], ContextManager] = contextlib.nullcontext
-    check_compiled: Callable[[], None] | None = None
+    verify: Callable[[], None] | None = None  # after the first call: raise if it ran the wrong thing
     kernel_config: dict | None = None
 
 
@@ -149,7 +153,7 @@ def _prepare_flex(p: Problem) -> Prepared:
     return Prepared(
         fn=lambda: compiled(q, k, v, block_mask=block_mask, kernel_options=options),
         layout="bhsd",
-        check_compiled=lambda: _require_triton_kernel(lambda: compiled(q, k, v, block_mask=block_mask,
+        verify=lambda: _require_triton_kernel(lambda: compiled(q, k, v, block_mask=block_mask,
                                                                       kernel_options=options)),
         kernel_config={"kernel_options": options, "ignored": ignored},
     )
@@ -214,11 +218,26 @@ def _prepare_aiter_triton(p: Problem) -> Prepared:
     # the report. Elsewhere the same values go in through the config= argument, which bypasses it.
     mounted = _packaged_forward_config() == p.kernel_config
     extra = {} if mounted else {"config": dict(p.kernel_config)}
+    kernel_config = {"source": "aiter's config JSON (patched file in place)" if mounted else "config= argument",
+                     "values": dict(p.kernel_config), "module": module.__name__}
     return Prepared(
         fn=lambda: module.flash_attn_func(q, k, v, causal=p.causal, return_lse=True, **extra)[0],
-        kernel_config={"source": "aiter's config JSON (patched file in place)" if mounted else "config= argument",
-                       "values": dict(p.kernel_config), "module": module.__name__},
+        kernel_config=kernel_config,
+        verify=(lambda: _check_aiter_read(module, p.kernel_config, q.dtype, kernel_config)) if mounted else None,
     )
+
+
+def _check_aiter_read(module, expected: dict, dtype: torch.dtype, record: dict) -> None:
+    """Ask aiter which forward config it loaded (its _get_config, cached per process) and compare."""
+    get_config = getattr(module, "_get_config", None)
+    if get_config is None:
+        record["effective"] = None
+        record["note"] = f"{module.__name__} has no _get_config: the config aiter read could not be checked"
+        return
+    effective = dict(get_config(False, dtype))
+    record["effective"] = effective
+    if effective != expected:
+        raise ConfigMismatchError(f"aiter's kernel read {effective}, the patched config is {expected}")
 
 
 BACKENDS: dict[str, Backend] = {

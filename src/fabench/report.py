@@ -38,6 +38,7 @@ FAILURE_WORDS = {
     "unsupported": "unsupported",
     "correctness": "wrong result",
     "fallback": "fell back to slow code",
+    "config_mismatch": "ran another config",
     "error": "error",
 }
 FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D"

@@ -21,7 +21,7 @@ import torch
 from fabench import metrics, provenance
 from fabench import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
-from fabench.backends import BACKENDS, Backend, FallbackError, Problem
+from fabench.backends import BACKENDS, Backend, ConfigMismatchError, FallbackError, Problem
 from fabench.shapes import parse_shape_id, shape_id
 
 SCHEMA_VERSION = 1
@@ -52,6 +52,8 @@ def classify_failure(err: BaseException) -> tuple[str, str]:
     lowered = text.lower()
     if isinstance(err, FallbackError):
         return "fallback", text
+    if isinstance(err, ConfigMismatchError):
+        return "config_mismatch", text
     if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in lowered:
         return "oom", f"out of memory: {text[:240]}"
     if "out of resource" in lowered:
@@ -107,8 +109,8 @@ def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor,
         with prepared.context():
             out = prepared.fn()  # warm-up 1 (and compilation): its output is the one checked
             plat.synchronize(problem.platform)
-            if prepared.check_compiled:
-                prepared.check_compiled()
+            if prepared.verify:
+                prepared.verify()
             if prepared.layout == "bhsd":
                 out = out.transpose(1, 2)
             entry["correctness"] = metrics.compare(out, reference, job["tolerance"])
