@@ -49,6 +49,7 @@ def reference_output(q, k, v, causal: bool) -> torch.Tensor:
 def classify_failure(err: BaseException) -> tuple[str, str]:
     """(failure_kind, reason) for an exception raised by a backend."""
     text = " ".join(str(err).split()) or type(err).__name__
+    text = text.split(" Set TORCHDYNAMO_VERBOSE")[0]  # Inductor's advice on debugging, not the reason
     lowered = text.lower()
     if isinstance(err, FallbackError):
         return "fallback", text
