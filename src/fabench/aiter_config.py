@@ -66,18 +66,25 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def patch_file(base_path: Path | None, overrides: dict, out: Path) -> dict:
-    """Write the patched config to `out`; return what was done, for the sidecar."""
-    base = json.loads(base_path.read_text()) if base_path else copy.deepcopy(SKELETON)
+def sidecar_path(patched_path: str | Path) -> Path:
+    """``<variant>.json`` -> ``<variant>.meta.json``: what the patched file was made from."""
+    return Path(patched_path).with_suffix(".meta.json")
+
+
+def write_patched(base: dict, overrides: dict, out: Path) -> dict:
+    """Merge the overrides into `base`, write the result to `out`, return what the sidecar records."""
     patched = merge_overrides(base, overrides)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(patched, indent=2, sort_keys=True) + "\n")
-    return {
-        "base_path": str(base_path) if base_path else None,
-        "base_sha256": file_sha256(base_path) if base_path else None,
-        "patched_sha256": file_sha256(out),
-        "overrides": overrides,
-    }
+    return {"patched_sha256": file_sha256(out), "overrides": overrides}
+
+
+def patch_file(base_path: Path | None, overrides: dict, out: Path) -> dict:
+    """Patch a config file on this host (or the skeleton when there is none)."""
+    base = json.loads(base_path.read_text()) if base_path else copy.deepcopy(SKELETON)
+    return {"base_path": str(base_path) if base_path else None,
+            "base_sha256": file_sha256(base_path) if base_path else None,
+            **write_patched(base, overrides, out)}
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -97,7 +104,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     info["mount_target"] = None  # local runtime: nothing is mounted, the runner passes the config
-    args.out.with_suffix(".meta.json").write_text(json.dumps(info, indent=2) + "\n")
+    sidecar_path(args.out).write_text(json.dumps(info, indent=2) + "\n")
     return 0
 
 

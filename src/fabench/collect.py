@@ -20,6 +20,8 @@ from typing import Iterable, Sequence
 
 import jsonschema
 
+from fabench.shapes import shape_id
+
 SCHEMA_NAME = "result.schema.json"
 # In a checkout the schema lives in workflow/schemas/ (Snakemake reads it there too); an
 # installed package carries a copy as package data under fabench/schemas/.
@@ -38,10 +40,6 @@ def result_schema(path: str | os.PathLike | None = None) -> dict:
         return json.loads(REPO_SCHEMA.read_text())
     packaged = resources.files("fabench").joinpath("schemas", SCHEMA_NAME)
     return json.loads(packaged.read_text())
-
-
-def shape_id(shape: dict) -> str:
-    return f"b{shape['batch']}-s{shape['seq']}-h{shape['heads']}-d{shape['head_dim']}"
 
 
 def shape_key(shape: dict) -> tuple:

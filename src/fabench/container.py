@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import copy
 import datetime as _dt
 import hashlib
 import json
@@ -36,7 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from fabench.aiter_config import SKELETON, file_sha256, merge_overrides
+from fabench.aiter_config import SKELETON, sidecar_path, write_patched
 
 MANIFEST_VERSION = 1
 DEFAULT_NAME = "fabench"
@@ -337,11 +338,6 @@ def load_manifest(path: str | Path) -> dict:
 # --------------------------------------------------------------------------------------------
 # kernel config patch
 # --------------------------------------------------------------------------------------------
-def sidecar_path(config_path: str | Path) -> Path:
-    """``<variant>.json`` -> ``<variant>.meta.json`` (same naming as fabench.aiter_config)."""
-    return Path(config_path).with_suffix(".meta.json")
-
-
 def read_file_from_image(cli, image_ref: str, path: str) -> bytes:
     """One file of an image, exactly (a container is created, never started)."""
     container = cli.containers.create(image_ref, ["true"], network_mode="none")
@@ -363,17 +359,11 @@ def patch_config(manifest: str | Path, overrides: dict, out: str | Path) -> dict
         base = json.loads(raw)
         base_sha = hashlib.sha256(raw).hexdigest()
     else:
-        import copy
-
         base, base_sha = copy.deepcopy(SKELETON), None
-    patched = merge_overrides(base, overrides)  # ValueError names unknown keys
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(patched, indent=2, sort_keys=True) + "\n")
     info = {
         "base_path": target,
         "base_sha256": base_sha,
-        "patched_sha256": file_sha256(out),
-        "overrides": overrides,
+        **write_patched(base, overrides, out),  # ValueError names unknown keys
         # the file inside the image that this one is bind-mounted over (None: nothing to mount)
         "mount_target": target,
         "image": m["tag"],

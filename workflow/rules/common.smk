@@ -113,16 +113,10 @@ from fabench import container as fabench_container
 from fabench import docker_engine as fabench_docker_engine
 
 _IMAGE = dict(config.get("image") or {})
-_PROJECT_ROOT = Path(workflow.basedir)
 
 
-def _project_path(key, default):
-    path = Path(_IMAGE.get(key) or default)
-    return path if path.is_absolute() else _PROJECT_ROOT / path
-
-
-IMAGE_DOCKERFILE = _project_path("dockerfile", "Dockerfile")
-IMAGE_CONTEXT = _project_path("context", ".")
+IMAGE_DOCKERFILE = Path(project_path(_IMAGE.get("dockerfile") or "Dockerfile"))
+IMAGE_CONTEXT = Path(project_path(_IMAGE.get("context") or "."))
 IMAGE_NAME = _IMAGE.get("name") or fabench_container.DEFAULT_NAME
 IMAGE_BUILD_ARGS = {str(k): "" if v is None else str(v) for k, v in (_IMAGE.get("build_args") or {}).items()}
 IMAGE_CACHE_DIR = _IMAGE.get("cache_dir") or "build/container-cache"
