@@ -34,6 +34,7 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -144,6 +145,16 @@ def _tail(lines: Iterable[str], n: int = TAIL_LINES) -> str:
     return "\n".join(list(lines)[-n:])
 
 
+def _write_now(out, text: str) -> None:
+    """Write and flush: a log that is followed while a build or job runs shows it as it happens."""
+    out.write(text)
+    out.flush()
+
+
+def _utc_now(timespec: str = "auto") -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec)
+
+
 # --------------------------------------------------------------------------------------------
 # build + manifest
 # --------------------------------------------------------------------------------------------
@@ -230,94 +241,132 @@ def probe_image(cli, image_ref: str) -> dict:
             container.remove(force=True)
 
 
+@dataclass(frozen=True)
+class _BuildSpec:
+    """What goes into an image, with absolute paths (the engine and the manifest both need them)."""
+
+    dockerfile: Path
+    context: Path
+    build_args: dict[str, str]
+    package_paths: list
+    tag: str
+
+
+def _build_spec(dockerfile: str | Path, context: str | Path, build_args: dict | None,
+                package_paths: Iterable[str | Path], name: str) -> _BuildSpec:
+    context = Path(context).resolve()
+    dockerfile = Path(dockerfile)
+    dockerfile = (dockerfile if dockerfile.is_absolute() else Path.cwd() / dockerfile).resolve()
+    build_args = {k: "" if v is None else str(v) for k, v in (build_args or {}).items()}
+    package_paths = list(package_paths)
+    tag = image_tag(dockerfile, build_args, package_paths, name=name, context=context)
+    return _BuildSpec(dockerfile, context, build_args, package_paths, tag)
+
+
 def build_image(dockerfile: str | Path = "Dockerfile", context: str | Path = ".",
                 build_args: dict | None = None, manifest: str | Path | None = None,
                 log: str | Path | None = None, name: str = DEFAULT_NAME,
                 package_paths: Iterable[str | Path] = DEFAULT_PACKAGE_PATHS,
                 force: bool = False) -> dict:
     """Build (unless the tag exists) and return/write the manifest."""
-    context = Path(context).resolve()
-    dockerfile = Path(dockerfile)
-    dockerfile = dockerfile if dockerfile.is_absolute() else (Path.cwd() / dockerfile)
-    dockerfile = dockerfile.resolve()
-    build_args = {k: "" if v is None else str(v) for k, v in (build_args or {}).items()}
-    package_paths = list(package_paths)
-    tag = image_tag(dockerfile, build_args, package_paths, name=name, context=context)
+    spec = _build_spec(dockerfile, context, build_args, package_paths, name)
     cli = client()
     log_path = Path(log) if log else None
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
-    image = None if force else _image_or_none(cli, tag)
-    built = image is None
-    seconds = 0.0
-    if built:
-        t0 = time.monotonic()
-        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        error = None
-        image_id = None
-        logf = open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr)
-        with logf as out:
-            out.write(f"# {_dt.datetime.now(_dt.timezone.utc).isoformat()} building {tag}\n")
-            try:
-                rel_dockerfile = os.path.relpath(dockerfile, context)
-            except ValueError:
-                rel_dockerfile = str(dockerfile)
-            stream = cli.api.build(path=str(context), dockerfile=rel_dockerfile, tag=tag,
-                                   buildargs=build_args, network_mode="host", rm=True, forcerm=True,
-                                   pull=False, decode=True)
-            for chunk in stream:
-                text = chunk.get("stream") or chunk.get("status") or ""
-                if "error" in chunk:
-                    error = chunk.get("error") or json.dumps(chunk.get("errorDetail"))
-                    text = f"ERROR: {error}\n"
-                if isinstance(chunk.get("aux"), dict) and "ID" in chunk["aux"]:
-                    image_id = chunk["aux"]["ID"]
-                if text:
-                    out.write(text if text.endswith("\n") else text + "\n")
-                    out.flush()
-                    tail.extend(line for line in text.splitlines() if line.strip())
-        seconds = time.monotonic() - t0
-        if error is not None:
-            where = f" (log: {log_path})" if log_path else ""
-            raise ContainerError(f"building {tag} failed{where}: {error}\n--- last lines ---\n" + _tail(tail))
-        image = cli.images.get(image_id or tag)
+    image = None if force else _image_or_none(cli, spec.tag)
+    build_seconds = None  # stays None when the tag exists: nothing is built
+    if image is None:
+        image, build_seconds = _build(cli, spec, log_path)
     elif log_path:
         with open(log_path, "a") as out:
-            out.write(f"# {_dt.datetime.now(_dt.timezone.utc).isoformat()} {tag} exists "
-                      f"({image.id}); not rebuilt\n")
+            out.write(f"# {_utc_now()} {spec.tag} exists ({image.id}); not rebuilt\n")
 
-    effective = {**dockerfile_arg_defaults(dockerfile), **build_args}
+    data = _manifest(cli, spec, image, build_seconds)
+    if manifest:
+        _write_json(Path(manifest), data)
+    return data
+
+
+def _build(cli, spec: _BuildSpec, log_path: Path | None) -> tuple:
+    """Build ``spec.tag``, its output streamed to the log (or stderr); returns (image, seconds)."""
+    t0 = time.monotonic()
+    logf = open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr)
+    with logf as out:
+        out.write(f"# {_utc_now()} building {spec.tag}\n")
+        # network_mode="host": the engine may run with --bridge=none (see fabench.docker_engine)
+        stream = cli.api.build(path=str(spec.context), dockerfile=_dockerfile_in_context(spec),
+                               tag=spec.tag, buildargs=spec.build_args, network_mode="host",
+                               rm=True, forcerm=True, pull=False, decode=True)
+        image_id, error, tail = _follow_build(stream, out)
+    seconds = time.monotonic() - t0
+    if error is not None:
+        where = f" (log: {log_path})" if log_path else ""
+        raise ContainerError(f"building {spec.tag} failed{where}: {error}\n--- last lines ---\n" + _tail(tail))
+    return cli.images.get(image_id or spec.tag), seconds
+
+
+def _dockerfile_in_context(spec: _BuildSpec) -> str:
+    """The Dockerfile relative to the context, as the build API wants it (absolute if it cannot be)."""
+    try:
+        return os.path.relpath(spec.dockerfile, spec.context)
+    except ValueError:
+        return str(spec.dockerfile)
+
+
+def _follow_build(stream: Iterable[dict], out) -> tuple[str | None, str | None, collections.deque]:
+    """Write the build's output as it comes; returns (image id, error or None, last lines)."""
+    image_id = error = None
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    for chunk in stream:
+        text = chunk.get("stream") or chunk.get("status") or ""
+        if "error" in chunk:
+            error = chunk.get("error") or json.dumps(chunk.get("errorDetail"))
+            text = f"ERROR: {error}\n"
+        if isinstance(chunk.get("aux"), dict) and "ID" in chunk["aux"]:
+            image_id = chunk["aux"]["ID"]
+        if text:
+            _write_now(out, text if text.endswith("\n") else text + "\n")
+            tail.extend(line for line in text.splitlines() if line.strip())
+    return image_id, error, tail
+
+
+def _manifest(cli, spec: _BuildSpec, image, build_seconds: float | None) -> dict:
+    """What the image holds, read from a container of it; ``build_seconds`` None: not built now."""
+    effective = {**dockerfile_arg_defaults(spec.dockerfile), **spec.build_args}
     base_ref = effective.get("BASE_IMAGE")
     base = _image_or_none(cli, base_ref) if base_ref else None
     inside = probe_image(cli, image.id)
     env = inside.pop("env", {})
-    data = {
+    aiter_commit = env.get("FABENCH_AITER_COMMIT") or None
+    return {
         "manifest_version": MANIFEST_VERSION,
-        "tag": tag,
+        "tag": spec.tag,
         "image_id": image.id,
         "repo_digests": image.attrs.get("RepoDigests") or [],
         "created": image.attrs.get("Created"),
         "size_bytes": image.attrs.get("Size"),
         "base_image": {"ref": base_ref, "id": base.id if base else None,
                        "repo_digests": (base.attrs.get("RepoDigests") or []) if base else []},
-        "aiter_commit": env.get("FABENCH_AITER_COMMIT") or None,
-        "aiter_repo": (env.get("FABENCH_AITER_REPO") or None) if env.get("FABENCH_AITER_COMMIT") else None,
+        "aiter_commit": aiter_commit,
+        "aiter_repo": (env.get("FABENCH_AITER_REPO") or None) if aiter_commit else None,
         "gpu_archs": env.get("FABENCH_GPU_ARCHS") or None,
         "versions": {k: inside.get(k) for k in ("rocm", "hip", "torch", "torch_hip", "torch_cuda",
                                                 "triton", "aiter", "python", "fabench", "numpy")},
         "aiter_dir": inside.get("aiter_dir"),
         "aiter_mha_config": inside.get("aiter_mha_config"),
-        "build": {"built": built, "seconds": round(seconds, 1) if built else None,
-                  "dockerfile": str(dockerfile), "context": str(context),
-                  "build_args": build_args, "effective_build_args": effective,
-                  "package_paths": [str(p) for p in package_paths],
-                  "engine": cli.version().get("Version")},
-        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "build": _build_record(cli, spec, effective, build_seconds),
+        "written": _utc_now(timespec="seconds"),
     }
-    if manifest:
-        _write_json(Path(manifest), data)
-    return data
+
+
+def _build_record(cli, spec: _BuildSpec, effective_args: dict, seconds: float | None) -> dict:
+    return {"built": seconds is not None, "seconds": round(seconds, 1) if seconds is not None else None,
+            "dockerfile": str(spec.dockerfile), "context": str(spec.context),
+            "build_args": spec.build_args, "effective_build_args": effective_args,
+            "package_paths": [str(p) for p in spec.package_paths],
+            "engine": cli.version().get("Version")}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -438,10 +487,31 @@ def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | P
     aiter_config = Path(aiter_config).resolve()
     results_dir = Path(results_dir).resolve()
     workdir = Path(workdir).resolve() if workdir else Path.cwd()
+    _check_job_args(aiter_config, runner_args)
+    mount_target = _mount_target(m, aiter_config)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    cache = _job_cache(m, cache_dir)
+    options = {
+        "user": f"{os.getuid()}:{os.getgid()}",  # files in results/ belong to the caller
+        "environment": _job_environment(m, mount_target),
+        "mounts": _job_mounts(results_dir, aiter_config, cache, mount_target),
+        "working_dir": str(workdir),
+        "network_mode": "host",
+        "labels": {"fabench.job": "1", "fabench.image": m["tag"]},
+    }
+    command = ["python3", "-m", module, *runner_args, "--aiter-config", CONTAINER_AITER_CONFIG]
+    return _run_container(client(), m, command, options, log)
+
+
+def _check_job_args(aiter_config: Path, runner_args: list[str]) -> None:
     if not aiter_config.is_file():
         raise ContainerError(f"no patched config at {aiter_config}")
     if "--aiter-config" in runner_args:
         raise ContainerError("runner args must not carry --aiter-config: run-job passes the mounted one")
+
+
+def _mount_target(m: dict, aiter_config: Path) -> str | None:
+    """The file in the image the patched config goes over, as its sidecar names it (None: none)."""
     sidecar = sidecar_path(aiter_config)
     mount_target = json.loads(sidecar.read_text()).get("mount_target") if sidecar.is_file() else None
     if m.get("aiter_mha_config") and not mount_target:
@@ -450,30 +520,41 @@ def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | P
             "make it with `python -m fabench.container patch-config`")
     if mount_target and m.get("aiter_mha_config") and mount_target != m["aiter_mha_config"]:
         raise ContainerError(f"{sidecar} was patched for {mount_target}, the image has {m['aiter_mha_config']}")
+    return mount_target
 
-    results_dir.mkdir(parents=True, exist_ok=True)
+
+def _job_cache(m: dict, cache_dir: str | Path | None) -> Path:
+    """The host dir behind CONTAINER_CACHE, one per image unless given; made with its subdirs."""
     cache = Path(cache_dir).resolve() if cache_dir else (Path.cwd() / "build" / "container-cache" /
                                                            m["image_id"].split(":")[-1][:16])
     for sub in ("home", "triton", "aiter-jit", "inductor", "xdg"):
         (cache / sub).mkdir(parents=True, exist_ok=True)
+    return cache
 
+
+def _bind(source: Path, target: str, read_only: bool):
     import docker.types
 
-    def bind(source: Path, target: str, read_only: bool) -> "docker.types.Mount":
-        return docker.types.Mount(target=target, source=str(source), type="bind", read_only=read_only)
+    return docker.types.Mount(target=target, source=str(source), type="bind", read_only=read_only)
 
+
+def _job_mounts(results_dir: Path, aiter_config: Path, cache: Path, mount_target: str | None) -> list:
     mounts = [
-        bind(results_dir, str(results_dir), False),  # same absolute path: relative runner args work
-        bind(aiter_config, CONTAINER_AITER_CONFIG, True),  # the path the runner is given
-        bind(cache, CONTAINER_CACHE, False),
+        _bind(results_dir, str(results_dir), False),  # same absolute path: relative runner args work
+        _bind(aiter_config, CONTAINER_AITER_CONFIG, True),  # the path the runner is given
+        _bind(cache, CONTAINER_CACHE, False),
     ]
     if mount_target:  # over aiter's packaged file: what aiter's _get_config reads
-        mounts.append(bind(aiter_config, mount_target, True))
+        mounts.append(_bind(aiter_config, mount_target, True))
+    return mounts
+
+
+def _job_environment(m: dict, mount_target: str | None) -> dict[str, str]:
     env = {
-        "FABENCH_RUNTIME": "docker",
+        "FABENCH_RUNTIME": "docker",  # recorded in the result's provenance, with the image
         "FABENCH_IMAGE": m["tag"],
         "FABENCH_IMAGE_ID": m["image_id"],
-        "HOME": f"{CONTAINER_CACHE}/home",
+        "HOME": f"{CONTAINER_CACHE}/home",  # the caller's uid has no home in the image
         "TRITON_CACHE_DIR": f"{CONTAINER_CACHE}/triton",
         "TORCHINDUCTOR_CACHE_DIR": f"{CONTAINER_CACHE}/inductor",
         "XDG_CACHE_HOME": f"{CONTAINER_CACHE}/xdg",
@@ -484,34 +565,22 @@ def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | P
     env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
     if mount_target:  # the runner may check that aiter's packaged file is the patched one
         env["FABENCH_AITER_CONFIG_MOUNT"] = mount_target
-    command = ["python3", "-m", module, *runner_args, "--aiter-config", CONTAINER_AITER_CONFIG]
+    return env
 
-    cli = client()
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+
+def _run_container(cli, m: dict, command: list[str], options: dict, log: str | Path | None) -> int:
+    """Run ``command`` in the manifest's image, its output to the log (or stdout); always removed."""
     logf = open(log, "a") if log else contextlib.nullcontext(sys.stdout)
     container = None
     name = f"fabench-job-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # found by name if create is interrupted
     with _sigterm_raises(), logf as out:
-        out.write(f"# {m['tag']} ({m['image_id']}): {shlex.join(command)}\n")
-        out.flush()
+        _write_now(out, f"# {m['tag']} ({m['image_id']}): {shlex.join(command)}\n")
         try:
-            container = cli.containers.create(
-                m["image_id"], command, name=name, user=f"{os.getuid()}:{os.getgid()}", environment=env,
-                mounts=mounts, working_dir=str(workdir), network_mode="host",
-                labels={"fabench.job": "1", "fabench.image": m["tag"]}, **rocm_device_options())
+            container = cli.containers.create(m["image_id"], command, name=name, **options,
+                                              **rocm_device_options())
             container.start()
-            pending = ""
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                text = chunk.decode(errors="replace")
-                out.write(text)
-                out.flush()
-                pending += text
-                *lines, pending = pending.split("\n")
-                tail.extend(lines)
-            if pending:
-                tail.append(pending)
-            status = container.wait()
-            code = int(status.get("StatusCode", -1))
+            tail = _follow_output(container, out)
+            code = int(container.wait().get("StatusCode", -1))
             if code != 0:
                 raise ContainerError(f"job container exited with {code}: {shlex.join(command)}\n"
                                      f"--- last lines ---\n{_tail(tail)}")
@@ -519,6 +588,21 @@ def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | P
         finally:
             with contextlib.suppress(Exception):
                 (container or cli.containers.get(name)).remove(force=True)
+
+
+def _follow_output(container, out) -> collections.deque[str]:
+    """Copy the container's output to ``out`` as it comes; returns its last lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    pending = ""  # a line not yet ended: chunks do not follow line breaks
+    for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+        text = chunk.decode(errors="replace")
+        _write_now(out, text)
+        pending += text
+        *lines, pending = pending.split("\n")
+        tail.extend(lines)
+    if pending:
+        tail.append(pending)
+    return tail
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,7 +627,7 @@ def _add_image_options(p: argparse.ArgumentParser) -> None:
                    help="files/dirs of our package that go into the image (default: pyproject.toml, src)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fabench.container", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tag", help="print the tag an image of these inputs gets")
@@ -557,6 +641,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--manifest", required=True, type=Path)
     c.add_argument("--variant-json", required=True, help="JSON object merged into fwd.default")
     c.add_argument("--out", required=True, type=Path)
+    _add_run_job_parser(sub)
+    return p
+
+
+def _add_run_job_parser(sub) -> None:
     r = sub.add_parser("run-job", help="run one benchmark job in the image")
     r.add_argument("--manifest", required=True, type=Path)
     r.add_argument("--aiter-config", required=True, type=Path)
@@ -566,35 +655,55 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: build/container-cache/<image id>)")
     r.add_argument("--module", default="fabench.run", help=argparse.SUPPRESS)  # tests: a probe module
     r.add_argument("runner_args", nargs=argparse.REMAINDER, help="-- then the runner's arguments")
-    a = p.parse_args(argv)
 
+
+def _cmd_tag(a: argparse.Namespace) -> int:
+    pkg = a.package_path or list(DEFAULT_PACKAGE_PATHS)
+    print(image_tag(a.dockerfile, _build_args(a.build_arg), pkg, name=a.name, context=a.context))
+    return 0
+
+
+def _cmd_build(a: argparse.Namespace) -> int:
+    pkg = a.package_path or list(DEFAULT_PACKAGE_PATHS)
+    m = build_image(a.dockerfile, a.context, _build_args(a.build_arg), a.manifest, a.log,
+                    name=a.name, package_paths=pkg, force=a.force)
+    how = f"built in {m['build']['seconds']:.0f} s" if m["build"]["built"] else "existed"
+    print(f"{m['tag']} {m['image_id']} ({how})")
+    return 0
+
+
+def _cmd_patch_config(a: argparse.Namespace) -> int:
     try:
-        if a.cmd in ("tag", "build"):
-            pkg = a.package_path or list(DEFAULT_PACKAGE_PATHS)
-            if a.cmd == "tag":
-                print(image_tag(a.dockerfile, _build_args(a.build_arg), pkg, name=a.name, context=a.context))
-                return 0
-            m = build_image(a.dockerfile, a.context, _build_args(a.build_arg), a.manifest, a.log,
-                            name=a.name, package_paths=pkg, force=a.force)
-            print(f"{m['tag']} {m['image_id']} ({'built in %.0f s' % m['build']['seconds'] if m['build']['built'] else 'existed'})")
-            return 0
-        if a.cmd == "patch-config":
-            try:
-                overrides = json.loads(a.variant_json)
-            except json.JSONDecodeError as e:
-                print(f"error: --variant-json: {e}", file=sys.stderr)
-                return 2
-            if not isinstance(overrides, dict):
-                print("error: --variant-json must be a JSON object", file=sys.stderr)
-                return 2
-            try:
-                patch_config(a.manifest, overrides, a.out)
-            except ValueError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            return 0
-        args = a.runner_args[1:] if a.runner_args[:1] == ["--"] else a.runner_args
-        return run_job(a.manifest, a.aiter_config, a.results_dir, args, a.log, a.cache_dir, module=a.module)
+        overrides = json.loads(a.variant_json)
+    except json.JSONDecodeError as e:
+        return _usage_error(f"--variant-json: {e}")
+    if not isinstance(overrides, dict):
+        return _usage_error("--variant-json must be a JSON object")
+    try:
+        patch_config(a.manifest, overrides, a.out)
+    except ValueError as e:  # unknown keys in the overrides
+        return _usage_error(str(e))
+    return 0
+
+
+def _cmd_run_job(a: argparse.Namespace) -> int:
+    args = a.runner_args[1:] if a.runner_args[:1] == ["--"] else a.runner_args
+    return run_job(a.manifest, a.aiter_config, a.results_dir, args, a.log, a.cache_dir, module=a.module)
+
+
+def _usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+_COMMANDS = {"tag": _cmd_tag, "build": _cmd_build, "patch-config": _cmd_patch_config,
+             "run-job": _cmd_run_job}
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[a.cmd](a)
     except ContainerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -223,16 +223,25 @@ class DockerEngine:
         if self.pid() is not None and _pid_alive(self.pid()):
             raise EngineError(f"a dockerd (pid {self.pid()}) already runs with {self.pidfile}")
         self._take_lock()
+        self._prepare_dirs()
+        t0 = time.monotonic()
+        self._proc = self._spawn()
+        self._wait_until_it_answers(t0, timeout)
+        self.started_in_s = time.monotonic() - t0
+        self._write_info()
+        return self.docker_host
+
+    def _prepare_dirs(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.data_root.mkdir(parents=True, exist_ok=True)
         # leftovers of an engine that was killed: stale socket / pid file / mounts
         unmount_under(self.exec_root)
         for stale in (self.socket, self.pidfile):
             stale.unlink(missing_ok=True)
-        log = open(self.log_path, "ab")
-        t0 = time.monotonic()
-        try:
-            self._proc = subprocess.Popen(
+
+    def _spawn(self) -> subprocess.Popen:
+        with open(self.log_path, "ab") as log:
+            return subprocess.Popen(
                 self.command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -242,8 +251,9 @@ class DockerEngine:
                 # long as the daemon lives, even after a detaching `start` command exits.
                 pass_fds=(self._lock_fd,),
             )
-        finally:
-            log.close()
+
+    def _wait_until_it_answers(self, t0: float, timeout: float) -> None:
+        """Poll the socket until the engine answers; on an early exit or a timeout, clean up and raise."""
         while True:
             if self._proc.poll() is not None:
                 self._release_lock()
@@ -251,18 +261,18 @@ class DockerEngine:
                     f"dockerd exited with {self._proc.returncode} while starting:\n" + self.log_tail()
                 )
             if self.socket.exists() and ping(self.docker_host, timeout=2):
-                break
+                return
             if time.monotonic() - t0 > timeout:
                 self.stop()
                 raise EngineError(f"dockerd did not answer within {timeout:.0f} s:\n" + self.log_tail())
             time.sleep(0.2)
-        self.started_in_s = time.monotonic() - t0
+
+    def _write_info(self) -> None:
         self.info_path.write_text(json.dumps({
             "pid": self._proc.pid, "docker_host": self.docker_host,
             "data_root": str(self.data_root), "exec_root": str(self.exec_root),
             "started_in_s": round(self.started_in_s, 2),
         }, indent=1))
-        return self.docker_host
 
     def stop(self, timeout: float = 30.0) -> list[str]:
         """Stop dockerd by its pid, then unmount what it left; returns mounts still left."""
@@ -285,6 +295,8 @@ class DockerEngine:
                 else:
                     while _pid_alive(pid):
                         time.sleep(0.1)
+        if self._proc is not None:
+            self._proc.wait()  # reap our child: a dead one stays a zombie until its parent waits
         self._proc = None
         left = unmount_under(self.exec_root, self.data_root)
         for f in (self.socket, self.pidfile, self.info_path):
