@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fabench import container as fc
+from workflow_util import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -324,28 +326,15 @@ def test_run_job_sigterm_removes_the_container(fake_aiter_image, patched, docker
     assert not (patched["results"] / "x.json").exists()
 
 
-def _pipeline_ready() -> str | None:
-    if shutil.which("snakemake") is None:
-        return "snakemake is not installed"
-    bench = (ROOT / "workflow" / "rules" / "benchmark.smk").read_text()
-    if "job_launcher" not in bench:
-        return "workflow/rules/benchmark.smk does not start jobs through job_launcher yet"
-    return None
-
-
 @pytest.mark.docker
 @pytest.mark.slow
 def test_workflow_end_to_end_in_docker(cpu_image, tmp_path):
     """`snakemake report` with runtime docker: every job ran in the image, on the patched config."""
-    why = _pipeline_ready()
-    if why:
-        pytest.skip(why)
     work = tmp_path / "work"
     work.mkdir()
     # a complete config of its own (tiny shapes, 1 iteration, the CPU image's build args)
-    shutil.copy(ROOT / "tests" / "configs" / "docker-small.yaml", work / "config.yaml")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(work),
-                           "--cores", "1", "report"], cwd=work, capture_output=True, text=True, timeout=900, env=_env())
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "docker-small.yaml").read_text())
+    proc = snakemake(work, "--cores", "1", "report", config=config)
     logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted((work / "logs").rglob("*.log"))) \
         if (work / "logs").exists() else ""
     assert proc.returncode == 0, proc.stderr[-5000:] + logs
