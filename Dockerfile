@@ -2,7 +2,7 @@
 # Triton + this project's package (installed last, so that a change to src/ does not
 # rebuild aiter).
 #
-# Build (usually through `python -m fabench.container build`, which also writes a manifest):
+# Build (usually through `python -m fabench.container.image build`, which also writes a manifest):
 #   docker build --network host -t fabench:dev .
 # CPU-only image for CI/tests (no aiter, keep the base's torch and Triton):
 #   docker build --network host --build-arg BASE_IMAGE=fabench-cpu-base:bookworm-torch2.13 \

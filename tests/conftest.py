@@ -3,7 +3,7 @@
 Docker fixtures (tests marked ``docker``): a real engine, no mocks.
 
 * ``docker_host``: the engine named by ``DOCKER_HOST`` when it answers; else one this session
-  starts (``fabench.docker_engine``, needs root and dockerd) and stops at the end.  When no
+  starts (``support.docker_engine``, needs root and dockerd) and stops at the end.  When no
   engine can be had, docker tests are skipped with the reason, or FAIL when the environment
   sets ``FABENCH_REQUIRE_DOCKER=1`` (CI does).
 * ``cpu_base_image``: the local Debian + CPU torch base (tools/make-cpu-base-image.sh), made
@@ -39,9 +39,9 @@ def docker_unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def docker_host():
     try:
-        from fabench import docker_engine as de
+        from support import docker_engine as de
     except ImportError as err:  # pragma: no cover - the package itself is missing
-        docker_unavailable(f"fabench.docker_engine: {err}")
+        docker_unavailable(f"support.docker_engine: {err}")
     previous = os.environ.get("DOCKER_HOST")
     if previous and de.ping(previous):
         yield previous
@@ -50,7 +50,7 @@ def docker_host():
     if not ok:
         docker_unavailable(why if not previous else f"DOCKER_HOST={previous} does not answer and {why}")
 
-    # An engine already started on the shared data root (python -m fabench.docker_engine start).
+    # An engine already started on the shared data root (python -m support.docker_engine start).
     shared = de.DockerEngine()
     if shared.running():
         os.environ["DOCKER_HOST"] = shared.docker_host
@@ -121,7 +121,7 @@ def cpu_base_image(docker_host, docker_client):
 @pytest.fixture(scope="session")
 def cpu_image(cpu_base_image, tmp_path_factory):
     """Our Dockerfile on the CPU base, built (layers may come from the cache) in this session."""
-    from fabench.container import build_image
+    from fabench.container.image import build_image
 
     out = tmp_path_factory.mktemp("cpu-image")
     manifest, log = out / "manifest.json", out / "build.log"

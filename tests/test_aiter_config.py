@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fabench.aiter_config import find_mha_config, merge_overrides, patch_file
+from fabench.container.aiter_config import find_mha_config, merge_overrides, patch_file
 
 PACKAGED = {"fwd": {"default": {"BLOCK_M": 128, "BLOCK_N": 64, "PRELOAD_V": False, "num_warps": 4},
                     "dropout_or_fp32": {"BLOCK_M": 32}}}
@@ -48,7 +48,7 @@ def test_patch_file_records_hashes(tmp_path):
 
 def test_patch_cli_without_aiter_writes_the_variant_into_a_skeleton(tmp_path):
     out = tmp_path / "tuned.json"
-    proc = subprocess.run([sys.executable, "-m", "fabench.aiter_config", "patch", "--overrides",
+    proc = subprocess.run([sys.executable, "-m", "fabench.container.aiter_config", "patch", "--overrides",
                            '{"BLOCK_M": 64, "PRELOAD_V": true}', "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text()) == {"fwd": {"default": {"BLOCK_M": 64, "PRELOAD_V": True}}}

@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fabench.collect import REPO_SCHEMA, ResultError, collect, main, result_schema
-from fabench.report import render
+from fabench.results.collect import REPO_SCHEMA, ResultError, collect, main, result_schema
+from fabench.report.render import render
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RESULTS = sorted((FIXTURES / "results").glob("*/*.json"))
@@ -109,7 +109,7 @@ def test_cli_reports_bad_files_and_fails(tmp_path, capsys):
 def test_a_result_written_by_the_runner_is_accepted(tmp_path):
     """The runner's real output meets the schema (on this machine's CPU, one tiny job)."""
     pytest.importorskip("torch")
-    from fabench.run import run_job
+    from fabench.measure.job import run_job
 
     config = json.loads((FIXTURES / "config.json").read_text())
     config.update(warmup=1, iters=2, cpu={"warmup": 0, "iters": 1}, backends=["native", "ck", "sdpa"])

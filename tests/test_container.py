@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabench import container as fc
+from fabench.container import image as fc
 from workflow_util import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ FAKE_AITER_CONFIG = {
     }
 }
 
-# Run in the job container instead of fabench.run: reports what a job sees there.
+# Run in the job container instead of fabench.measure.job: reports what a job sees there.
 PROBE = '''
 import argparse, hashlib, json, os, sys, time
 p = argparse.ArgumentParser()
@@ -204,7 +204,7 @@ def test_patch_config_from_the_image(fake_aiter_image, tmp_path):
     assert m["aiter_mha_config"] == "/opt/fakeaiter/aiter/ops/triton/configs/gfx942-MHA-DEFAULT.json"
     assert m["aiter_commit"] == "0" * 40
     out = tmp_path / "tuned.json"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container", "patch-config", "--manifest",
+    proc = subprocess.run([sys.executable, "-m", "fabench.container.image", "patch-config", "--manifest",
                            str(fake_aiter_image["manifest"]), "--variant-json",
                            '{"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": true}', "--out", str(out)],
                           capture_output=True, text=True, env=_env())
@@ -218,7 +218,7 @@ def test_patch_config_from_the_image(fake_aiter_image, tmp_path):
     assert side["base_sha256"] == sha256(fake_aiter_image["config"])
 
     bad = tmp_path / "bad.json"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container", "patch-config", "--manifest",
+    proc = subprocess.run([sys.executable, "-m", "fabench.container.image", "patch-config", "--manifest",
                            str(fake_aiter_image["manifest"]), "--variant-json", '{"BLOCK_K": 16, "BLOCK_M": 64}',
                            "--out", str(bad)], capture_output=True, text=True, env=_env())
     assert proc.returncode == 2 and "BLOCK_K" in proc.stderr and "BLOCK_M" not in proc.stderr.split("expected")[0]
@@ -274,7 +274,7 @@ def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeyp
     (results / "config.json").write_text(json.dumps(fabench_config.job_config(cfg)))
     fc.patch_config(cpu_image["manifest"], cfg["variants"]["tuned"]["triton"], results / "aiter-config" / "tuned.json")
     shape = "b1-s64-h2-d32"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container", "run-job", "--manifest",
+    proc = subprocess.run([sys.executable, "-m", "fabench.container.image", "run-job", "--manifest",
                            str(cpu_image["manifest"]), "--aiter-config", str(results / "aiter-config" / "tuned.json"),
                            "--results-dir", str(results), "--",
                            "--config", str(results / "config.json"), "--variant", "tuned", "--shape", shape,
@@ -303,7 +303,7 @@ def test_run_job_failure_raises_with_last_lines(fake_aiter_image, patched, docke
 def test_run_job_sigterm_removes_the_container(fake_aiter_image, patched, docker_client, tmp_path):
     tag = fake_aiter_image["data"]["tag"]
     log = tmp_path / "job.log"
-    proc = subprocess.Popen([sys.executable, "-m", "fabench.container", "run-job", "--manifest",
+    proc = subprocess.Popen([sys.executable, "-m", "fabench.container.image", "run-job", "--manifest",
                              str(fake_aiter_image["manifest"]), "--aiter-config", str(patched["config"]),
                              "--results-dir", str(patched["results"]), "--log", str(log),
                              "--cache-dir", str(tmp_path / "cache"), "--module", "fabench_probe", "--",

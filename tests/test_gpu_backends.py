@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from fabench.backends import BACKENDS, FallbackError, Problem, _require_triton_kernel
-from fabench.run import measure_backend, reference_output
+from fabench.measure.backends import BACKENDS, FallbackError, Problem, _require_triton_kernel
+from fabench.measure.job import measure_backend, reference_output
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip), reason="needs a CUDA GPU")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fabench.collect import collect, result_schema
-from fabench.published import as_collected, load_published
-from fabench.report import fmt_sig, render
-from fabench.report import main as report_main
+from fabench.results.collect import collect, result_schema
+from fabench.report.published import as_collected, load_published
+from fabench.report.render import fmt_sig, render
+from fabench.report.render import main as report_main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

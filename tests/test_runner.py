@@ -8,11 +8,11 @@ import jsonschema
 import pytest
 import torch
 
-from fabench import metrics
-from fabench.aiter_config import file_sha256
-from fabench.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
+from fabench.measure import metrics
+from fabench.container.aiter_config import file_sha256
+from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.config import job_config
-from fabench.run import classify_failure, measure_backend
+from fabench.measure.job import classify_failure, measure_backend
 from workflow_util import REPO, tiny_config
 
 RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
@@ -26,7 +26,7 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32"):
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "fabench.run", "--config", str(config_path), "--variant", variant,
+    cmd = [sys.executable, "-m", "fabench.measure.job", "--config", str(config_path), "--variant", variant,
            "--shape", shape, "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -133,7 +133,7 @@ def test_metrics():
 def test_aiter_config_read_back_must_equal_the_patched_one():
     from types import SimpleNamespace
 
-    from fabench.backends import ConfigMismatchError, _check_aiter_read
+    from fabench.measure.backends import ConfigMismatchError, _check_aiter_read
 
     # aiter's _get_config(enable_dropout, dtype) returns fwd.default for fp16 without dropout.
     loaded = {"fwd": {"default": dict(TUNED)}}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fabench.aiter_config import file_sha256
+from fabench.container.aiter_config import file_sha256
 from workflow_util import snakemake, tiny_config
 
 pytestmark = pytest.mark.slow

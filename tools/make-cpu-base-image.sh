@@ -13,7 +13,7 @@
 # Usage: tools/make-cpu-base-image.sh [--force] [TAG]
 # Env:   TORCH_WHEEL   the torch wheel (default: the CPU cp311 wheel under /opt/wheels)
 #        DEBIAN_MIRROR the Debian mirror (default: from /etc/apt/sources.list.d/)
-#        DOCKER_HOST   the engine to use (see python -m fabench.docker_engine)
+#        DOCKER_HOST   the engine to use (see python -m support.docker_engine)
 set -euo pipefail
 
 force=0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabench.backends import BACKENDS
+from fabench.measure.backends import BACKENDS
 from fabench.shapes import shape_id
 
 # Keys only the report reads: changing them must not re-run any benchmark.

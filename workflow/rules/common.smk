@@ -109,8 +109,7 @@ def runner_args(wildcards, input, output):
 #   build_args: {}              override the Dockerfile's ARG defaults (BASE_IMAGE, AITER_COMMIT,
 #                               GPU_ARCHS, TRITON_VERSION, AITER_REPO, AITER_PREBUILD_KERNELS, MAX_JOBS)
 #   cache_dir: build/container-cache   host dir for the job containers' Triton/aiter JIT caches
-from fabench import container as fabench_container
-from fabench import docker_engine as fabench_docker_engine
+from fabench.container import image as fabench_container
 
 _IMAGE = dict(config.get("image") or {})
 
@@ -123,8 +122,7 @@ IMAGE_CACHE_DIR = _IMAGE.get("cache_dir") or "build/container-cache"
 
 
 def _engine_answers():
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    return fabench_docker_engine.ping(host, timeout=5)
+    return fabench_container.engine_answers(timeout=5)
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,7 +156,7 @@ def job_launcher(wildcards, input):
     directory is the same, so the runner's relative paths under results/<run> hold.
     """
     if use_docker():
-        return (f"{shlex.quote(PYTHON)} -m fabench.container run-job --manifest {image_manifest()} "
+        return (f"{shlex.quote(PYTHON)} -m fabench.container.image run-job --manifest {image_manifest()} "
                 f"--aiter-config {input.kernel_config} --results-dir results/{wildcards.run} "
                 f"--cache-dir {shlex.quote(IMAGE_CACHE_DIR)} --")
-    return f"{shlex.quote(PYTHON)} -m fabench.run --aiter-config {input.kernel_config}"
+    return f"{shlex.quote(PYTHON)} -m fabench.measure.job --aiter-config {input.kernel_config}"

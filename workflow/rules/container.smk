@@ -1,5 +1,5 @@
 # The docker runtime's image (one per content hash) and aiter's config patched per variant.
-# The work is in fabench.container and fabench.aiter_config; helpers are in common.smk.
+# The work is in fabench.container.image and fabench.container.aiter_config; helpers are in common.smk.
 
 
 rule build_image:
@@ -19,7 +19,7 @@ rule build_image:
             + [f"--build-arg {shlex.quote(f'{k}={v}')}" for k, v in sorted(IMAGE_BUILD_ARGS.items())]
         ),
     shell:
-        "{params.python} -m fabench.container build {params.args} --manifest {output} --log {log}"
+        "{params.python} -m fabench.container.image build {params.args} --manifest {output} --log {log}"
 
 
 rule patch_config:
@@ -35,9 +35,9 @@ rule patch_config:
         python=PYTHON,
         overrides=lambda wildcards: shlex.quote(variant_overrides(wildcards)),
         command=lambda wildcards, input: (
-            f"-m fabench.container patch-config --manifest {input.manifest} --variant-json"
+            f"-m fabench.container.image patch-config --manifest {input.manifest} --variant-json"
             if use_docker()
-            else "-m fabench.aiter_config patch --overrides"
+            else "-m fabench.container.aiter_config patch --overrides"
         ),
     shell:
         "{params.python} {params.command} {params.overrides} --out {output} > {log} 2>&1"

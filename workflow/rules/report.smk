@@ -15,7 +15,7 @@ rule collect:
         python=PYTHON,
         schema=project_path("workflow/schemas/result.schema.json"),
     shell:
-        "{params.python} -m fabench.collect --config {input.config} --schema {params.schema} "
+        "{params.python} -m fabench.results.collect --config {input.config} --schema {params.schema} "
         "--out {output} {input.results} > {log} 2>&1"
 
 
@@ -47,5 +47,5 @@ rule render_report:
         published=lambda wildcards, input: f"--published {input.published}" if input.published else "",
         templates=lambda wildcards, input: os.path.dirname(input.template),
     shell:
-        "{params.python} -m fabench.report --results {input.results} --config {input.config} "
+        "{params.python} -m fabench.report.render --results {input.results} --config {input.config} "
         "--templates {params.templates} {params.published} --out {output} > {log} 2>&1"

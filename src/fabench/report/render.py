@@ -1,6 +1,6 @@
 """Render a collected run as the published report's Markdown, section for section.
 
-    python -m fabench.report --results results/<run>/results.json --config results/<run>/config.json \
+    python -m fabench.report.render --results results/<run>/results.json --config results/<run>/config.json \
         --published report/published/mi300x-2025-12-30.yaml --out results/<run>/report.md
 
 Everything shown comes from the data: rows are the shapes that were measured, columns are the
@@ -26,8 +26,8 @@ from typing import Sequence
 
 import jinja2
 
-from fabench.collect import shape_key
-from fabench.published import find_published, load_published, source_text
+from fabench.results.collect import shape_key
+from fabench.report.published import find_published, load_published, source_text
 
 ROLES = ("baseline", "vendor", "triton")
 SHAPE_HEADER = "Config (B,S,H,D)"
@@ -48,7 +48,7 @@ FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D"
 FULL_OUTPUT_WIDTHS = (20, 15, 15, 15, 12)
 FULL_OUTPUT_RULE_WIDTH = 90
 FULL_OUTPUT_GAP = 2
-REPO_TEMPLATES = Path(__file__).resolve().parents[2] / "report"
+REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
 PACKAGE_TEMPLATES = Path(__file__).resolve().parent / "data"
 TEMPLATE = "report.md.j2"
 
@@ -729,7 +729,7 @@ def render(collected: dict, config: dict, published: dict | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.report", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fabench.report.render", description=__doc__.split("\n")[0])
     parser.add_argument("--results", required=True, type=Path, help="results/<run>/results.json")
     parser.add_argument("--config", required=True, type=Path, help="results/<run>/config.json")
     parser.add_argument("--published", type=Path, help="report/published/<report>.yaml (omit: no comparison)")

@@ -1,16 +1,16 @@
 """The docker runtime: build the benchmark image, patch aiter's config from it, run one job in it.
 
 Everything goes through the Docker Python SDK (``docker>=7``), against the engine named by
-``DOCKER_HOST`` (see :mod:`fabench.docker_engine` for starting one on a bare machine).
+``DOCKER_HOST`` (see :mod:`support.docker_engine` for starting one on a bare machine).
 
 Commands::
 
-    python -m fabench.container tag   --dockerfile Dockerfile --context . [--build-arg K=V ...]
-    python -m fabench.container build --dockerfile Dockerfile --context . [--build-arg K=V ...]
+    python -m fabench.container.image tag   --dockerfile Dockerfile --context . [--build-arg K=V ...]
+    python -m fabench.container.image build --dockerfile Dockerfile --context . [--build-arg K=V ...]
                                       --manifest build/images/<tag>.json --log LOG
-    python -m fabench.container patch-config --manifest M --variant-json '{"BLOCK_M": 64}'
+    python -m fabench.container.image patch-config --manifest M --variant-json '{"BLOCK_M": 64}'
                                       --out results/<run>/aiter-config/<variant>.json
-    python -m fabench.container run-job --manifest M --aiter-config results/<run>/aiter-config/<v>.json
+    python -m fabench.container.image run-job --manifest M --aiter-config results/<run>/aiter-config/<v>.json
                                       --results-dir results/<run> [--log LOG] -- <runner args...>
 
 The image tag is a hash of the Dockerfile, the build arguments and the package source, so an
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from fabench.aiter_config import SKELETON, sidecar_path, write_patched
+from fabench.container.aiter_config import SKELETON, sidecar_path, write_patched
 
 MANIFEST_VERSION = 1
 DEFAULT_NAME = "fabench"
@@ -132,6 +132,22 @@ def client(timeout: int = 600):
     return docker.from_env(timeout=timeout)
 
 
+def engine_answers(timeout: float = 5.0) -> bool:
+    """Whether the engine named by DOCKER_HOST (or the default socket) answers a ping."""
+    try:
+        import docker
+
+        cli = docker.from_env(timeout=timeout)
+    except Exception:  # no SDK, no socket, a malformed DOCKER_HOST: no engine to use
+        return False
+    try:
+        return bool(cli.ping())
+    except Exception:
+        return False
+    finally:
+        cli.close()
+
+
 def _image_or_none(cli, ref: str):
     import docker
 
@@ -195,7 +211,7 @@ spec = importlib.util.find_spec("aiter")
 out["aiter_dir"] = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
 mha = None
 if out["aiter_dir"]:
-    from fabench.aiter_config import find_mha_config
+    from fabench.container.aiter_config import find_mha_config
     p = find_mha_config(out["aiter_dir"], os.environ.get("FABENCH_GPU_ARCHS") or "gfx942")
     mha = str(p) if p else None
 out["aiter_mha_config"] = mha
@@ -295,7 +311,7 @@ def _build(cli, spec: _BuildSpec, log_path: Path | None) -> tuple:
     logf = open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr)
     with logf as out:
         out.write(f"# {_utc_now()} building {spec.tag}\n")
-        # network_mode="host": the engine may run with --bridge=none (see fabench.docker_engine)
+        # network_mode="host": the engine may run with --bridge=none (see support.docker_engine)
         stream = cli.api.build(path=str(spec.context), dockerfile=_dockerfile_in_context(spec),
                                tag=spec.tag, buildargs=spec.build_args, network_mode="host",
                                rm=True, forcerm=True, pull=False, decode=True)
@@ -478,10 +494,10 @@ def _sigterm_raises() -> Iterator[None]:
 def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | Path,
             runner_args: list[str], log: str | Path | None = None,
             cache_dir: str | Path | None = None, workdir: str | Path | None = None,
-            module: str = "fabench.run") -> int:
-    """Run ``python -m fabench.run <runner_args> --aiter-config <fixed path>`` in the image.
+            module: str = "fabench.measure.job") -> int:
+    """Run ``python -m fabench.measure.job <runner_args> --aiter-config <fixed path>`` in the image.
 
-    ``module`` replaces ``fabench.run`` (tests run a probe the same way a job runs).
+    ``module`` replaces ``fabench.measure.job`` (tests run a probe the same way a job runs).
     """
     m = load_manifest(manifest)
     aiter_config = Path(aiter_config).resolve()
@@ -517,7 +533,7 @@ def _mount_target(m: dict, aiter_config: Path) -> str | None:
     if m.get("aiter_mha_config") and not mount_target:
         raise ContainerError(
             f"{aiter_config}: no sidecar naming the file to mount over ({sidecar}); "
-            "make it with `python -m fabench.container patch-config`")
+            "make it with `python -m fabench.container.image patch-config`")
     if mount_target and m.get("aiter_mha_config") and mount_target != m["aiter_mha_config"]:
         raise ContainerError(f"{sidecar} was patched for {mount_target}, the image has {m['aiter_mha_config']}")
     return mount_target
@@ -628,7 +644,7 @@ def _add_image_options(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fabench.container", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m fabench.container.image", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tag", help="print the tag an image of these inputs gets")
     _add_image_options(t)
@@ -653,7 +669,7 @@ def _add_run_job_parser(sub) -> None:
     r.add_argument("--log", type=Path, help="append the container's output here (default: stdout)")
     r.add_argument("--cache-dir", type=Path, help="host dir for Triton/aiter caches "
                    "(default: build/container-cache/<image id>)")
-    r.add_argument("--module", default="fabench.run", help=argparse.SUPPRESS)  # tests: a probe module
+    r.add_argument("--module", default="fabench.measure.job", help=argparse.SUPPRESS)  # tests: a probe module
     r.add_argument("runner_args", nargs=argparse.REMAINDER, help="-- then the runner's arguments")
 
 

@@ -1,6 +1,6 @@
 """Collect one run's per-job result files into one validated, ordered results.json.
 
-    python -m fabench.collect --out results/<run>/results.json [--config results/<run>/config.json] FILE...
+    python -m fabench.results.collect --out results/<run>/results.json [--config results/<run>/config.json] FILE...
 
 Every file is checked against workflow/schemas/result.schema.json and a few rules a schema
 cannot express (shape_id spelled from shape, one run, one result per variant and shape). All
@@ -25,7 +25,7 @@ from fabench.shapes import shape_id
 SCHEMA_NAME = "result.schema.json"
 # In a checkout the schema lives in workflow/schemas/ (Snakemake reads it there too); an
 # installed package carries a copy as package data under fabench/schemas/.
-REPO_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / SCHEMA_NAME
+REPO_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / SCHEMA_NAME
 
 
 class ResultError(ValueError):
@@ -145,7 +145,7 @@ def write_json(data: dict, out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.collect", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fabench.results.collect", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="results/<run>/results.json")
     parser.add_argument("--config", help="results/<run>/config.json: its variants give the order")
     parser.add_argument("--schema", help="result schema (default: the checkout's or the package's)")
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         collected = collect(args.files, variant_order_from_config(args.config), schema)
     except ResultError as err:
-        print(f"fabench.collect: {err}", file=sys.stderr)
+        print(f"fabench.results.collect: {err}", file=sys.stderr)
         return 1
     write_json(collected, args.out)
     return 0

@@ -15,10 +15,10 @@ at least).
 
 Command line (used by CI)::
 
-    python -m fabench.docker_engine start [--state-dir DIR] [--data-root DIR]
+    python -m support.docker_engine start [--state-dir DIR] [--data-root DIR]
         -> prints ``export DOCKER_HOST=unix://...`` once the engine answers
-    python -m fabench.docker_engine stop [--state-dir DIR]
-    python -m fabench.docker_engine status [--state-dir DIR]
+    python -m support.docker_engine stop [--state-dir DIR]
+    python -m support.docker_engine status [--state-dir DIR]
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ class DockerEngine:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fabench.docker_engine", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m support.docker_engine", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("start", "stop", "status"):
         s = sub.add_parser(name)

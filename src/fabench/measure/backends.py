@@ -18,7 +18,7 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn.functional as F
 
-from fabench.aiter_config import find_mha_config, forward_config, installed_aiter_dir
+from fabench.container.aiter_config import find_mha_config, forward_config, installed_aiter_dir
 
 
 class FallbackError(RuntimeError):

@@ -88,7 +88,7 @@ def patch_file(base_path: Path | None, overrides: dict, out: Path) -> dict:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.aiter_config", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fabench.container.aiter_config", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     patch = sub.add_parser("patch", help="patch the locally installed aiter's MHA config (or a skeleton)")
     patch.add_argument("--overrides", required=True, help="JSON object merged into fwd.default")

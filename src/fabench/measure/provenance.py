@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from fabench import platform as plat
+from fabench.measure import platform as plat
 
 
 def now() -> str:
@@ -45,7 +45,7 @@ def aiter_commit() -> str | None:
     """The container records the commit it built; a source install may carry a git checkout."""
     if os.environ.get("FABENCH_AITER_COMMIT"):
         return os.environ["FABENCH_AITER_COMMIT"]
-    from fabench.aiter_config import installed_aiter_dir
+    from fabench.container.aiter_config import installed_aiter_dir
 
     aiter_dir = installed_aiter_dir()
     return git_commit(aiter_dir.parent) if aiter_dir else None
@@ -83,6 +83,6 @@ def collect(platform: str, config_sha256: str, project_commit: str | None) -> di
         "image_id": os.environ.get("FABENCH_IMAGE_ID"),
         "project_commit": project_commit,
         "config_sha256": config_sha256,
-        "command": [sys.executable, "-m", "fabench.run", *sys.argv[1:]],
+        "command": [sys.executable, "-m", "fabench.measure.job", *sys.argv[1:]],
         "cwd": os.getcwd(),
     }

@@ -1,6 +1,6 @@
 """One benchmark job: one (variant, shape), every configured backend in turn, one JSON result.
 
-    python -m fabench.run --config results/<run>/config.json --variant tuned \
+    python -m fabench.measure.job --config results/<run>/config.json --variant tuned \
         --shape b4-s512-h8-d256 --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
 
 A backend that cannot run here is recorded as unavailable, one that breaks as failed with its
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from fabench import metrics, provenance
-from fabench import platform as plat
-from fabench.aiter_config import file_sha256, forward_config
-from fabench.backends import BACKENDS, Backend, ConfigMismatchError, FallbackError, Problem
+from fabench.measure import metrics, provenance
+from fabench.measure import platform as plat
+from fabench.container.aiter_config import file_sha256, forward_config
+from fabench.measure.backends import BACKENDS, Backend, ConfigMismatchError, FallbackError, Problem
 from fabench.shapes import parse_shape_id, shape_id
 
 SCHEMA_VERSION = 1
@@ -215,7 +215,7 @@ def _summary(entry: dict) -> str:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m fabench.measure.job", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, type=Path, help="frozen config JSON (results/<run>/config.json)")
     parser.add_argument("--variant", required=True)
     parser.add_argument("--shape", required=True, type=parse_shape_id, help="e.g. b4-s512-h8-d256")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from fabench.collect import shape_id, shape_key
+from fabench.results.collect import shape_id, shape_key
 
-DEFAULT_PUBLISHED = Path(__file__).resolve().parents[2] / "report" / "published" / "mi300x-2025-12-30.yaml"
+DEFAULT_PUBLISHED = Path(__file__).resolve().parents[3] / "report" / "published" / "mi300x-2025-12-30.yaml"
 NOT_PRINTED = "not printed in the published report"
 
 

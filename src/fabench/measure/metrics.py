@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from fabench.platform import synchronize
+from fabench.measure.platform import synchronize
 
 WALL_METHOD = "perf_counter around the timed loop, device synchronize after every iteration; mean ms per iteration"
 FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D (non-causal: the dense count)"

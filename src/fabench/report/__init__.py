@@ -1,0 +1,1 @@
+"""Stage 4, report: a collected run rendered as the published report's Markdown."""

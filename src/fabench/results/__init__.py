@@ -1,0 +1,1 @@
+"""Stage 3, results: the result contract, collecting a run's job results."""
