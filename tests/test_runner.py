@@ -11,7 +11,8 @@ import torch
 from fabench.measure import metrics
 from fabench.container.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
-from fabench.config import job_config
+from fabench.config import job_spec
+from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measure_backend
 from workflow_util import REPO, tiny_config
 
@@ -21,13 +22,11 @@ TUNED = {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True, "waves_per_eu": 2, "nu
 
 
 def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32"):
-    config_path = tmp_path / "config.json"
-    config_path.write_text(json.dumps(job_config(config)))
+    spec = job_spec(config, variant, parse_shape_id(shape))
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "fabench.measure.job", "--config", str(config_path), "--variant", variant,
-           "--shape", shape, "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text()), kernel_config

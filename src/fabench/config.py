@@ -1,17 +1,20 @@
-"""Checks on config.yaml that a JSON schema cannot express, and the jobs it asks for."""
+"""config.yaml after validation: the one-line error for a schema violation, and what each job reads.
+
+Defaults and every rule a JSON schema can state live in workflow/schemas/config.schema.yaml;
+this module holds only what the schema cannot say.
+"""
 
 from __future__ import annotations
 
-from fabench.measure.backends import BACKENDS
+import hashlib
+import json
+
 from fabench.shapes import shape_id
 
-# Keys only the report reads: changing them must not re-run any benchmark.
-REPORT_ONLY_KEYS = ("published", "runtime", "image")
-VARIANT_REPORT_KEYS = ("title", "label")
-
-
-class ConfigError(ValueError):
-    pass
+# The config keys every benchmark job of a run depends on (a change re-runs all of them).
+# Anything else (title, label, published, runtime, image, ...) is read by the workflow or the
+# report only, so changing it re-runs no benchmark.
+JOB_SETTINGS_KEYS = ("dtype", "causal", "seed", "warmup", "iters", "cpu", "backends", "roles", "tolerance")
 
 
 def schema_error(config: dict, schema: dict) -> str | None:
@@ -38,25 +41,25 @@ def _expected(validator: str, schema: dict) -> str | None:
     return None
 
 
-def check(config: dict) -> None:
-    """Raise ConfigError naming the key when the config is consistent with the schema but not itself."""
-    unknown = [name for name in config["backends"] if name not in BACKENDS]
-    if unknown:
-        raise ConfigError(f"backends: unknown {unknown}; expected some of {sorted(BACKENDS)}")
-    ids = [shape_id(shape) for shape in config["shapes"]]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise ConfigError(f"shapes: listed twice: {', '.join(duplicates)}")
-    for index, shape in enumerate(config["shapes"]):
-        if shape["head_dim"] % 8:
-            raise ConfigError(f"shapes[{index}].head_dim: {shape['head_dim']} is not a multiple of 8")
+def job_settings(config: dict) -> dict:
+    """What every job of the run shares: a change here re-runs every benchmark job."""
+    return {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
 
 
-def job_config(config: dict) -> dict:
-    """What a benchmark job depends on: the config less what only the report reads."""
-    frozen = {key: value for key, value in config.items() if key not in REPORT_ONLY_KEYS}
-    frozen["variants"] = {
-        name: {k: v for k, v in variant.items() if k not in VARIANT_REPORT_KEYS}
-        for name, variant in config["variants"].items()
+def job_spec(config: dict, variant: str, shape: dict) -> dict:
+    """Everything one benchmark job measures, and nothing else: its variant's Triton config, its
+    shape and the run's shared settings. The workflow passes it to the runner and keeps it as the
+    job's params, so a job re-runs exactly when its own spec changes."""
+    return {
+        "run": config["run"],
+        "variant": variant,
+        "shape": dict(shape),
+        "shape_id": shape_id(shape),
+        "triton": dict(config["variants"][variant]["triton"]),
+        "settings": job_settings(config),
     }
-    return frozen
+
+
+def sha256_json(value) -> str:
+    """Hash of a JSON value, independent of key order and spacing."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -1,7 +1,10 @@
 """One benchmark job: one (variant, shape), every configured backend in turn, one JSON result.
 
-    python -m fabench.measure.job --config results/<run>/config.json --variant tuned \
-        --shape b4-s512-h8-d256 --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
+    python -m fabench.measure --spec '<job spec JSON>' \
+        --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
+
+The job spec (fabench.config.job_spec) holds the run name, the variant and its Triton config, the
+shape and the run's shared settings: all the job measures, and nothing else.
 
 A backend that cannot run here is recorded as unavailable, one that breaks as failed with its
 reason; neither stops the job. Only bad arguments or an unwritable output fail the process.
@@ -13,7 +16,6 @@ import argparse
 import gc
 import json
 import re
-import sys
 from pathlib import Path
 
 import torch
@@ -22,7 +24,8 @@ from fabench.measure import metrics, provenance
 from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
 from fabench.measure.backends import BACKENDS, Backend, ConfigMismatchError, FallbackError, Problem
-from fabench.shapes import parse_shape_id, shape_id
+from fabench.config import sha256_json
+from fabench.shapes import shape_id
 
 SCHEMA_VERSION = 1
 
@@ -147,7 +150,7 @@ def timed(entry: dict, fn, platform: str, job: dict) -> None:
 
 
 def job_settings(config: dict, platform: str, shape: dict) -> dict:
-    iterations = config["cpu"] if platform == "cpu" and "cpu" in config else config
+    iterations = config["cpu"] if platform == "cpu" else config
     return {
         "warmup": iterations["warmup"],
         "iters": iterations["iters"],
@@ -158,14 +161,12 @@ def job_settings(config: dict, platform: str, shape: dict) -> dict:
     }
 
 
-def run_job(config: dict, variant: str, shape: dict, kernel_config_path: Path | None,
-            project_commit: str | None) -> dict:
-    if variant not in config["variants"]:
-        raise ValueError(f"variant {variant!r} is not in the config (have: {', '.join(config['variants'])})")
+def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None) -> dict:
     started = provenance.now()
+    config, variant, shape = spec["settings"], spec["variant"], spec["shape"]
     platform = plat.detect()
     job = job_settings(config, platform, shape)
-    kernel_config = _kernel_config(config, variant, kernel_config_path)
+    kernel_config = _kernel_config(spec["triton"], kernel_config_path)
 
     device = "cpu" if platform == "cpu" else "cuda"
     q, k, v = make_inputs(shape, getattr(torch, config["dtype"]), config["seed"], device)
@@ -179,7 +180,7 @@ def run_job(config: dict, variant: str, shape: dict, kernel_config_path: Path | 
 
     return {
         "schema_version": SCHEMA_VERSION,
-        "run": config["run"],
+        "run": spec["run"],
         "variant": variant,
         "shape": shape,
         "shape_id": shape_id(shape),
@@ -195,14 +196,14 @@ def run_job(config: dict, variant: str, shape: dict, kernel_config_path: Path | 
         "kernel_config": kernel_config,
         "backends": results,
         "provenance": {"started": started, "finished": provenance.now(),
-                       **provenance.collect(platform, provenance.sha256_json(config), project_commit)},
+                       **provenance.collect(platform, sha256_json(config), project_commit)},
     }
 
 
-def _kernel_config(config: dict, variant: str, path: Path | None) -> dict:
+def _kernel_config(triton: dict, path: Path | None) -> dict:
     """The Triton-role config this job measures: from the patched file when given (what aiter reads)."""
     if path is None:
-        return {"path": None, "sha256": None, "values": dict(config["variants"][variant]["triton"])}
+        return {"path": None, "sha256": None, "values": dict(triton)}
     return {"path": str(path), "sha256": file_sha256(path), "values": forward_config(json.loads(path.read_text()))}
 
 
@@ -214,25 +215,18 @@ def _summary(entry: dict) -> str:
     return f"{entry['status']}: {entry['wall_mean_ms']:.3f} ms" + (f" ({entry['reason']})" if entry["reason"] else "")
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.measure.job", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, type=Path, help="frozen config JSON (results/<run>/config.json)")
-    parser.add_argument("--variant", required=True)
-    parser.add_argument("--shape", required=True, type=parse_shape_id, help="e.g. b4-s512-h8-d256")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=json.loads, help="the job spec, JSON (fabench.config.job_spec)")
     parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
     args = parser.parse_args(argv)
 
-    config = json.loads(args.config.read_text())
-    result = run_job(config, args.variant, args.shape, args.aiter_config,
-                     args.project_commit or provenance.git_commit(Path(__file__).parent))
+    result = run_job(args.spec, args.aiter_config, args.project_commit or provenance.git_commit(Path(__file__).parent))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(args.out)  # a reader never sees half a result
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_main())

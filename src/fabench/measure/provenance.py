@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import json
 import os
 import platform as pyplatform
 import socket
@@ -19,10 +17,6 @@ from fabench.measure import platform as plat
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def sha256_json(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def package_version(name: str) -> str | None:
@@ -83,6 +77,6 @@ def collect(platform: str, config_sha256: str, project_commit: str | None) -> di
         "image_id": os.environ.get("FABENCH_IMAGE_ID"),
         "project_commit": project_commit,
         "config_sha256": config_sha256,
-        "command": [sys.executable, "-m", "fabench.measure.job", *sys.argv[1:]],
+        "command": [sys.executable, "-m", "fabench.measure", *sys.argv[1:]],
         "cwd": os.getcwd(),
     }
