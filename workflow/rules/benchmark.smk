@@ -1,21 +1,9 @@
 # One job per (variant, shape): one process, one GPU, one JSON result.
-
-
-# What the jobs read, frozen: a change re-runs them (the params trigger), a title change does not.
-rule freeze_config:
-    output:
-        "results/{run}/config.json",
-    log:
-        "logs/{run}/freeze_config.log",
-    params:
-        frozen=lambda wildcards: fabench_config.job_config(config),
-    run:
-        write_json(output[0], params.frozen)
+# The job's spec is its params: a job re-runs when what it measures changes, and only then.
 
 
 rule benchmark:
     input:
-        config="results/{run}/config.json",
         kernel_config="results/{run}/aiter-config/{variant}.json",
         manifest=lambda wildcards: image_manifest() if use_docker() else [],
     output:
@@ -24,10 +12,10 @@ rule benchmark:
         "logs/{run}/{variant}/{shape}.log",
     resources:
         gpu=1,
-    conda:
-        "../../envs/fabench.yaml"
     params:
+        spec=lambda wildcards: job_spec_json(wildcards),
         launch=job_launcher,
-        runner=runner_args,
+        commit=PROJECT_COMMIT,
     shell:
-        "{params.launch} {params.runner} > {log} 2>&1"
+        "{params.launch} --spec {params.spec:q} --out {output:q} "
+        "--project-commit {params.commit:q} > {log:q} 2>&1"

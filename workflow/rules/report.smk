@@ -3,7 +3,6 @@
 
 rule collect:
     input:
-        config="results/{run}/config.json",
         results=result_paths(),
     output:
         "results/{run}/results.json",
@@ -15,7 +14,7 @@ rule collect:
         python=PYTHON,
         schema=project_path("workflow/schemas/result.schema.json"),
     shell:
-        "{params.python} -m fabench.results.collect --config {input.config} --schema {params.schema} "
+        "{params.python} -m fabench.results.collect --schema {params.schema} "
         "--out {output} {input.results} > {log} 2>&1"
 
 
