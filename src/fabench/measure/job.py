@@ -25,9 +25,9 @@ from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
 from fabench.measure.backends import BACKENDS, Backend, ConfigMismatchError, FallbackError, Problem
 from fabench.config import sha256_json
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD, backend_entry
 from fabench.shapes import shape_id
-
-SCHEMA_VERSION = 1
+from fabench.watchdog import watch_workflow
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
@@ -95,14 +95,8 @@ def _shared_memory_per_block() -> int | None:
     return getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", None)
 
 
-def empty_entry(backend: Backend) -> dict:
-    return {"label": backend.label, "status": "ok", "reason": None, "failure_kind": None,
-            "wall_mean_ms": None, "device_ms": None, "tflops": None, "correctness": None,
-            "kernel_config": None}
-
-
 def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor, job: dict) -> dict:
-    entry = empty_entry(backend)
+    entry = backend_entry(backend.label)
     reason = backend.unavailable(problem.platform)
     if reason:
         entry.update(status="unavailable", reason=reason)
@@ -189,9 +183,9 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
         "platform": platform,
         "roles": config["roles"][platform],
         "method": {"warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"],
-                   "wall": metrics.WALL_METHOD, "device_timer": None if platform == "cpu" else f"{platform}-events"},
+                   "wall": WALL_METHOD, "device_timer": None if platform == "cpu" else f"{platform}-events"},
         "flops": job["flops"],
-        "flop_convention": metrics.FLOP_CONVENTION,
+        "flop_convention": FLOP_CONVENTION,
         "tolerance": config["tolerance"],
         "kernel_config": kernel_config,
         "backends": results,
@@ -222,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
     args = parser.parse_args(argv)
+    watch_workflow()
 
     result = run_job(args.spec, args.aiter_config, args.project_commit or provenance.git_commit(Path(__file__).parent))
     args.out.parent.mkdir(parents=True, exist_ok=True)

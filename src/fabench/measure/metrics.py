@@ -11,8 +11,6 @@ import torch
 
 from fabench.measure.platform import synchronize
 
-WALL_METHOD = "perf_counter around the timed loop, device synchronize after every iteration; mean ms per iteration"
-FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D (non-causal: the dense count)"
 
 
 def wall_mean_ms(fn: Callable[[], object], platform: str, warmup: int, iters: int) -> float:

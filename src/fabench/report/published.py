@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from fabench.results.collect import shape_id, shape_key
+from fabench.results.contract import backend_entry
 
 DEFAULT_PUBLISHED = Path(__file__).resolve().parents[3] / "report" / "published" / "mi300x-2025-12-30.yaml"
 NOT_PRINTED = "not printed in the published report"
@@ -53,18 +54,8 @@ def source_text(published: dict) -> str:
 def _backend(published: dict, name: str, row: dict) -> dict:
     ms = row["ms"].get(name)
     measured = ms is not None
-    return {
-        "label": published["labels"][name],
-        "status": "ok" if measured else "unavailable",
-        "reason": None if measured else NOT_PRINTED,
-        "failure_kind": None,
-        "wall_mean_ms": ms,
-        "device_ms": None,
-        "tflops": None,
-        "correctness": None,
-        "kernel_config": None,
-        "speedup": row["speedup"].get(name),
-    }
+    return backend_entry(published["labels"][name], status="ok" if measured else "unavailable",
+                         reason=None if measured else NOT_PRINTED, wall_mean_ms=ms, speedup=row["speedup"].get(name))
 
 
 def _provenance(published: dict) -> dict:
