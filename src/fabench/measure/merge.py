@@ -1,0 +1,81 @@
+"""Merge the results of one job's processes (its `repeats`) into the job's result.
+
+Every process measured every backend in its own trials; the merged entry holds all trials, each
+tagged with its process, and its statistics are recomputed over all of them, so a figure that
+moves between processes widens the CI or makes the entry unstable instead of hiding. Kernels that
+differ between processes (names or generated source) are named in the verdict.
+
+Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from fabench.measure import summary
+
+PRIVATE_KEY = "_merge"  # per-process data a process leaves for the merge; never in a job's result
+
+
+def merge(results: list[dict], processes: list[dict]) -> dict:
+    """The job's result from its processes' results (in process order) and how each process ended."""
+    merged = copy.deepcopy(results[0])
+    method = merged["method"]
+    ids = [r["provenance"].get("process", i) for i, r in enumerate(results)]
+    for name in merged["backends"]:
+        merged["backends"][name] = merge_entry([r["backends"][name] for r in results], merged, ids)
+    method["processes"] = processes
+    method["device_fallbacks"] = _fallbacks(results)
+    failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
+    if failed_reference:
+        merged["reference"] = failed_reference
+    merged["provenance"]["finished"] = results[-1]["provenance"]["finished"]
+    merged["provenance"].pop("process", None)
+    return merged
+
+
+def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
+    """One backend over the processes: failed if it failed in any (that process's reason), ok if
+    ok in all; all trials; stats, host overhead and do_bench verdict recomputed over them."""
+    entries = copy.deepcopy(entries)
+    private = [entry.pop(PRIVATE_KEY, None) or {} for entry in entries]
+    failed = [i for i, e in enumerate(entries) if e["status"] == "failed"]
+    ok = [i for i, e in enumerate(entries) if e["status"] == "ok"]
+    first = failed[0] if failed else (ok[0] if ok else 0)
+    merged = entries[first]
+    if failed and len(entries) > 1 and not merged["reason"].startswith("process "):
+        merged["reason"] = f"process {ids[first]}: {merged['reason']}"
+    merged["trials"] = [trial for entry in entries for trial in entry["trials"]]
+    merged["kernels"] = next((e["kernels"] for e in entries if e["kernels"]), None)
+    merged["compile_s"] = next((e["compile_s"] for e in entries if e["compile_s"] is not None), None)
+    notes = [note for p in private for note in p.get("notes", [])] + kernel_differences(entries, ids)
+    method = result["method"]
+    summary.complete_entry(merged, result["flops"], method["stable_spread"], notes)
+    if merged["trials"] and result["platform"] != "cpu":
+        device = merged["device_ms"]["median"] if merged["device_ms"] else None
+        values = [value for p in private for value in p.get("do_bench", [])]
+        why_not = next((p["do_bench_reason"] for p in private if p.get("do_bench_reason")), None)
+        merged["cross_check"] = summary.cross_check(values, device, method["cross_check"]["tolerance"], why_not)
+    return merged
+
+
+def kernel_differences(entries: list[dict], ids: list[int]) -> list[str]:
+    """A note when the processes launched different kernels or compiled different sources."""
+    seen = [(i, e["kernels"]) for i, e in zip(ids, entries) if e["kernels"]]
+    if len(seen) < 2:
+        return []
+    signature = [(k["names"], k["source_sha256"], (k["launch"] or {}).get("num_stages"),
+                  (k["launch"] or {}).get("num_warps"), (k["launch"] or {}).get("block_sizes")) for _, k in seen]
+    if all(s == signature[0] for s in signature):
+        return []
+    described = "; ".join(f"process {i}: {', '.join(k['names'])} (source sha256 {str(k['source_sha256'])[:12]}, "
+                          f"launch {k['launch']})" for i, k in seen)
+    return [f"the processes ran different kernels: {described}"]
+
+
+def _fallbacks(results: list[dict]) -> dict:
+    fallbacks: dict = {}
+    for result in results:
+        for name, reason in (result["method"].get("device_fallbacks") or {}).items():
+            fallbacks.setdefault(name, reason)
+    return fallbacks

@@ -1,0 +1,107 @@
+"""Statistics over trials on known samples: the CI of the median, spread, the stability verdict,
+the do_bench cross-check and the merge of several processes' trials. No torch needed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fabench.measure import merge, stats, summary
+from fabench.results.contract import backend_entry
+
+
+@pytest.mark.parametrize("n, k, cover", [
+    (5, 1, 1 - 2 / 32),            # [min, max] of 5: 93.75%, no 95% interval exists
+    (6, 1, 1 - 2 / 64),            # 96.9%
+    (10, 2, 1 - 2 * 11 / 1024),    # [x(2), x(9)]: 97.9%
+    (20, 6, 1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2**20),  # [x(6), x(15)]: 95.9%
+])
+def test_order_statistic_ci_takes_the_narrowest_interval_that_still_covers(n, k, cover):
+    assert stats.ci_rank(n) == k
+    assert stats.coverage(n, k) == pytest.approx(cover)
+    if k > 1 or n >= 6:
+        assert stats.coverage(n, k) >= 0.95
+    assert stats.coverage(n, k + 1) < 0.95 or k + 1 > (n + 1) // 2
+
+
+def test_summary_of_known_samples():
+    samples = [1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.8, 1.0, 1.02, 0.98]
+    got = stats.summary(samples)
+    ordered = sorted(samples)
+    assert got["median"] == pytest.approx(1.0)
+    assert got["ci95"] == [ordered[1], ordered[8]]  # x(2), x(9) of 10
+    assert got["spread"] == pytest.approx(1.2 / 0.8 - 1)
+    assert got["n"] == 10
+    assert "n=10: [x(2), x(9)], coverage 97.9%" in stats.ci_description(10)
+    assert "below 95%" in stats.ci_description(3) and "[x(1), x(3)], coverage 75.0%" in stats.ci_description(3)
+
+
+def test_one_trial_has_no_spread_and_a_degenerate_interval():
+    assert stats.summary([2.0]) == {"median": 2.0, "ci95": [2.0, 2.0], "spread": 0.0, "n": 1}
+
+
+def trial(process, index, wall, device):
+    return {"process": process, "index": index, "iters": 100, "wall_mean_ms": wall, "device_ms": device,
+            "warmup_iters": 10, "gpu_state": None}
+
+
+def test_verdict_judges_the_device_figure_and_names_every_problem():
+    steady = [trial(0, i, wall, 0.100 + 0.001 * i) for i, wall in enumerate([0.2, 0.4, 0.3])]  # noisy wall
+    got = stats.trial_stats(steady, 0.03)
+    assert got["stable"] and got["unstable_reason"] is None  # the host's noise does not decide it
+    drifting = [trial(0, i, 0.2, device) for i, device in enumerate([0.100, 0.102, 0.110])]
+    got = stats.trial_stats(drifting, 0.03, ["process 0 trial 1: warm-up did not settle within 1000 ms"])
+    assert not got["stable"]
+    assert got["unstable_reason"].startswith("trials spread 10.0% (max/min - 1 over 3 trials) exceeds 3.0%")
+    assert "warm-up did not settle" in got["unstable_reason"]
+
+
+def test_cpu_trials_are_judged_on_the_wall_figure():
+    got = stats.trial_stats([trial(0, i, wall, None) for i, wall in enumerate([10.0, 10.1, 14.0])], 0.05)
+    assert got["device_ms"] is None and not got["stable"] and "40.0%" in got["unstable_reason"]
+
+
+def test_entry_summary_is_the_median_over_trials_and_the_host_overhead():
+    entry = backend_entry("X", trials=[trial(0, 0, 0.30, 0.10), trial(0, 1, 0.32, 0.11), trial(0, 2, 0.31, 0.12)])
+    summary.complete_entry(entry, 1e9, 0.5, [])
+    assert entry["wall_mean_ms"] == pytest.approx(0.31)
+    assert entry["device_ms"]["median"] == pytest.approx(0.11) and entry["device_ms"]["n"] == 3
+    assert entry["host_overhead_ms"] == pytest.approx(0.20)
+    assert entry["tflops"]["device_median"] == pytest.approx(1e9 / 0.11e-3 / 1e12)
+
+
+@pytest.mark.parametrize("values, device, agrees, words", [
+    ([0.100], 0.101, True, None),
+    ([0.100], 0.110, False, "differs from do_bench's 0.1000 ms by 10.0%"),
+    ([0.100, 0.101], 0.1005, True, None),
+    ([0.100, 0.150], 0.100, None, "do_bench itself unstable"),
+    ([], None, None, "Triton is not installed"),
+])
+def test_cross_check_with_do_bench(values, device, agrees, words):
+    got = summary.cross_check(values, device, 0.03, "Triton is not installed" if not values else None)
+    assert got["agrees"] is agrees
+    assert (got["reason"] is None) if words is None else (words in got["reason"])
+
+
+def process_result(process, devices, kernels_sha="a" * 64):
+    entry = backend_entry("X", trials=[trial(process, i, 0.3, d) for i, d in enumerate(devices)],
+                          kernels={"names": ["k"], "launch": {"num_stages": 1}, "source_sha256": kernels_sha})
+    entry["_merge"] = {"notes": [], "do_bench": [devices[0]], "do_bench_reason": None}
+    return {"platform": "cuda", "flops": 1e9, "reference": {"status": "ok", "failure_kind": None, "reason": None},
+            "method": {"stable_spread": 0.03, "cross_check": {"tolerance": 0.03}, "device_fallbacks": {}},
+            "backends": {"x": entry}, "provenance": {"process": process, "finished": f"t{process}"}}
+
+
+def test_merging_processes_pools_their_trials_and_sees_a_process_that_differs():
+    same = merge.merge([process_result(0, [0.100, 0.101]), process_result(1, [0.1005, 0.100])], [])
+    entry = same["backends"]["x"]
+    assert [(t["process"], t["index"]) for t in entry["trials"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert entry["stats"]["stable"] and entry["stats"]["device_ms"]["n"] == 4
+    assert "_merge" not in entry and same["provenance"]["finished"] == "t1"
+    assert entry["cross_check"]["agrees"] is True
+    bimodal = merge.merge([process_result(0, [0.046, 0.046]), process_result(1, [0.122, 0.121], "b" * 64)], [])
+    entry = bimodal["backends"]["x"]
+    assert not entry["stats"]["stable"]
+    assert "the processes ran different kernels" in entry["stats"]["unstable_reason"]
+    assert entry["cross_check"]["agrees"] is None  # do_bench saw the two processes differ too
