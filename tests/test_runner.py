@@ -1,6 +1,7 @@
 """The runner as a real process on this machine's CPU, and its failure handling."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ from fabench.container.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.config import job_spec
 from fabench.shapes import parse_shape_id
-from fabench.measure.job import classify_failure, measure_backend
+from fabench.measure.job import classify_failure, job_settings, measure_backend
 from workflow_util import REPO, tiny_config
 
 RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
@@ -27,7 +28,8 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32"):
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
     out = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # this checkout's fabench
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text()), kernel_config
 
@@ -42,6 +44,10 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
         assert backends[name]["status"] == "ok"
         assert backends[name]["wall_mean_ms"] > 0
         assert backends[name]["correctness"]["passed"]
+        assert len(backends[name]["trials"]) == 2 and {t["process"] for t in backends[name]["trials"]} == {0}
+        assert backends[name]["stats"]["wall_mean_ms"]["n"] == 2 and backends[name]["device_ms"] is None
+        assert backends[name]["cross_check"] is None and backends[name]["kernels"] is None
+        assert "_merge" not in backends[name]  # the per-process data stays between runner and merge
     assert backends["native"]["correctness"]["max_abs_err"] < 1e-5  # fp32 against the fp32 reference
     assert backends["sdpa"]["correctness"]["max_abs_err"] > 0  # fp16 really differs from fp32
     for name, why in {"ck": "needs ROCm", "triton": "needs ROCm", "sdpa_cudnn": "needs CUDA",
@@ -50,7 +56,10 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
         assert why in backends[name]["reason"]
     assert result["kernel_config"] == {"path": str(kernel_config), "sha256": file_sha256(kernel_config),
                                        "values": TUNED}
-    assert result["method"]["reduced"] is False  # the tiny config asks for the CPU's iterations anyway
+    assert result["method"]["reduced"] is True  # the tiny config's CPU block asks for fewer trials
+    assert result["method"]["trials"] == 2 and result["method"]["repeats"] == 1
+    assert result["method"]["processes"] == [{"index": 0, "exit_code": 0, "wrote_result": True}]
+    assert result["reference"] == {"status": "ok", "failure_kind": None, "reason": None}
     provenance = result["provenance"]
     assert provenance["project_commit"] == "abc123"
     assert provenance["torch"] == torch.__version__ and provenance["runtime"] == "local"
@@ -71,8 +80,8 @@ def test_a_backend_that_raises_is_recorded_not_propagated():
     q = torch.randn(1, 16, 2, 32)
     k = torch.randn(1, 16, 2, 16)  # head_dim disagrees with q: every backend must raise
     problem = Problem(q, k, k, True, "cpu", TUNED)
-    entry = measure_backend(BACKENDS["native"], problem, q, {"tolerance": {"max_abs_err": 1, "min_cosine": 0},
-                                                              "warmup": 1, "iters": 1, "flops": 1.0})
+    job = job_settings(tiny_config(tolerance={"max_abs_err": 1, "min_cosine": 0}), "cpu", parse_shape_id("b1-s16-h2-d32"))
+    entry = measure_backend(BACKENDS["native"], problem, q, job)
     assert entry["status"] == "failed" and entry["failure_kind"] == "error"
     assert entry["reason"].startswith("RuntimeError")
 
@@ -99,6 +108,10 @@ def _inductor_style_out_of_resources():
 
 @pytest.mark.parametrize("error, kind, words", [
     (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom", "out of memory"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
+                  "to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"), "oom",
+     "out of memory: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory"),
+    (MemoryError(), "oom", "out of memory"),
     (RuntimeError("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 262144, "
                   "Hardware limit: 232448. Reducing block sizes or `num_stages` may help."),
      "out_of_resources", "out of shared memory: out of resource: shared memory, Required: 262144"),

@@ -23,7 +23,8 @@ def default_config() -> dict:
 
 def tiny_config(**overrides) -> dict:
     config = copy.deepcopy(default_config())
-    config.update(run="tiny", shapes=copy.deepcopy(TINY_SHAPES), warmup=1, iters=2, cpu={"warmup": 1, "iters": 2})
+    config.update(run="tiny", shapes=copy.deepcopy(TINY_SHAPES), warmup=1, iters=2,
+                  cpu={"warmup": 1, "iters": 2, "trials": 2, "repeats": 1, "min_trial_ms": 0, "max_warmup_ms": 0})
     config.update(overrides)
     return config
 

@@ -14,7 +14,8 @@ from fabench.shapes import shape_id
 # The config keys every benchmark job of a run depends on (a change re-runs all of them).
 # Anything else (title, label, published, runtime, image, ...) is read by the workflow or the
 # report only, so changing it re-runs no benchmark.
-JOB_SETTINGS_KEYS = ("dtype", "causal", "seed", "warmup", "iters", "cpu", "backends", "roles", "tolerance")
+JOB_SETTINGS_KEYS = ("dtype", "causal", "seed", "warmup", "iters", "cpu", "backends", "roles", "tolerance",
+                     "timing")
 
 
 def schema_error(config: dict, schema: dict) -> str | None:

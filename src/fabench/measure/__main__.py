@@ -1,7 +1,7 @@
-"""python -m fabench.measure: run one benchmark job (see fabench.measure.job)."""
+"""python -m fabench.measure: run one benchmark job (see fabench.measure.runner)."""
 
 import sys
 
-from fabench.measure.job import main
+from fabench.measure.runner import main
 
 sys.exit(main())

@@ -54,6 +54,7 @@ class Backend:
     label: str
     unavailable: Callable[[str], str | None]
     prepare: Callable[[Problem], Prepared]
+    compiled: bool = False  # its first call compiles a kernel: that call's time is recorded as compile_s
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -165,15 +166,9 @@ def _require_triton_kernel(fn: Callable[[], torch.Tensor]) -> None:
     torch._dynamo falls back to eager code without an error when, for example, its recompile limit
     is reached; the result is right and about 50x slower, so it must be caught, not timed.
     """
-    import warnings
+    from fabench.measure.kernels import profile_call
 
-    from torch.profiler import ProfilerActivity, profile
-
-    with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        warnings.simplefilter("ignore")  # the profiler warns about its cycles on every use
-        fn()
-        torch.cuda.synchronize()
-    kernels = [evt.name for evt in prof.events() if evt.device_type.name in ("CUDA", "PrivateUse1")]
+    kernels = [launch["name"] for launch in profile_call(fn)]
     if not any("triton" in name for name in kernels):
         raise FallbackError(
             "compiled FlexAttention ran no Triton kernel (eager fallback); kernels seen: "
@@ -245,10 +240,10 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend("native", "Native", _anywhere, _prepare_native),
         Backend("ck", "CK", _aiter, _prepare_ck),
-        Backend("triton", "Triton", _aiter, _prepare_aiter_triton),
+        Backend("triton", "Triton", _aiter, _prepare_aiter_triton, compiled=True),
         Backend("sdpa", "SDPA", _anywhere, _prepare_sdpa),
         Backend("sdpa_cudnn", "SDPA (cuDNN)", _cuda_only, lambda p: _prepare_sdpa(p, "CUDNN_ATTENTION")),
         Backend("sdpa_flash", "SDPA (flash)", _gpu_only, lambda p: _prepare_sdpa(p, "FLASH_ATTENTION")),
-        Backend("flex", "FlexAttention", _flex, _prepare_flex),
+        Backend("flex", "FlexAttention", _flex, _prepare_flex, compiled=True),
     )
 }

@@ -3,6 +3,8 @@
     python -m fabench.measure --spec '<job spec JSON>' \
         --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
 
+(fabench.measure.runner runs this module once per repeat, each time in a new process, and merges.)
+
 The job spec (fabench.config.job_spec) holds the run name, the variant and its Triton config, the
 shape and the run's shared settings: all the job measures, and nothing else.
 
@@ -12,22 +14,25 @@ reason; neither stops the job. Only bad arguments or an unwritable output fail t
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import re
+import sys
 from pathlib import Path
 
 import torch
 
-from fabench.measure import metrics, provenance
+from fabench.measure import metrics, provenance, stats
 from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
-from fabench.measure.backends import BACKENDS, Backend, ConfigMismatchError, FallbackError, Problem
+from fabench.measure.backends import BACKENDS, Problem
+from fabench.measure.cell import Cell
+from fabench.measure.failures import classify_failure
+from fabench.measure.gpu_state import GpuState
+from fabench.measure.merge import PRIVATE_KEY
+from fabench.measure.timing import DEVICE_TIME_METHOD
 from fabench.config import sha256_json
-from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD, backend_entry
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
 from fabench.shapes import shape_id
-from fabench.watchdog import watch_workflow
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
@@ -49,148 +54,172 @@ def reference_output(q, k, v, causal: bool) -> torch.Tensor:
     return torch.cat(outs).transpose(1, 2).contiguous()
 
 
-def classify_failure(err: BaseException) -> tuple[str, str]:
-    """(failure_kind, reason) for an exception raised by a backend."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    text = text.split(" Set TORCHDYNAMO_VERBOSE")[0]  # Inductor's advice on debugging, not the reason
-    lowered = text.lower()
-    if isinstance(err, FallbackError):
-        return "fallback", text
-    if isinstance(err, ConfigMismatchError):
-        return "config_mismatch", text
-    if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in lowered:
-        return "oom", f"out of memory: {text[:240]}"
-    if "out of resource" in lowered:
-        start = lowered.find("out of resource")
-        detail = text[start : start + 200]
-        return "out_of_resources", f"out of {_exhausted_resource(err)}: {detail}"
-    if isinstance(err, NotImplementedError) or any(
-        s in lowered for s in ("no available kernel", "not supported", "unsupported", "head_dim", "headdim")
-    ):
-        return "unsupported", text[:300]
-    return "error", f"{type(err).__name__}: {text[:300]}"
-
-
-def _exhausted_resource(err: BaseException) -> str:
-    """Which resource ran out: Triton's OutOfResources names it, but Inductor re-raises the message
-    with the kernel's name in its place, so a limit equal to the device's shared memory per block
-    identifies it too."""
-    limit = re.search(r"hardware limit:\s*(\d+)", str(err), re.IGNORECASE)
-    if limit and int(limit.group(1)) == _shared_memory_per_block():
-        return "shared memory"
-    seen = err
-    while seen is not None:
-        name = getattr(seen, "name", None)
-        if isinstance(name, str) and getattr(seen, "limit", None) is not None:
-            return name
-        if "shared memory" in str(seen).lower():
-            return "shared memory"
-        seen = seen.__cause__ or seen.__context__
-    return "resources"
-
-
-def _shared_memory_per_block() -> int | None:
-    if not torch.cuda.is_available():
-        return None
-    return getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", None)
-
-
-def measure_backend(backend: Backend, problem: Problem, reference: torch.Tensor, job: dict) -> dict:
-    entry = backend_entry(backend.label)
-    reason = backend.unavailable(problem.platform)
-    if reason:
-        entry.update(status="unavailable", reason=reason)
-        return entry
-    try:
-        prepared = backend.prepare(problem)
-        entry["kernel_config"] = prepared.kernel_config
-        with prepared.context():
-            out = prepared.fn()  # warm-up 1 (and compilation): its output is the one checked
-            plat.synchronize(problem.platform)
-            if prepared.verify:
-                prepared.verify()
-            if prepared.layout == "bhsd":
-                out = out.transpose(1, 2)
-            entry["correctness"] = metrics.compare(out, reference, job["tolerance"])
-            del out
-            timed(entry, prepared.fn, problem.platform, job)
-        if not entry["correctness"]["passed"]:
-            c = entry["correctness"]
-            tol = job["tolerance"]
-            entry.update(status="failed", failure_kind="correctness",
-                         reason=f"wrong numbers: max abs err {c['max_abs_err']:.3g} (tolerance {tol['max_abs_err']:g}), "
-                                f"cosine {c['cosine']:.6f} (at least {tol['min_cosine']:g})"
-                         if c["finite"] else "wrong numbers: output has inf or nan")
-    except Exception as err:  # a backend's failure is a result, never the job's end
-        kind, why = classify_failure(err)
-        entry.update(status="failed", failure_kind=kind, reason=why)
-    finally:
-        prepared = None
-        gc.collect()
-        if problem.platform != "cpu":
-            torch.cuda.empty_cache()
-    return entry
-
-
-def timed(entry: dict, fn, platform: str, job: dict) -> None:
-    """Time after the remaining warm-ups: the checked first call was warm-up 1."""
-    remaining_warmup = max(job["warmup"] - 1, 0)
-    entry["wall_mean_ms"] = metrics.wall_mean_ms(fn, platform, remaining_warmup, job["iters"])
-    tflops = {"wall": metrics.tflops(job["flops"], entry["wall_mean_ms"]), "device_median": None}
-    if platform != "cpu":
-        entry["device_ms"] = metrics.summarize(metrics.device_samples_ms(fn, job["iters"]))
-        tflops["device_median"] = metrics.tflops(job["flops"], entry["device_ms"]["median"])
-    entry["tflops"] = tflops
-
-
 def job_settings(config: dict, platform: str, shape: dict) -> dict:
-    iterations = config["cpu"] if platform == "cpu" else config
+    """What this process measures with: the run's settings, the CPU's smaller counts on a CPU."""
+    timing = timing_settings(config, platform)
     return {
-        "warmup": iterations["warmup"],
-        "iters": iterations["iters"],
-        "reduced": (iterations["warmup"], iterations["iters"]) != (config["warmup"], config["iters"]),
+        "platform": platform,
+        "warmup": timing["warmup"],
+        "iters": timing["iters"],
+        "reduced": platform == "cpu" and timing != timing_settings(config, "gpu"),
         "tolerance": config["tolerance"],
+        "timing": timing,
         "flops": metrics.attention_flops(shape["batch"], shape["seq"], shape["heads"], shape["head_dim"],
                                          config["causal"]),
     }
 
 
-def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None) -> dict:
+# On a CPU the `cpu:` block may override these (config.schema.yaml gives the defaults of both).
+CPU_OVERRIDES = ("warmup", "iters", "trials", "repeats", "min_trial_ms", "max_warmup_ms")
+
+
+def timing_settings(config: dict, platform: str) -> dict:
+    """The timing block with the run's warm-up and iteration counts, CPU overrides applied."""
+    timing = {**config["timing"], "warmup": config["warmup"], "iters": config["iters"]}
+    if platform == "cpu":
+        cpu = config.get("cpu") or {}
+        timing.update({key: cpu[key] for key in CPU_OVERRIDES if key in cpu})
+    return timing
+
+
+def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int = 0) -> dict:
+    """Measure one job in this process; process is its index among the job's repeats."""
     started = provenance.now()
     config, variant, shape = spec["settings"], spec["variant"], spec["shape"]
     platform = plat.detect()
     job = job_settings(config, platform, shape)
     kernel_config = _kernel_config(spec["triton"], kernel_config_path)
+    cells = {name: Cell(BACKENDS[name], None, None, job, process) for name in config["backends"]}
+    gpu_state = GpuState(platform)
+    inputs, reference_status = _inputs_and_reference(shape, config, platform)
+    if inputs is None:
+        _fail_all(cells, platform, reference_status)
+    else:
+        problem = Problem(*inputs[:3], config["causal"], platform, kernel_config["values"])
+        _measure(cells, problem, inputs[3], job, variant, shape, gpu_state)
+    del inputs
+    results = {name: cell.finish() for name, cell in cells.items()}
+    for name, entry in results.items():
+        print(f"[fabench]   process {process} {name}: {_summary(entry)}", flush=True)
+    fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
+    return _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
+                   {"started": started, "process": process,
+                    **provenance.collect(platform, sha256_json(config), project_commit)})
 
-    device = "cpu" if platform == "cpu" else "cuda"
-    q, k, v = make_inputs(shape, getattr(torch, config["dtype"]), config["seed"], device)
-    reference = reference_output(q, k, v, config["causal"])
-    problem = Problem(q, k, v, config["causal"], platform, kernel_config["values"])
-    results = {}
-    for name in config["backends"]:
-        print(f"[fabench] {variant} {shape_id(shape)} {name} ...", flush=True)
-        results[name] = measure_backend(BACKENDS[name], problem, reference, job)
-        print(f"[fabench]   {_summary(results[name])}", flush=True)
 
+def failed_result(spec: dict, kernel_config_path: Path | None, project_commit: str | None, reason: str) -> dict:
+    """A result that measured nothing: every backend that could run here failed with `reason`."""
+    config, shape = spec["settings"], spec["shape"]
+    platform = plat.detect()
+    job = job_settings(config, platform, shape)
+    status = {"status": "failed", "failure_kind": "error", "reason": reason}
+    cells = {name: Cell(BACKENDS[name], None, None, job) for name in config["backends"]}
+    _fail_all(cells, platform, status)
+    results = {name: cell.finish() for name, cell in cells.items()}
+    for entry in results.values():
+        entry.pop(PRIVATE_KEY, None)
+    return _result(spec, platform, job, _kernel_config(spec["triton"], kernel_config_path), status, results, {},
+                   GpuState(platform), {"started": provenance.now(), **provenance.collect(platform, sha256_json(config), project_commit)})
+
+
+def _result(spec: dict, platform: str, job: dict, kernel_config: dict, reference_status: dict, results: dict,
+            fallbacks: dict, gpu_state: GpuState, provenance_fields: dict) -> dict:
+    config, shape = spec["settings"], spec["shape"]
     return {
         "schema_version": SCHEMA_VERSION,
         "run": spec["run"],
-        "variant": variant,
+        "variant": spec["variant"],
         "shape": shape,
         "shape_id": shape_id(shape),
         "dtype": config["dtype"],
         "causal": config["causal"],
         "platform": platform,
         "roles": config["roles"][platform],
-        "method": {"warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"],
-                   "wall": WALL_METHOD, "device_timer": None if platform == "cpu" else f"{platform}-events"},
+        "method": _method(job, platform, gpu_state, fallbacks),
         "flops": job["flops"],
         "flop_convention": FLOP_CONVENTION,
         "tolerance": config["tolerance"],
+        "reference": reference_status,
         "kernel_config": kernel_config,
         "backends": results,
-        "provenance": {"started": started, "finished": provenance.now(),
-                       **provenance.collect(platform, sha256_json(config), project_commit)},
+        "provenance": {**provenance_fields, "finished": provenance.now()},
+    }
+
+
+def _inputs_and_reference(shape: dict, config: dict, platform: str) -> tuple[tuple | None, dict]:
+    """(q, k, v, reference) and the reference's status; (None, status) when either does not fit
+    (or fails otherwise): the job then still writes its result, every backend failed with why."""
+    device = "cpu" if platform == "cpu" else "cuda"
+    stage = "inputs"
+    try:
+        q, k, v = make_inputs(shape, getattr(torch, config["dtype"]), config["seed"], device)
+        stage = "fp32 reference"
+        reference = reference_output(q, k, v, config["causal"])
+    except Exception as err:
+        kind, why = classify_failure(err)
+        gc.collect()
+        return None, {"status": "failed", "failure_kind": kind, "reason": f"the {stage} could not be made: {why}"}
+    return (q, k, v, reference), {"status": "ok", "failure_kind": None, "reason": None}
+
+
+def _fail_all(cells: dict, platform: str, reference_status: dict) -> None:
+    for cell in cells.values():
+        reason = cell.backend.unavailable(platform)
+        if reason:
+            cell.entry.update(status="unavailable", reason=reason)
+        else:
+            cell.entry.update(status="failed", failure_kind=reference_status["failure_kind"],
+                              reason=f"not measured: {reference_status['reason']}")
+
+
+def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, variant: str, shape: dict,
+             gpu_state: GpuState) -> None:
+    """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ..."""
+    for name, cell in cells.items():
+        cell.problem, cell.reference = problem, reference
+        print(f"[fabench] {variant} {shape_id(shape)} {name} ...", flush=True)
+        cell.setup()
+    live = [cell for cell in cells.values() if cell.live]
+    for index in range(job["timing"]["trials"]):
+        for cell in live:
+            if cell.live:
+                cell.trial(index, gpu_state)
+    for cell in cells.values():
+        cell.cross_check()
+        cell.release()
+
+
+def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0) -> dict:
+    """One backend alone through the whole measurement (its trials, cross-check): its entry."""
+    cell = Cell(backend, problem, reference, job, process)
+    if cell.setup():
+        for index in range(job["timing"]["trials"]):
+            if cell.live:
+                cell.trial(index, GpuState(problem.platform))
+    cell.cross_check()
+    cell.release()
+    entry = cell.finish()
+    entry.pop(PRIVATE_KEY, None)
+    return entry
+
+
+def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> dict:
+    """How this result was measured: the published method's counts and the timing actually used."""
+    timing = job["timing"]
+    gpu = platform != "cpu"
+    return {
+        "warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"], "wall": WALL_METHOD,
+        "device_timer": f"{platform}-graph-replay" if gpu else None,
+        "device_time": DEVICE_TIME_METHOD if gpu else None,
+        "device_fallbacks": fallbacks,
+        "trials": timing["trials"], "min_trial_ms": timing["min_trial_ms"], "repeats": timing["repeats"],
+        "clear_l2": bool(timing["clear_l2"]) if gpu else False,
+        "warmup_settle": {"window_ms": timing["warmup_window_ms"], "tolerance": timing["warmup_tolerance"],
+                          "max_ms": timing["max_warmup_ms"]},
+        "stable_spread": timing["stable_spread"],
+        "ci_method": stats.CI_METHOD,
+        "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"]},
+        "gpu_state": gpu_state.describe(),
     }
 
 
@@ -206,22 +235,32 @@ def _summary(entry: dict) -> str:
         return f"unavailable: {entry['reason']}"
     if entry["status"] == "failed" and entry["wall_mean_ms"] is None:
         return f"failed: {entry['reason']}"
-    return f"{entry['status']}: {entry['wall_mean_ms']:.3f} ms" + (f" ({entry['reason']})" if entry["reason"] else "")
+    text = f"{entry['status']}: {entry['wall_mean_ms']:.4f} ms wall"
+    if entry["device_ms"]:
+        text += f", {entry['device_ms']['median']:.4f} ms device"
+    if entry["stats"] and not entry["stats"]["stable"]:
+        text += f" (unstable: {entry['stats']['unstable_reason']})"
+    return text + (f" ({entry['reason']})" if entry["reason"] else "")
+
+
+def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
+                    out: Path) -> None:
+    """One process of the job (fabench.measure.runner starts it): measure, write for the merge."""
+    write_json(out, run_job(spec, kernel_config_path, project_commit, process))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=json.loads, help="the job spec, JSON (fabench.config.job_spec)")
-    parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
-    args = parser.parse_args(argv)
-    watch_workflow()
+    from fabench.measure.runner import main as runner_main
 
-    result = run_job(args.spec, args.aiter_config, args.project_commit or provenance.git_commit(Path(__file__).parent))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
+    return runner_main(argv)
+
+
+def write_json(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(args.out)  # a reader never sees half a result
-    return 0
+    tmp.replace(out)  # a reader never sees half a result
 
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,60 +1,18 @@
-"""Timing, throughput and correctness metrics: small functions over tensors and samples."""
+"""Throughput and correctness metrics: small functions over tensors and samples.
+(How time is measured is fabench.measure.timing; statistics over trials fabench.measure.stats.)"""
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
-from typing import Callable
 
 import torch
 
-from fabench.measure.platform import synchronize
-
-
-
-def wall_mean_ms(fn: Callable[[], object], platform: str, warmup: int, iters: int) -> float:
-    """The published report's method, kept so our numbers compare with its numbers."""
-    for _ in range(warmup):
-        fn()
-        synchronize(platform)
-    synchronize(platform)
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-        synchronize(platform)
-    return (time.perf_counter() - start) / iters * 1000.0
-
-
-def device_samples_ms(fn: Callable[[], object], iters: int) -> list[float]:
-    """Per-iteration device time from events (CUDA or HIP): no host overhead in the figure."""
-    pairs = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        pairs.append((start, end))
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in pairs]
+from fabench.measure import stats, summary
 
 
 def summarize(samples: list[float]) -> dict:
-    ordered = sorted(samples)
-    return {
-        "median": statistics.median(ordered),
-        "p10": _percentile(ordered, 0.10),
-        "p90": _percentile(ordered, 0.90),
-        "mean": statistics.fmean(ordered),
-        "n": len(ordered),
-    }
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    # Linear interpolation between closest ranks, as numpy's default.
-    pos = (len(ordered) - 1) * q
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    """{median, p10, p90, mean, n} of samples (see fabench.measure.stats.describe)."""
+    return stats.describe(samples)
 
 
 def attention_flops(batch: int, seq: int, heads: int, head_dim: int, causal: bool) -> float:
@@ -63,9 +21,7 @@ def attention_flops(batch: int, seq: int, heads: int, head_dim: int, causal: boo
 
 
 def tflops(flops: float, ms: float | None) -> float | None:
-    if not ms or ms <= 0:
-        return None
-    return flops / (ms * 1e-3) / 1e12
+    return summary.tflops(flops, ms)
 
 
 def compare(out: torch.Tensor, reference: torch.Tensor, tolerance: dict) -> dict:

@@ -3,7 +3,8 @@
     python -m fabench.results.collect --out results/<run>/results.json [--config results/<run>/config.json] FILE...
 
 Every file is checked against workflow/schemas/result.schema.json and a few rules a schema
-cannot express (shape_id spelled from shape, one run, one result per variant and shape). All
+cannot express (the current schema version, shape_id spelled from shape, each backend's summaries
+agreeing with its trials, one run, one result per variant and shape). All
 problems of all files are reported together, each naming the file and the JSON path, so one
 broken job does not hide another.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import sys
 from importlib import resources
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Iterable, Sequence
 
 import jsonschema
 
+from fabench.results.contract import SCHEMA_VERSION
 from fabench.shapes import shape_id
 
 SCHEMA_NAME = "result.schema.json"
@@ -61,10 +65,51 @@ def schema_problems(result: object, validator: jsonschema.Validator) -> list[str
 
 def contract_problems(result: dict) -> list[str]:
     """Rules the schema cannot state; only called on schema-valid results."""
+    if result["schema_version"] != SCHEMA_VERSION:
+        return [f"$.schema_version: {result['schema_version']} is not the current result schema ({SCHEMA_VERSION}): "
+                f"measure again with this version of fabench"]
     expected = shape_id(result["shape"])
     if result["shape_id"] != expected:
         return [f"$.shape_id: {result['shape_id']!r} does not match $.shape (expected {expected!r})"]
-    return []
+    problems = []
+    for name, entry in result["backends"].items():
+        problems += [f"$.backends.{name}.{problem}" for problem in trial_problems(entry)]
+    return problems
+
+
+def trial_problems(entry: dict) -> list[str]:
+    """The entry's summaries must be the ones its trials give: stats.n, the medians, device_ms.n."""
+    trials, stats = entry["trials"], entry["stats"]
+    if not trials:
+        return ["stats: present without trials"] if stats else []
+    if stats is None:
+        return [f"stats: missing for {len(trials)} trials"]
+    problems = []
+    wall = [t["wall_mean_ms"] for t in trials]
+    device = [t["device_ms"] for t in trials if t["device_ms"] is not None]
+    if stats["wall_mean_ms"]["n"] != len(trials):
+        problems.append(f"stats.wall_mean_ms.n: {stats['wall_mean_ms']['n']} but {len(trials)} trials")
+    if not _close(stats["wall_mean_ms"]["median"], statistics.median(wall)):
+        problems.append("stats.wall_mean_ms.median: not the median of the trials' wall_mean_ms")
+    if entry["wall_mean_ms"] is None or not _close(entry["wall_mean_ms"], stats["wall_mean_ms"]["median"]):
+        problems.append("wall_mean_ms: not the median over trials (stats.wall_mean_ms.median)")
+    if device:
+        if stats["device_ms"] is None or stats["device_ms"]["n"] != len(device):
+            problems.append(f"stats.device_ms: does not summarize the {len(device)} trials' device_ms")
+        elif not _close(stats["device_ms"]["median"], statistics.median(device)):
+            problems.append("stats.device_ms.median: not the median of the trials' device_ms")
+        if entry["device_ms"] is None or entry["device_ms"]["n"] != len(device):
+            problems.append(f"device_ms.n: does not count the {len(device)} trials with a device time")
+    elif stats["device_ms"] is not None:
+        problems.append("stats.device_ms: present but no trial has a device time")
+    seen = [(t["process"], t["index"]) for t in trials]
+    if len(set(seen)) != len(seen):
+        problems.append("trials: a (process, index) appears twice")
+    return problems
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def load_result(path: Path, validator: jsonschema.Validator) -> tuple[dict | None, list[str]]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+# 2: every measured backend carries its trials, their statistics, the host overhead, the
+# do_bench cross-check, the kernels it launched and its compile time (issue 8).
+SCHEMA_VERSION = 2
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "result.schema.json"
 
 STATUSES = ("ok", "unavailable", "failed")
@@ -18,10 +20,24 @@ WALL_METHOD = "perf_counter around the timed loop, device synchronize after ever
 FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D (non-causal: the dense count)"
 
 
+# The keys schema 2 added to a backend entry (see backend_entry).
+TRIAL_KEYS = ("process", "index", "iters", "wall_mean_ms", "device_ms", "warmup_iters", "gpu_state")
+
+
 def backend_entry(label: str, **values) -> dict:
-    """One backend's record in a result, every key present (None until measured)."""
+    """One backend's record in a result, every key present (None, or no trials, until measured).
+
+    wall_mean_ms: median over trials of the published method's figure; device_ms: the trials'
+    device figures as {median, p10, p90, mean, n}; trials: one record per trial (TRIAL_KEYS);
+    stats: median, 95% CI, spread and n per metric over the trials and the stability verdict;
+    host_overhead_ms: wall_mean_ms minus the device median; cross_check: triton's do_bench;
+    kernels: the kernel names one call launched, the main kernel's launch settings, the generated
+    source's hash; compile_s: the first (compiling) call's time, for compiled backends.
+    """
     entry = {"label": label, "status": "ok", "reason": None, "failure_kind": None, "wall_mean_ms": None,
-             "device_ms": None, "tflops": None, "correctness": None, "kernel_config": None}
+             "device_ms": None, "tflops": None, "correctness": None, "kernel_config": None,
+             "trials": [], "stats": None, "host_overhead_ms": None, "cross_check": None, "kernels": None,
+             "compile_s": None}
     unknown = set(values) - set(entry) - {"speedup"}
     if unknown:
         raise KeyError(f"not a backend entry key: {', '.join(sorted(unknown))}")

@@ -1,0 +1,170 @@
+"""One backend in one job: prepared and checked once, then timed in trials that the job
+interleaves with its other backends (trial 1 of every backend, then trial 2, ...), so a slow
+drift of the GPU (clocks, temperature) spreads over all backends instead of biasing one.
+
+Whatever a backend raises becomes its failed entry with the reason; it never stops the job.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import torch
+
+from fabench.measure import kernels, metrics, summary, timing
+from fabench.measure.backends import Backend, Prepared, Problem
+from fabench.measure.failures import classify_failure
+from fabench.measure.gpu_state import GpuState
+from fabench.measure.platform import synchronize
+from fabench.measure.merge import PRIVATE_KEY
+from fabench.results.contract import backend_entry
+
+
+class Cell:
+    def __init__(self, backend: Backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0):
+        self.backend, self.problem, self.reference, self.job, self.process = backend, problem, reference, job, process
+        self.entry = backend_entry(backend.label)
+        self.notes: list[str] = []
+        self.do_bench: list[float] = []
+        self.do_bench_reason: str | None = None
+        self.prepared: Prepared | None = None
+        self.timer: timing.DeviceTimer | None = None
+        self.live = False
+        self.device_fallback: str | None = None  # why the device time is not from graph replays
+
+    @property
+    def gpu(self) -> bool:
+        return self.job["platform"] != "cpu"
+
+    # --- once per process -----------------------------------------------------------------
+
+    def setup(self) -> bool:
+        """Prepare, run once (compiling), check the numbers and, on a GPU, the kernels and the
+        device timer. True when the backend is to be timed."""
+        reason = self.backend.unavailable(self.problem.platform)
+        if reason:
+            self.entry.update(status="unavailable", reason=reason)
+            return False
+        try:
+            self.prepared = self.backend.prepare(self.problem)
+            self.entry["kernel_config"] = self.prepared.kernel_config
+            with self.prepared.context():
+                self._first_call()
+                if self.gpu:
+                    self._kernels_and_timer()
+        except Exception as err:  # a backend's failure is a result, never the job's end
+            self.fail(err)
+            return False
+        self.live = True
+        return True
+
+    def _first_call(self) -> None:
+        """Warm-up 1: compiles what is compiled (timed as compile_s); its output is the one checked."""
+        with kernels.InductorModules(enabled=self.backend.compiled) as generated:
+            began = time.perf_counter()
+            out = self.prepared.fn()
+            synchronize(self.problem.platform)
+            first_s = time.perf_counter() - began
+        self.generated = generated.modules
+        if self.backend.compiled:
+            self.entry["compile_s"] = first_s
+        if self.prepared.verify:
+            self.prepared.verify()
+        if self.prepared.layout == "bhsd":
+            out = out.transpose(1, 2)
+        correctness = metrics.compare(out, self.reference, self.job["tolerance"])
+        del out
+        self.entry["correctness"] = correctness
+        if not correctness["passed"]:  # still timed: the cell says how fast the wrong answer was
+            tol = self.job["tolerance"]
+            self.entry.update(status="failed", failure_kind="correctness",
+                              reason=f"wrong numbers: max abs err {correctness['max_abs_err']:.3g} "
+                                     f"(tolerance {tol['max_abs_err']:g}), cosine {correctness['cosine']:.6f} "
+                                     f"(at least {tol['min_cosine']:g})"
+                              if correctness["finite"] else "wrong numbers: output has inf or nan")
+
+    def _kernels_and_timer(self) -> None:
+        launches = kernels.profile_call(self.prepared.fn)
+        self.entry["kernels"] = kernels.describe(launches, self.generated)
+        self.timer = timing.DeviceTimer(self.prepared.fn, self.job["timing"]["clear_l2"],
+                                        kernels_per_call=len(launches),
+                                        use_graph=self.job["timing"].get("graph", True))
+        self.device_fallback = self.timer.fallback_reason
+
+    # --- once per trial -------------------------------------------------------------------
+
+    def trial(self, index: int, gpu_state: GpuState) -> None:
+        settings = self.job["timing"]
+        try:
+            with self.prepared.context():
+                start = gpu_state.read()
+                warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings)
+                iters = timing.trial_iters(settings, warm["estimate_ms"])
+                wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
+                device = self._device_ms(iters, index)
+                end = gpu_state.read()
+        except Exception as err:
+            self.fail(err, f"trial {index} of process {self.process}: ")
+            return
+        if not warm["settled"]:
+            self.notes.append(f"process {self.process} trial {index}: warm-up did not settle within "
+                              f"{settings['max_warmup_ms']} ms")
+        self.entry["trials"].append({
+            "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
+            "device_ms": device, "warmup_iters": warm["iters"],
+            "gpu_state": {"start": start, "end": end} if self.gpu and (start or end) else None,
+        })
+
+    def _device_ms(self, iters: int, index: int) -> float | None:
+        if self.timer is None:
+            return None
+        before = self.timer.caught_up
+        samples = self.timer.samples(iters)
+        if self.timer.caught_up > before:
+            self.notes.append(f"process {self.process} trial {index}: the GPU reached "
+                              f"{self.timer.caught_up - before} chunk(s) before the host had queued them")
+        return statistics.median(samples)
+
+    # --- after the trials -----------------------------------------------------------------
+
+    def cross_check(self) -> None:
+        """triton.testing.do_bench on the eager call, once per process, where Triton is installed."""
+        if not (self.gpu and self.live and self.job["timing"]["do_bench"]):
+            return
+        try:
+            import triton.testing  # noqa: F401
+        except ImportError as err:
+            self.do_bench_reason = f"Triton is not installed ({err})"
+            return
+        try:
+            with self.prepared.context():
+                self.do_bench.append(timing.do_bench_ms(self.prepared.fn))
+        except Exception as err:
+            self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+
+    def finish(self) -> dict:
+        settings = self.job["timing"]
+        entry = summary.complete_entry(self.entry, self.job["flops"], settings["stable_spread"], self.notes)
+        device = entry["device_ms"]["median"] if entry["device_ms"] else None
+        reason = self.do_bench_reason or (None if settings["do_bench"] else "do_bench disabled in config")
+        if self.gpu and entry["trials"]:
+            entry["cross_check"] = summary.cross_check(self.do_bench, device, settings["cross_check_tolerance"],
+                                                       reason)
+        # What the merge of the job's processes needs beyond the entry (fabench.measure.merge).
+        entry[PRIVATE_KEY] = {"notes": list(self.notes), "do_bench": list(self.do_bench),
+                              "do_bench_reason": reason if self.gpu else None}
+        return entry
+
+    def fail(self, err: BaseException, where: str = "") -> None:
+        kind, why = classify_failure(err)
+        self.entry.update(status="failed", failure_kind=kind, reason=where + why)
+        self.release()
+
+    def release(self) -> None:
+        self.live = False
+        self.prepared = self.timer = None
+        gc.collect()
+        if self.gpu:
+            torch.cuda.empty_cache()

@@ -1,0 +1,135 @@
+"""The runner's command line: one job, measured in `repeats` processes one after another.
+
+    python -m fabench.measure --spec '<job spec JSON>' --out OUT.json [--aiter-config F] [--project-commit C]
+
+Some figures differ from process to process (a compiled kernel, the host's launch path), which
+no number of trials inside one process can show. So this coordinating process, which never
+touches the GPU (and does not import torch), starts `python -m fabench.measure.job` once per
+repeat, sequentially, never concurrently, and merges their results (fabench.measure.merge). The
+first process reports how many repeats apply on its platform (a CPU has its own count).
+
+A process that writes no result (killed, crashed) is recorded in the result's method; when none
+writes one, the job's result says so for every backend instead of the job ending without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from fabench.measure.merge import merge
+from fabench.watchdog import watch_workflow
+
+JOB_MODULE = "fabench.measure.job"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=json.loads, help="the job spec, JSON (fabench.config.job_spec)")
+    parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    parser.add_argument("--process-index", type=int, help="internal: measure in this process, as repeat N")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    watch_workflow()
+    commit = args.project_commit or _git_commit()
+    if args.process_index is not None:
+        from fabench.measure.job import measure_to_file
+
+        measure_to_file(args.spec, args.aiter_config, commit, args.process_index, args.out)
+        return 0
+    return coordinate(args, commit)
+
+
+def coordinate(args: argparse.Namespace, commit: str | None) -> int:
+    results, processes = [], []
+    wanted = 1  # until the first process says how many its platform asks for
+    with tempfile.TemporaryDirectory(prefix="fabench-job-") as tmp:
+        index = 0
+        while index < wanted:
+            out = Path(tmp) / f"process-{index}.json"
+            code = run_process(args, commit, index, out)
+            processes.append({"index": index, "exit_code": code, "wrote_result": out.is_file()})
+            if out.is_file():
+                results.append(json.loads(out.read_text()))
+                if len(results) == 1:
+                    wanted = max(wanted, int(results[0]["method"]["repeats"]))
+            elif index == 0:
+                wanted = max(wanted, int(args.spec["settings"]["timing"]["repeats"]))
+            index += 1
+    if results:
+        result = merge(results, processes)
+        result["provenance"]["command"] = [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
+    else:
+        result = _without_result(args, commit, processes)
+    _write(args.out, result)
+    return 0
+
+
+def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> int:
+    """One measuring process; SIGTERM to this one (workflow gone, job cancelled) ends it too."""
+    cmd = [sys.executable, "-m", JOB_MODULE, "--spec", json.dumps(args.spec), "--out", str(out),
+           "--process-index", str(index)]
+    if args.aiter_config is not None:
+        cmd += ["--aiter-config", str(args.aiter_config)]
+    if commit:
+        cmd += ["--project-commit", commit]
+    print(f"[fabench] process {index}: {JOB_MODULE}", flush=True)
+    child = subprocess.Popen(cmd)
+
+    def stop(signum, frame):
+        child.terminate()
+        try:
+            child.wait(timeout=30)
+        finally:
+            raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:
+    """No process wrote a result: one that says why for every backend (needs torch, for the labels)."""
+    from fabench.measure.job import failed_result
+
+    how = "; ".join(f"process {p['index']} {_exit_text(p['exit_code'])}" for p in processes)
+    result = failed_result(args.spec, args.aiter_config, commit, f"no process of the job wrote a result: {how}")
+    result["method"]["processes"] = processes
+    return result
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        hint = " (on Linux usually the out-of-memory killer)" if -code == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {code}"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return out or None
+
+
+def _write(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, out)  # a reader never sees half a result

@@ -1,0 +1,188 @@
+"""Timing methods: the published one (wall clock) and a device time that is the kernel's.
+
+Device time. Per-iteration events measure the GPU waiting for the CPU whenever a call's kernels
+are shorter than its host launch overhead (compiled FlexAttention at (4,512,8,256): 0.100 ms by
+events behind nothing, 0.041 ms by do_bench). So the call is captured once in a CUDA/HIP graph
+and the graph is replayed; the replays of a chunk are queued behind a short GPU sleep
+(torch.cuda._sleep) and the chunk only counts as queued ahead when the GPU is still asleep after
+the host queued all of it (the chunk's first event not yet reached). Every iteration has its own
+pair of events; a trial's figure is the median of its iterations. Optionally the L2 is cleared
+before every iteration (outside the events), as triton.testing.do_bench does. When capture fails
+for a backend, the same chunks run the eager call instead, and the fallback is recorded.
+
+Warm-up. A GPU that idled runs at low clocks for its first kernels, so each trial warms up for
+the configured count and then in windows of device time until two consecutive windows agree.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from fabench.measure.platform import synchronize
+
+L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2
+MAX_QUEUED_OPS = 512  # stay well below the launch queue's depth: a full queue blocks the host
+MAX_SLEEP_FACTOR = 64
+DEVICE_TIME_METHOD = ("CUDA/HIP graph of one call, replayed in chunks queued behind a GPU sleep "
+                      "(torch.cuda._sleep) so the GPU never waits for the host; events around every "
+                      "replay; a trial's figure is the median over its iterations")
+EAGER_FALLBACK = "eager calls queued behind a GPU sleep (graph capture failed)"
+
+_cycles_per_ms: float | None = None
+_l2_buffer: torch.Tensor | None = None
+
+
+def sleep_cycles_per_ms() -> float:
+    """GPU clock cycles per ms of torch.cuda._sleep, measured once per process."""
+    global _cycles_per_ms
+    if _cycles_per_ms is None:
+        cycles = 2_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)  # the first sleep may run at idle clocks: measure the second
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+    return _cycles_per_ms
+
+
+def l2_buffer() -> torch.Tensor:
+    global _l2_buffer
+    if _l2_buffer is None:
+        _l2_buffer = torch.empty(L2_CLEAR_BYTES, dtype=torch.int8, device="cuda")
+    return _l2_buffer
+
+
+def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """fn captured once; the warm-up calls on a side stream are what torch's graph docs require."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+class DeviceTimer:
+    """Per-iteration device times of one backend's call, with no host time in them."""
+
+    def __init__(self, fn: Callable[[], object], clear_l2: bool, kernels_per_call: int = 1,
+                 use_graph: bool = True):
+        self.fallback_reason: str | None = None
+        self.graph = None
+        if use_graph:
+            try:
+                self.graph = capture_graph(fn)
+            except Exception as err:  # cuDNN, aiter, ... may refuse capture: time the eager call
+                self.fallback_reason = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                _recover_from_capture()
+        else:
+            self.fallback_reason = "graph capture not attempted"
+        self.run = self.graph.replay if self.graph is not None else fn
+        self.method = DEVICE_TIME_METHOD if self.graph is not None else EAGER_FALLBACK
+        ops_per_iter = 3 + (1 if self.graph is not None else max(kernels_per_call, 1)) + (1 if clear_l2 else 0)
+        self.chunk = max(1, MAX_QUEUED_OPS // ops_per_iter)
+        self.cache = l2_buffer() if clear_l2 else None
+        self.host_ms_per_iter = 0.05  # refined by every chunk
+        self.sleep_factor = 2.0
+        self.caught_up = 0  # chunks where the GPU started before the host had queued them all
+
+    def samples(self, n: int) -> list[float]:
+        out: list[float] = []
+        while len(out) < n:
+            out += self._chunk(min(self.chunk, n - len(out)))
+        return out
+
+    def _chunk(self, count: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        sleep_ms = self.host_ms_per_iter * count * self.sleep_factor + 0.05
+        torch.cuda._sleep(int(sleep_ms * sleep_cycles_per_ms()))
+        began = time.perf_counter()
+        for start, end in zip(starts, ends):
+            if self.cache is not None:
+                self.cache.zero_()
+            start.record()
+            self.run()
+            end.record()
+        queued_ahead = not starts[0].query()  # the GPU had not reached the chunk's first event
+        self.host_ms_per_iter = (time.perf_counter() - began) * 1000.0 / count
+        ends[-1].synchronize()
+        if not queued_ahead:
+            self.caught_up += 1
+            self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
+        return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+
+def _recover_from_capture() -> None:
+    """A failed capture can leave the stream in capture mode's error state: clear what torch can."""
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        pass
+    torch.cuda.empty_cache()
+
+
+def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
+    """The published report's method, kept so our numbers compare with its numbers: wall clock
+    around the loop, a device synchronize after every iteration, the mean per iteration."""
+    synchronize(platform)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+        synchronize(platform)
+    return (time.perf_counter() - start) / iters * 1000.0
+
+
+def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: dict) -> dict:
+    """The configured warm-up count, then windows of `warmup_window_ms` device time until two
+    consecutive windows' medians agree within `warmup_tolerance` (or `max_warmup_ms` has passed).
+
+    Returns {iters, settled, estimate_ms}: estimate_ms is the per-iteration time the trial's
+    iteration count is sized by (the last window's median; the wall time per call without a timer).
+    """
+    began = time.perf_counter()
+    for _ in range(timing["warmup"]):
+        fn()
+        synchronize(platform)
+    iters = timing["warmup"]
+    estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
+    if timer is None or timing["max_warmup_ms"] <= 0:
+        return {"iters": iters, "settled": True, "estimate_ms": estimate}
+    previous, count = None, 4
+    while True:
+        current = statistics.median(timer.samples(count))
+        iters += count
+        if previous is not None and abs(current - previous) <= timing["warmup_tolerance"] * previous:
+            return {"iters": iters, "settled": True, "estimate_ms": current}
+        if (time.perf_counter() - began) * 1000.0 > timing["max_warmup_ms"]:
+            return {"iters": iters, "settled": False, "estimate_ms": current}
+        previous = current
+        count = max(4, math.ceil(timing["warmup_window_ms"] / max(current, 1e-4)))
+
+
+def trial_iters(timing: dict, estimate_ms: float | None) -> int:
+    """At least `iters` iterations and at least `min_trial_ms` of (estimated) time."""
+    if not estimate_ms or timing["min_trial_ms"] <= 0:
+        return timing["iters"]
+    return max(timing["iters"], math.ceil(timing["min_trial_ms"] / estimate_ms))
+
+
+def do_bench_ms(fn: Callable[[], object]) -> float:
+    """triton.testing.do_bench's median (its defaults: 25 ms warm-up, 100 ms of repetitions, L2
+    cleared before every call): an independent measurement to compare ours with."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
