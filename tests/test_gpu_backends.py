@@ -1,14 +1,27 @@
-"""Backends on a real GPU: the failure modes a CPU cannot show. Skipped without CUDA."""
+"""Backends on a real GPU: the failure modes a CPU cannot show, and device time that is the
+kernel's. Skipped without CUDA."""
+
+import time
 
 import pytest
 import torch
 
-from fabench.measure.backends import BACKENDS, FallbackError, Problem, _require_triton_kernel
-from fabench.measure.job import measure_backend, reference_output
+from fabench.measure import kernels
+from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_triton_kernel
+from fabench.measure.job import job_settings, measure_backend, reference_output
+from workflow_util import tiny_config
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip), reason="needs a CUDA GPU")
 
-JOB = {"tolerance": {"max_abs_err": 0.02, "min_cosine": 0.999}, "warmup": 2, "iters": 3, "flops": 1.0}
+
+def settings(**timing) -> dict:
+    """The GPU job settings of the tiny config, with short trials."""
+    job = job_settings(tiny_config(warmup=2, iters=3), "cuda", {"batch": 2, "seq": 512, "heads": 4, "head_dim": 64})
+    job["timing"].update(trials=2, min_trial_ms=5, max_warmup_ms=200, **timing)
+    return job
+
+
+JOB = settings()
 
 
 def problem(head_dim, kernel_config, seq=512):
@@ -31,7 +44,47 @@ def test_compiled_flex_runs_its_triton_kernel_and_is_right():
     entry = measure_backend(BACKENDS["flex"], p, reference_output(p.q, p.k, p.v, True), JOB)
     assert entry["status"] == "ok", entry["reason"]
     assert entry["kernel_config"]["ignored"] == ["PRELOAD_V"]
-    assert entry["device_ms"]["n"] == 3
+    assert entry["device_ms"]["n"] == 2 and len(entry["trials"]) == 2
+    assert all(t["iters"] >= 3 and t["warmup_iters"] >= 2 for t in entry["trials"])
+    assert all(t["gpu_state"]["start"]["sm_clock_mhz"] > 0 for t in entry["trials"]), entry["trials"][0]
+    assert entry["compile_s"] > 0
+    launched = entry["kernels"]
+    assert any("triton" in name for name in launched["names"]), launched
+    assert launched["launch"]["num_warps"] == 4 and launched["launch"]["num_stages"] == 1, launched["launch"]
+    assert launched["launch"]["block_sizes"]["BLOCK_M"] == 64 and launched["launch"]["grid"], launched["launch"]
+    assert len(launched["source_sha256"]) == 64
+    assert entry["cross_check"]["do_bench_ms"] > 0, entry["cross_check"]
+
+
+def test_pinned_sdpa_records_its_kernels_and_is_timed_from_graph_replays():
+    p = problem(64, {})
+    entry = measure_backend(BACKENDS["sdpa_cudnn"], p, reference_output(p.q, p.k, p.v, True), JOB)
+    assert entry["status"] == "ok", entry["reason"]
+    assert entry["kernels"]["names"] and entry["kernels"]["source_sha256"] is None
+    assert entry["stats"]["device_ms"]["n"] == 2 and entry["host_overhead_ms"] is not None
+
+
+@pytest.mark.parametrize("graph", [True, False], ids=["graph-replay", "eager-behind-sleep"])
+def test_a_launch_bound_call_gets_its_kernel_time_and_a_large_host_overhead(graph):
+    """A tiny kernel behind 200 us of Python: the device figure is the kernel's few microseconds,
+    not the GPU waiting for the host, and the published method's figure carries the difference."""
+    p = problem(64, {}, seq=128)
+    reference = reference_output(p.q, p.k, p.v, True)
+    out = reference.clone()
+
+    def fn():
+        time.sleep(200e-6)
+        return out.add_(0.0)
+
+    backend = Backend("launch_bound", "Launch bound", lambda platform: None, lambda problem: Prepared(fn=fn))
+    job = settings(graph=graph, do_bench=False, clear_l2=False, min_trial_ms=1, warmup_window_ms=1)
+    entry = measure_backend(backend, p, reference, job)
+    assert entry["status"] == "ok", entry["reason"]
+    kernel_ms = max(launch["duration_us"] for launch in kernels.profile_call(fn)) / 1000.0
+    device = entry["device_ms"]["median"]
+    assert device < kernel_ms + 0.004, (device, kernel_ms)  # the kernel's own time, give or take events
+    assert entry["wall_mean_ms"] > 0.2 and entry["host_overhead_ms"] > 0.15, entry["host_overhead_ms"]
+    assert "before the host had queued" not in (entry["stats"]["unstable_reason"] or ""), entry["stats"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability(0) != (9, 0),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import warnings
 from typing import Callable
@@ -88,12 +89,18 @@ def inductor_kernels(modules: list) -> dict[str, object]:
 
 
 def inductor_launch(autotuner) -> dict:
-    """The launch settings Inductor chose for one kernel, and how many it chose among."""
+    """The launch settings Inductor chose for one kernel, and how many it chose among.
+
+    Pointwise kernels get their block sizes as config kwargs; templates (FlexAttention) bake them
+    into the source as constexpr constants, so both are read.
+    """
     launcher = autotuner.launchers[0] if autotuner.launchers else None
     config = getattr(launcher, "config", None) or (autotuner.configs[0] if autotuner.configs else None)
-    kwargs = dict(getattr(config, "kwargs", {}) or {})
+    sizes = dict(_source_constants(kernel_source(autotuner) or ""))
+    sizes.update(dict(getattr(config, "kwargs", {}) or {}))
     return {
-        "block_sizes": {k: v for k, v in kwargs.items() if k.startswith("BLOCK") or k.startswith("SPARSE")},
+        "block_sizes": {k: v for k, v in sizes.items() if k.startswith(("BLOCK", "SPARSE", "XBLOCK", "YBLOCK",
+                                                                         "RBLOCK", "R0_BLOCK"))},
         "num_warps": getattr(config, "num_warps", None),
         "num_stages": getattr(config, "num_stages", None),
         "candidate_configs": len(autotuner.configs or []),
@@ -102,6 +109,12 @@ def inductor_launch(autotuner) -> dict:
         "shared_memory": getattr(launcher, "shared", None),
         "launcher": type(launcher).__name__ if launcher is not None else None,
     }
+
+
+def _source_constants(source: str) -> list[tuple[str, int]]:
+    """NAME : tl.constexpr = 64 lines of a generated Triton kernel."""
+    return [(name, int(value)) for name, value in
+            re.findall(r"^\s*([A-Z][A-Z0-9_]*)\s*:\s*tl\.constexpr\s*=\s*(-?\d+)\s*$", source, re.MULTILINE)]
 
 
 def kernel_source(autotuner) -> str | None:
