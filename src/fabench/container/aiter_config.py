@@ -110,3 +110,14 @@ def _main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+def patch_local(overrides: dict, out: Path, meta_out: Path) -> dict:
+    """Patch the locally installed aiter's MHA config (or the skeleton without aiter)."""
+    from fabench.files import write_json
+
+    aiter_dir = installed_aiter_dir()
+    base = find_mha_config(aiter_dir) if aiter_dir else None
+    info = {**patch_file(base, overrides, out), "mount_target": None}
+    write_json(meta_out, info)
+    return info
