@@ -11,8 +11,8 @@ import pytest
 
 from fabench.results.collect import collect, result_schema
 from fabench.report.published import as_collected, load_published
-from fabench.report.render import fmt_sig, render
-from fabench.report.render import main as report_main
+from fabench.report.format import fmt_sig
+from fabench.report.render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -259,16 +259,6 @@ def test_full_output_lists_main_head_dim_and_compares_the_others(fixture_run):
     assert "(4, 1024, 8, 64)" not in block
     assert "SDPA (cuDNN) vs FlexAttention comparison (seq=1024, d_k=64):" in block
     assert "  SDPA (cuDNN):  0.031 ms\n  FlexAttention: 0.038 ms\n" in block
-
-
-def test_cli_writes_the_report(tmp_path, fixture_run):
-    collected, config = fixture_run
-    (tmp_path / "results.json").write_text(json.dumps(collected))
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    out = tmp_path / "report.md"
-    assert report_main(["--results", str(tmp_path / "results.json"), "--config", str(tmp_path / "config.json"),
-                        "--published", str(PUBLISHED_YAML), "--out", str(out)]) == 0
-    assert out.read_text() == render(collected, config, load_published(PUBLISHED_YAML))
 
 
 # ------------------------------------------------------------ unavailable backends, once
