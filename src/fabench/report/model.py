@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from typing import Iterator
 
+from fabench.report.format import shape_text
 from fabench.results.collect import shape_key
 
 ROLES = ("baseline", "vendor", "triton")
@@ -67,7 +68,7 @@ class ShapeNames:
     def __call__(self, shape: dict) -> str:
         parts = [f"{word}={shape[dim]}" for dim, word in DIM_WORDS
                  if self.common.get(dim, object()) != shape[dim]]
-        return ", ".join(parts) or "({}, {}, {}, {})".format(*shape_key(shape))
+        return ", ".join(parts) or shape_text(shape)
 
 
 class Run:

@@ -10,8 +10,8 @@ with the vendor kernel.
 
 from __future__ import annotations
 
-from fabench.report.format import backend_name, bold, fmt_ms, fmt_times, md_code, md_text, shape_text, status_text, \
-    value_text
+from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_code, md_text, shape_text,
+                                   status_text, value_text)
 from fabench.report.model import Run, role_backend, role_ms, speedup
 
 
