@@ -18,5 +18,5 @@ include: "workflow/rules/report.smk"
 rule report:
     default_target: True
     input:
-        report_path(),
-        result_paths(),
+        all_runs(report_path),
+        all_runs(result_paths),

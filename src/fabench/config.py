@@ -10,8 +10,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import yaml
-
 from fabench.shapes import shape_id
 
 
@@ -78,6 +76,8 @@ def check(config: dict, schemas: Path, project: Path) -> None:
     schema violation, a rule across keys the schema cannot state, or a published-numbers file that
     is missing or not what the report reads. `schemas` holds config.schema.yaml and
     published.schema.yaml; relative paths in the config are relative to `project`."""
+    import yaml  # here, not at the top: the runner in the image imports this module, without PyYAML
+
     schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
     problem = schema_error(config, schema) or _consistency_error(config) or \
         _published_error(config.get("published"), schemas, project)
@@ -86,6 +86,8 @@ def check(config: dict, schemas: Path, project: Path) -> None:
 
 
 def _published_error(published: str | None, schemas: Path, project: Path) -> str | None:
+    import yaml
+
     if published is None:
         return None
     path = project / published
@@ -101,7 +103,9 @@ def _published_error(published: str | None, schemas: Path, project: Path) -> str
 
 
 def _consistency_error(config: dict) -> str | None:
-    """Rules across keys: every role names a measured backend."""
+    """Rules across keys: every role names a measured backend; platform images need containers."""
+    if config.get("platforms") and config.get("runtime") == "local":
+        return "platforms: each platform is an image, so runtime must be docker or auto (it is local)"
     for platform, roles in config["roles"].items():
         for role, backend in roles.items():
             if backend not in config["backends"]:
@@ -115,12 +119,13 @@ def job_settings(config: dict) -> dict:
     return {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
 
 
-def job_spec(config: dict, variant: str, shape: dict) -> dict:
+def job_spec(config: dict, variant: str, shape: dict, run: str | None = None) -> dict:
     """Everything one benchmark job measures, and nothing else: its variant's Triton config, its
     shape and the run's shared settings. The workflow passes it to the runner and keeps it as the
-    job's params, so a job re-runs exactly when its own spec changes."""
+    job's params, so a job re-runs exactly when its own spec changes. `run` names the run when the
+    config makes several (one per platform image)."""
     return {
-        "run": config["run"],
+        "run": run or config["run"],
         "variant": variant,
         "shape": dict(shape),
         "shape_id": shape_id(shape),

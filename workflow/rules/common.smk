@@ -16,6 +16,7 @@ min_version("9.0")
 
 from fabench import config as fabench_config
 from fabench.container import image as fabench_image
+from fabench.container import job as fabench_job
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
@@ -55,13 +56,15 @@ check_config()
 os.environ[WORKFLOW_ENV] = workflow_marker()
 
 RUN = config["run"]
+# One run per platform image when config lists several (run <run>-<label>), else the one run.
+RUNS = {f"{RUN}-{label}": label for label in config["platforms"]} or {RUN: None}
 PYTHON = sys.executable
 SHAPES = {shape_id(shape): shape for shape in config["shapes"]}
 VARIANTS = list(config["variants"])
 
 
 wildcard_constraints:
-    run=re.escape(RUN),
+    run="|".join(map(re.escape, RUNS)),
     variant="|".join(map(re.escape, VARIANTS)),
     shape=SHAPE_ID_PATTERN,
 
@@ -93,17 +96,22 @@ def project_commit():
 PROJECT_COMMIT = project_commit()
 
 
-def result_paths():
+def result_paths(run):
     return expand(
         "results/{run}/{variant}/{shape}.json",
-        run=RUN,
+        run=run,
         variant=VARIANTS,
         shape=list(SHAPES),
     )
 
 
-def report_path():
-    return f"results/{RUN}/report.md"
+def report_path(run):
+    return f"results/{run}/report.md"
+
+
+def all_runs(path_of):
+    """A per-run path (or list of paths) for every run of this config."""
+    return [path for run in RUNS for path in flatten([path_of(run)])]
 
 
 def published_numbers():
@@ -112,47 +120,75 @@ def published_numbers():
 
 def job_spec_json(wildcards):
     """What the job measures, as its params: it re-runs when this changes, and only then."""
-    spec = fabench_config.job_spec(config, wildcards.variant, SHAPES[wildcards.shape])
+    spec = fabench_config.job_spec(
+        config, wildcards.variant, SHAPES[wildcards.shape], run=wildcards.run
+    )
     return json.dumps(spec, sort_keys=True)
 
 
 # --- the docker runtime -------------------------------------------------------------------------
-IMAGE = config["image"]
-IMAGE_DOCKERFILE = Path(project_path(IMAGE["dockerfile"]))
-IMAGE_CONTEXT = Path(project_path(IMAGE["context"]))
-IMAGE_BUILD_ARGS = {
-    str(k): "" if v is None else str(v) for k, v in IMAGE["build_args"].items()
-}
+def image_settings(run):
+    """config's image, with the run's platform entry (several platform images) merged over it."""
+    label = RUNS[run]
+    override = config["platforms"][label] if label else {}
+    build_args = {**config["image"]["build_args"], **override.get("build_args", {})}
+    merged = {**config["image"], **override, "build_args": build_args}
+    return {
+        "dockerfile": Path(project_path(merged["dockerfile"])),
+        "context": Path(project_path(merged["context"])),
+        "name": merged["name"],
+        "build_args": {
+            str(k): "" if v is None else str(v) for k, v in build_args.items()
+        },
+        "cache_dir": project_path(merged["cache_dir"]),
+    }
 
 
 @functools.lru_cache(maxsize=1)
 def use_docker():
-    """runtime docker: yes; local: no; auto: on a ROCm host whose Docker engine answers."""
+    """runtime docker: yes; local: no; auto: with several platform images, or on a ROCm host whose
+    Docker engine answers."""
     if config["runtime"] != "auto":
         return config["runtime"] == "docker"
-    return fabench_image.rocm_devices_present() and fabench_image.engine_answers(
+    if config["platforms"]:
+        return True
+    return fabench_job.rocm_devices_present() and fabench_image.engine_answers(
         timeout=5
     )
 
 
-@functools.lru_cache(maxsize=1)
-def image_tag():
-    if not IMAGE_DOCKERFILE.is_file():
+@functools.lru_cache(maxsize=None)
+def image_tag(run):
+    image = image_settings(run)
+    if not image["dockerfile"].is_file():
         raise WorkflowError(
-            f"invalid config: image.dockerfile: no Dockerfile at {IMAGE_DOCKERFILE}"
+            f"invalid config: image.dockerfile: no Dockerfile at {image['dockerfile']}"
         )
     return fabench_image.image_tag(
-        IMAGE_DOCKERFILE, IMAGE_BUILD_ARGS, name=IMAGE["name"], context=IMAGE_CONTEXT
+        image["dockerfile"],
+        image["build_args"],
+        name=image["name"],
+        context=image["context"],
     )
 
 
-def image_manifest():
-    """The image manifest (build/images/<tag>.json); a benchmark job in docker depends on it."""
-    return f"build/images/{fabench_image.manifest_name(image_tag())}"
+def image_manifest(run):
+    """The run's image manifest (build/images/<tag>.json); its docker jobs depend on it."""
+    return f"build/images/{fabench_image.manifest_name(image_tag(run))}"
+
+
+def image_to_build(wildcards):
+    """The image settings behind a manifest name (the build rule's params)."""
+    for run in RUNS:
+        if image_manifest(run) == f"build/images/{wildcards.image}.json":
+            return image_settings(run)
+    raise WorkflowError(
+        f"no image of this config has the manifest build/images/{wildcards.image}.json"
+    )
 
 
 def docker_manifest(wildcards):
-    return image_manifest() if use_docker() else []
+    return image_manifest(wildcards.run) if use_docker() else []
 
 
 def job_launcher(wildcards, input):
@@ -173,7 +209,7 @@ def job_launcher(wildcards, input):
             "--results-dir",
             f"results/{wildcards.run}",
             "--cache-dir",
-            project_path(IMAGE["cache_dir"]),
+            image_settings(wildcards.run)["cache_dir"],
             "--",
         ]
     else:
@@ -186,10 +222,10 @@ REPORT_TEMPLATE_DIR = Path(workflow.basedir) / "report"
 REPORT_TEMPLATES = sorted(map(str, REPORT_TEMPLATE_DIR.rglob("*.j2")))
 
 
-def expected_jobs():
+def expected_jobs(wildcards):
     """What the collector checks each result against: the job it should be, run as configured."""
     return {
-        "run": RUN,
+        "run": wildcards.run,
         "settings_sha256": fabench_config.sha256_json(
             fabench_config.job_settings(config)
         ),

@@ -9,10 +9,7 @@ rule build_image:
     wildcard_constraints:
         image=r"[A-Za-z0-9._-]+",
     params:
-        dockerfile=IMAGE_DOCKERFILE,
-        context=IMAGE_CONTEXT,
-        name=IMAGE["name"],
-        build_args=IMAGE_BUILD_ARGS,
+        image=image_to_build,
     script:
         "../scripts/build_image.py"
 

@@ -3,7 +3,7 @@
 
 rule collect:
     input:
-        results=result_paths(),
+        results=lambda wildcards: result_paths(wildcards.run),
     output:
         "results/{run}/results.json",
     log:
@@ -11,7 +11,7 @@ rule collect:
     params:
         schema=SCHEMAS / "result.schema.json",
         variants=VARIANTS,
-        expected=lambda wildcards: expected_jobs(),
+        expected=expected_jobs,
     script:
         "../scripts/collect.py"
 

@@ -3,5 +3,6 @@ from pathlib import Path
 
 from fabench.container.image import build_image
 
-build_image(Path(snakemake.params.dockerfile), Path(snakemake.params.context), dict(snakemake.params.build_args),
-            manifest=Path(snakemake.output[0]), log=Path(snakemake.log[0]), name=snakemake.params.name)
+image = snakemake.params.image
+build_image(image["dockerfile"], image["context"], image["build_args"], manifest=Path(snakemake.output[0]),
+            log=Path(snakemake.log[0]), name=image["name"])
