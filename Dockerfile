@@ -2,7 +2,8 @@
 # Triton + this project's package (installed last, so that a change to src/ does not
 # rebuild aiter).
 #
-# Build (usually through `python -m fabench.container.image build`, which also writes a manifest):
+# Built by the workflow through fabench.container.image.build_image, which also writes a manifest;
+# by hand:
 #   docker build --network host -t fabench:dev .
 # CPU-only image for CI/tests (no aiter, keep the base's torch and Triton):
 #   docker build --network host --build-arg BASE_IMAGE=fabench-cpu-base:bookworm-torch2.13 \

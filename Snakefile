@@ -1,7 +1,10 @@
 # Flash-attention benchmark reproduction: `snakemake --cores 1 report`.
-# The experiment is config.yaml; the rules are thin and the work is in the fabench package.
+# The experiment is config.yaml (checked against workflow/schemas/config.schema.yaml); the rules
+# are thin and the work is in the fabench package, one sub-package per stage.
 
-configfile: "config.yaml"
+
+# The project's config.yaml, also when snakemake works in another --directory.
+configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 include: "workflow/rules/common.smk"
@@ -10,7 +13,10 @@ include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
 
 
+# The report and every job result it is made from: a result deleted after the report was
+# rendered is measured again, and the report rebuilt, instead of "Nothing to be done".
 rule report:
     default_target: True
     input:
-        report_path(),
+        all_runs(report_path),
+        all_runs(result_paths),

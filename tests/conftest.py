@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_BASE_IMAGE = os.environ.get("FABENCH_CPU_BASE_IMAGE", "fabench-cpu-base:bookworm-torch2.13")
-# The same name and build arguments as tests/configs/docker-small.yaml, so the end-to-end
+# The same name and build arguments as .test/config-docker/config.yaml, so the end-to-end
 # test reuses the image the fixture built.
 CPU_IMAGE_NAME = "fabench-test"
 CPU_BUILD_ARGS = {"BASE_IMAGE": CPU_BASE_IMAGE, "AITER_COMMIT": "", "TRITON_VERSION": ""}

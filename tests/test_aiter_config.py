@@ -1,12 +1,11 @@
 """Finding and patching aiter's MHA config, on package trees laid out as aiter's versions lay them out."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from fabench.container.aiter_config import find_mha_config, merge_overrides, patch_file
+from fabench.container import aiter_config
+from fabench.container.aiter_config import find_mha_config, merge_overrides, patch_local
 
 PACKAGED = {"fwd": {"default": {"BLOCK_M": 128, "BLOCK_N": 64, "PRELOAD_V": False, "num_warps": 4},
                     "dropout_or_fp32": {"BLOCK_M": 32}}}
@@ -39,17 +38,47 @@ def test_merge_is_partial_and_rejects_unknown_keys():
         merge_overrides(PACKAGED, {"BLOCK_K": 4})
 
 
-def test_patch_file_records_hashes(tmp_path):
-    base = _write(tmp_path / "base.json", PACKAGED)
-    info = patch_file(base, {"BLOCK_M": 64}, tmp_path / "out/tuned.json")
-    assert json.loads((tmp_path / "out/tuned.json").read_text())["fwd"]["default"]["BLOCK_M"] == 64
-    assert info["base_path"] == str(base) and len(info["patched_sha256"]) == 64
+def test_patch_local_reads_the_installed_aiter_and_records_hashes(tmp_path, monkeypatch):
+    package = tmp_path / "site" / "aiter"
+    base = _write(package / "ops/triton/configs/gfx942-MHA-DEFAULT.json", PACKAGED)
+    monkeypatch.setattr(aiter_config, "installed_aiter_dir", lambda: package)
+    out, meta = tmp_path / "out/tuned.json", tmp_path / "out/tuned.meta.json"
+    info = patch_local({"BLOCK_M": 64}, out, meta)
+    patched = json.loads(out.read_text())
+    assert patched["fwd"]["default"]["BLOCK_M"] == 64 and patched["fwd"]["dropout_or_fp32"] == {"BLOCK_M": 32}
+    assert json.loads(meta.read_text()) == info
+    assert info["base_path"] == str(base) and info["base_sha256"] == aiter_config.file_sha256(base)
+    assert info["patched_sha256"] == aiter_config.file_sha256(out) and info["mount_target"] is None
 
 
-def test_patch_cli_without_aiter_writes_the_variant_into_a_skeleton(tmp_path):
-    out = tmp_path / "tuned.json"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container.aiter_config", "patch", "--overrides",
-                           '{"BLOCK_M": 64, "PRELOAD_V": true}', "--out", str(out)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_patch_local_without_aiter_writes_the_variant_into_a_skeleton(tmp_path, monkeypatch):
+    monkeypatch.setattr(aiter_config, "installed_aiter_dir", lambda: None)
+    out, meta = tmp_path / "tuned.json", tmp_path / "tuned.meta.json"
+    info = patch_local({"BLOCK_M": 64, "PRELOAD_V": True}, out, meta)
     assert json.loads(out.read_text()) == {"fwd": {"default": {"BLOCK_M": 64, "PRELOAD_V": True}}}
-    assert json.loads(out.with_suffix(".meta.json").read_text())["base_path"] is None
+    assert info["base_path"] is None and info["base_sha256"] is None
+    assert json.loads(meta.read_text()) == info
+
+
+def test_patch_local_rejects_unknown_keys_before_writing(tmp_path, monkeypatch):
+    package = tmp_path / "aiter"
+    _write(package / "ops/triton/configs/gfx942/triton/attention/mha/DEFAULT.json", PACKAGED)
+    monkeypatch.setattr(aiter_config, "installed_aiter_dir", lambda: package)
+    out, meta = tmp_path / "out/tuned.json", tmp_path / "out/tuned.meta.json"
+    with pytest.raises(ValueError, match="BLOCK_K"):
+        patch_local({"BLOCK_K": 16}, out, meta)
+    assert not out.exists() and not meta.exists()
+
+
+def test_the_runner_side_never_imports_docker():
+    """The image's runner imports aiter_config and the probe; the image has no docker SDK."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    code = (f"import sys; sys.path.insert(0, {src!r}); import fabench.container.aiter_config as a, "
+            "fabench.container.probe as p; "
+            f"assert a.__file__.startswith({src!r}) and p.__file__.startswith({src!r}); "
+            "sys.exit('docker' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

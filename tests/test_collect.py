@@ -8,8 +8,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fabench.results.collect import REPO_SCHEMA, ResultError, collect, main, result_schema
+from fabench.config import job_spec, job_settings, sha256_json
 from fabench.report.render import render
+from fabench.results.collect import ResultError, collect, result_schema
+from fabench.results.contract import SCHEMA_PATH
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RESULTS = sorted((FIXTURES / "results").glob("*/*.json"))
@@ -31,7 +33,7 @@ def order_of(collected: dict) -> list[tuple[str, str]]:
 
 def test_schema_is_valid_draft_2020_12():
     jsonschema.Draft202012Validator.check_schema(result_schema())
-    assert result_schema(REPO_SCHEMA) == result_schema()
+    assert result_schema(SCHEMA_PATH) == result_schema()
 
 
 def test_fixture_results_are_valid():
@@ -90,20 +92,72 @@ def test_results_of_one_run_only(tmp_path):
         collect([ONE, other])
 
 
-def test_cli_writes_results_in_config_order(tmp_path):
-    out = tmp_path / "run" / "results.json"
-    assert main(["--out", str(out), "--config", str(FIXTURES / "config.json"), *map(str, RESULTS)]) == 0
-    collected = json.loads(out.read_text())
-    assert order_of(collected)[0] == ("default", "b4-s512-h8-d256")
+def test_results_come_in_the_given_variant_order():
+    collected = collect(RESULTS, ["tuned", "default"])
+    assert order_of(collected)[0] == ("tuned", "b4-s512-h8-d256")  # shapes by (B,S,H,D) within
     assert len(collected["results"]) == len(RESULTS)
 
 
-def test_cli_reports_bad_files_and_fails(tmp_path, capsys):
+def test_every_bad_file_is_named_with_its_problem(tmp_path):
     bad = write_variant(tmp_path, "bad.json", lambda r: r["backends"]["native"].pop("label"))
-    out = tmp_path / "results.json"
-    assert main(["--out", str(out), str(bad)]) == 1
-    assert f"{bad}: $.backends.native: 'label' is a required property" in capsys.readouterr().err
-    assert not out.exists()
+    with pytest.raises(ResultError) as err:
+        collect([bad])
+    assert f"{bad}: $.backends.native: 'label' is a required property" in str(err.value)
+
+
+def test_an_ok_status_with_a_failed_correctness_check_is_refused(tmp_path):
+    def lie(result):
+        result["backends"]["native"]["correctness"]["passed"] = False
+
+    with pytest.raises(ResultError, match=r"\$\.backends\.native: status ok although its correctness check failed"):
+        collect([write_variant(tmp_path, "lie.json", lie)])
+
+
+def expectations(config: dict, result: dict) -> dict:
+    """What the workflow asks of the fixture's job (as workflow/rules/common.smk builds it)."""
+    return {"run": result["run"], "settings_sha256": sha256_json(job_settings(config)),
+            "iterations": {"gpu": {"warmup": config["warmup"], "iters": config["iters"]}, "cpu": config["cpu"]},
+            "jobs": {f"{result['variant']}/{result['shape_id']}": config["variants"][result["variant"]]["triton"]}}
+
+
+def matching_result(tmp_path, change=lambda r: None):
+    """The fixture result made to be exactly what the fixture config asks for, then changed."""
+    config = json.loads((FIXTURES / "config.json").read_text())
+
+    def as_configured(result):
+        result["run"] = config["run"]
+        result["provenance"]["config_sha256"] = sha256_json(job_settings(config))
+        result["method"].update(warmup=config["warmup"], iters=config["iters"])
+        result["kernel_config"]["values"].update(config["variants"][result["variant"]]["triton"])
+        change(result)
+
+    path = write_variant(tmp_path, "job.json", as_configured)
+    return config, path, json.loads(path.read_text())
+
+
+def test_a_result_run_as_configured_is_accepted(tmp_path):
+    config, path, result = matching_result(tmp_path)
+    assert collect([path], expected=expectations(config, result))["results"][0]["variant"] == result["variant"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r["method"].update(iters=7), r"\$\.method: ran \{'warmup': 10, 'iters': 7\}, the config asks for"),
+    (lambda r: r["provenance"].update(config_sha256="0" * 64), r"ran with other settings than the config's"),
+    (lambda r: r["kernel_config"]["values"].update(BLOCK_M=16), r"\$\.kernel_config\.values: measured \{'BLOCK_M': 16\}"),
+])
+def test_a_result_that_ran_otherwise_than_the_config_is_named(tmp_path, change, message):
+    config, _, expected_of = matching_result(tmp_path)
+    _, path, _ = matching_result(tmp_path, change)
+    with pytest.raises(ResultError, match=message):
+        collect([path], expected=expectations(config, expected_of))
+
+
+def test_a_result_of_a_job_the_config_does_not_have_is_named(tmp_path):
+    config, path, result = matching_result(tmp_path)
+    expected = expectations(config, result)
+    expected["jobs"] = {"other/b1-s1-h1-d8": {}}
+    with pytest.raises(ResultError, match="is not a job of this config"):
+        collect([path], expected=expected)
 
 
 def test_a_result_written_by_the_runner_is_accepted(tmp_path):
@@ -115,7 +169,7 @@ def test_a_result_written_by_the_runner_is_accepted(tmp_path):
     config.update(warmup=1, iters=2, cpu={"warmup": 0, "iters": 1}, backends=["native", "ck", "sdpa"])
     shape = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
     path = tmp_path / "b1-s64-h2-d32.json"
-    path.write_text(json.dumps(run_job(config, "tuned", shape, None, "test")))
+    path.write_text(json.dumps(run_job(job_spec(config, "tuned", shape), None, "test")))
     collected = collect([path])
     assert collected["results"][0]["backends"]["ck"]["status"] == "unavailable"
     if collected["results"][0]["platform"] == "cpu":  # the Triton role (flex) was not run at all

@@ -1,8 +1,19 @@
-"""Bad input gets one clear error, naming the key, before any job starts."""
+"""Bad input gets one clear error, naming the key, before any job starts.
+
+The checks run in-process through fabench.config.check, the function the Snakefile calls; two
+tests run snakemake itself to prove the wiring (one line, no job scheduled, no results folder).
+"""
+
+import copy
 
 import pytest
+import yaml
 
-from workflow_util import default_config, snakemake
+from fabench.config import ConfigError, check
+from fabench.measure.backends import BACKENDS
+from workflow_util import REPO, default_config, planned_jobs, snakemake
+
+SCHEMAS = REPO / "workflow" / "schemas"
 
 
 def _mutated(mutate):
@@ -11,41 +22,103 @@ def _mutated(mutate):
     return config
 
 
+def _set(path: str, value):
+    """A mutation setting a dotted key ("shapes.0.batch") to `value`."""
+    def mutate(config):
+        *parents, last = path.split(".")
+        node = config
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[int(last) if isinstance(node, list) else last] = value
+    return mutate
+
+
 BAD_CONFIGS = {
-    "wrong type": (lambda c: c.update(warmup="ten"), "warmup: 'ten' is not of type 'integer'"),
+    "wrong type": (_set("warmup", "ten"), "warmup: 'ten' is not of type 'integer'"),
     "unknown key": (lambda c: c.update(warmups=3), "'warmups' was unexpected"),
-    "bad value": (lambda c: c.update(dtype="float8"), "dtype: 'float8' is not one of"),
+    "bad value": (_set("dtype", "float8"), "dtype: 'float8' is not one of"),
     "unknown aiter key": (lambda c: c["variants"]["tuned"]["triton"].update(BLOCK_K=4),
                           "variants.tuned.triton: Additional properties are not allowed ('BLOCK_K' was unexpected)"),
-    "block size": (lambda c: c["variants"]["tuned"]["triton"].update(BLOCK_M=48), "variants.tuned.triton.BLOCK_M"),
-    "zero seq": (lambda c: c["shapes"][1].update(seq=0), "shapes.1.seq: 0 is less than the minimum of 1"),
+    "block size": (_set("variants.tuned.triton.BLOCK_M", 48), "variants.tuned.triton.BLOCK_M"),
+    "zero seq": (_set("shapes.1.seq", 0), "shapes.1.seq: 0 is less than the minimum of 1"),
     "missing key": (lambda c: c.pop("tolerance"), "'tolerance' is a required property"),
-    "unknown backend": (lambda c: c.update(backends=["native", "xformers"]), "backends.1: 'xformers' is not one of"),
-    "unknown role backend": (lambda c: c["roles"]["cuda"].update(vendor="cudnn"), "roles.cuda.vendor: 'cudnn' is not one of"),
-    "duplicate shape": (lambda c: c["shapes"].append(dict(c["shapes"][0])), "shapes: listed twice: b4-s512-h8-d256"),
-    "bad run name": (lambda c: c.update(run="../elsewhere"), "run: '../elsewhere' does not match"),
-    "bad runtime": (lambda c: c.update(runtime="podman"), "runtime: 'podman' is not one of"),
+    "unknown backend": (_set("backends", ["native", "xformers"]), "backends.1: 'xformers' is not one of"),
+    "unknown role backend": (_set("roles.cuda.vendor", "cudnn"), "roles.cuda.vendor: 'cudnn' is not one of"),
+    "role not measured": (_set("backends", ["native", "sdpa", "flex", "ck", "triton"]),
+                          "roles.cuda.vendor: 'sdpa_cudnn' is not in backends (native, sdpa, flex, ck, triton)"),
+    "duplicate shape": (lambda c: c["shapes"].append(dict(c["shapes"][0])),
+                        "shapes: lists b4-s512-h8-d256 twice"),
+    "duplicate backend": (lambda c: c["backends"].append("native"), "backends: lists \"native\" twice"),
+    "head_dim": (_set("shapes.0.head_dim", 60), "shapes.0.head_dim: 60 is not a multiple of 8"),
+    "bad run name": (_set("run", "../elsewhere"), "run: '../elsewhere' does not match"),
+    "bad runtime": (_set("runtime", "podman"), "runtime: 'podman' is not one of"),
+    "integral float shape": (_set("shapes.0.batch", 2.0), "shapes.0.batch: 2.0 is not of type 'integer'"),
+    "integral float iters": (_set("cpu.iters", 2.0), "cpu.iters: 2.0 is not of type 'integer'"),
+    "boolean iters": (_set("iters", True), "iters: True is not of type 'integer'"),
+    "no variants": (_set("variants", {}), "variants: {} should be non-empty"),
+    "published missing": (_set("published", "null"), "published: no file at"),
+    "published not yaml": (_set("published", "README.md"), "is not YAML"),
+    "published wrong shape": (_set("published", "config.yaml"), "published: "),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
-def test_bad_config_fails_before_any_job_with_one_clear_error(tmp_path, case):
+def test_bad_config_is_named_in_one_line(case):
     mutate, expected = BAD_CONFIGS[case]
-    proc = snakemake(tmp_path, "-n", "report", config=_mutated(mutate), timeout=120)
+    with pytest.raises(ConfigError) as err:
+        check(_mutated(mutate), SCHEMAS, REPO)
+    message = str(err.value)
+    assert "\n" not in message
+    assert expected in message
+
+
+def test_the_default_config_passes():
+    check(default_config(), SCHEMAS, REPO)
+
+
+def test_a_published_file_of_another_shape_names_what_is_missing(tmp_path):
+    (tmp_path / "numbers.yaml").write_text(yaml.safe_dump({"source": {"title": "x"}}))
+    with pytest.raises(ConfigError, match=r"published: .*numbers.yaml: \(top level\): 'method' is a required"):
+        check(_mutated(_set("published", str(tmp_path / "numbers.yaml"))), SCHEMAS, REPO)
+
+
+def test_the_schema_lists_exactly_the_registered_backends():
+    schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
+    assert schema["definitions"]["backend"]["enum"] == list(BACKENDS)
+
+
+def test_snakemake_stops_before_any_job_with_the_one_line(tmp_path):
+    proc = snakemake(tmp_path, "-n", "report", config=_mutated(_set("shapes.0.batch", 2.0)), timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
     errors = [line for line in output.splitlines() if line.startswith("invalid config:")]
-    assert len(errors) == 1, output
-    assert expected in errors[0]
+    assert errors == ["invalid config: shapes.0.batch: 2.0 is not of type 'integer' (expected type integer and minimum 1)"], output
     assert "rule benchmark" not in output  # nothing was scheduled
     assert not (tmp_path / "results").exists()
 
 
 def test_default_config_plans_one_benchmark_job_per_variant_and_shape(tmp_path):
-    config = default_config()
-    proc = snakemake(tmp_path, "-n", "report", config=config, timeout=120)
+    proc = snakemake(tmp_path, "-n", "report", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    counts = dict(line.split() for line in proc.stdout.splitlines() if line.split()[:1] in (["benchmark"], ["collect"]))
-    expected = len(config["variants"]) * len(config["shapes"])
-    assert expected == 10
-    assert counts == {"benchmark": "10", "collect": "1"}
+    counts = planned_jobs(proc)
+    assert counts["benchmark"] == 10 and counts["collect"] == 1 and counts["render_report"] == 1
+
+
+def test_variants_in_a_user_config_file_replace_the_defaults(tmp_path):
+    """config.yaml's default and tuned variants do not sneak into a run of the user's own."""
+    mine = {"variants": {"stock": {"triton": {"BLOCK_M": 128}}, "autotuned": {"triton": {"BLOCK_M": 64}}}}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
+    proc = snakemake(tmp_path, "-n", "report", "--configfile", str(tmp_path / "mine.yaml"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    variants = {line.split("/")[2] for line in proc.stdout.split() if line.startswith("results/local/")
+                and line.count("/") == 3 and not line.startswith("results/local/aiter-config")}
+    assert variants == {"stock", "autotuned"}
+
+
+def test_a_key_given_with_config_still_wins_over_the_user_file(tmp_path):
+    mine = copy.deepcopy({"run": "from-file"})
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
+    proc = snakemake(tmp_path, "-n", "report", "--configfile", str(tmp_path / "mine.yaml"),
+                     "--config", "run=from-cli", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "results/from-cli/report.md" in proc.stdout and "from-file" not in proc.stdout

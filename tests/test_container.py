@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ import pytest
 import yaml
 
 from fabench.container import image as fc
+from fabench.container import job as fj
+from fabench.container.aiter_config import patch_from_image, sidecar_path
 from workflow_util import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +40,7 @@ FAKE_AITER_CONFIG = {
     }
 }
 
-# Run in the job container instead of fabench.measure.job: reports what a job sees there.
+# Run in the job container instead of fabench.measure: reports what a job sees there.
 PROBE = '''
 import argparse, hashlib, json, os, sys, time
 p = argparse.ArgumentParser()
@@ -84,7 +87,12 @@ def sha256(path: Path) -> str:
 
 
 def job_containers(cli, tag: str) -> list:
-    return cli.containers.list(all=True, filters={"label": f"fabench.image={tag}"})
+    return cli.containers.list(all=True, filters={"label": [f"fabench.image={tag}", fj.JOB_LABEL]})
+
+
+def patch(manifest: Path, overrides: dict, out: Path) -> dict:
+    """patch_from_image as the workflow calls it: the sidecar where run-job looks for it."""
+    return patch_from_image(manifest, overrides, out, sidecar_path(out))
 
 
 # ---------------------------------------------------------------- no engine needed
@@ -124,6 +132,20 @@ def test_dockerfile_pins_and_legacy_builder():
     # our package is copied last: everything after the first COPY is about it
     first_copy = text.index("\nCOPY ")
     assert "aiter" not in text[first_copy:].lower()
+
+
+def test_probe_module_writes_what_the_manifest_needs(tmp_path):
+    """The probe as the image runs it, here on the host: the keys the manifest reads."""
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-m", "fabench.container.probe", str(out)], capture_output=True,
+                          text=True, env=_env(FABENCH_GPU_ARCHS="gfx942"))
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(out.read_text())
+    assert set(seen) >= {"python", "torch", "triton", "aiter", "fabench", "numpy", "rocm", "hip",
+                         "aiter_dir", "aiter_mha_config", "env"}
+    assert seen["python"] == sys.version.split()[0] and seen["env"]["FABENCH_GPU_ARCHS"] == "gfx942"
+    assert subprocess.run([sys.executable, "-m", "fabench.container.probe"], capture_output=True,
+                          env=_env()).returncode == 2
 
 
 # ---------------------------------------------------------------- real engine
@@ -175,7 +197,7 @@ def test_failed_build_raises_with_the_log_tail(cpu_base_image, tmp_path):
 @pytest.mark.docker
 def test_patch_config_without_aiter(cpu_image, tmp_path):
     out = tmp_path / "aiter-config" / "tuned.json"
-    info = fc.patch_config(cpu_image["manifest"], {"BLOCK_M": 64, "PRELOAD_V": True}, out)
+    info = patch(cpu_image["manifest"], {"BLOCK_M": 64, "PRELOAD_V": True}, out)
     assert json.loads(out.read_text()) == {"fwd": {"default": {"BLOCK_M": 64, "PRELOAD_V": True}}}
     side = json.loads((tmp_path / "aiter-config" / "tuned.meta.json").read_text())
     assert side == info and side["mount_target"] is None and side["base_sha256"] is None
@@ -203,26 +225,24 @@ def test_patch_config_from_the_image(fake_aiter_image, tmp_path):
     assert m["aiter_dir"] == "/opt/fakeaiter/aiter"
     assert m["aiter_mha_config"] == "/opt/fakeaiter/aiter/ops/triton/configs/gfx942-MHA-DEFAULT.json"
     assert m["aiter_commit"] == "0" * 40
-    out = tmp_path / "tuned.json"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container.image", "patch-config", "--manifest",
-                           str(fake_aiter_image["manifest"]), "--variant-json",
-                           '{"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": true}', "--out", str(out)],
-                          capture_output=True, text=True, env=_env())
-    assert proc.returncode == 0, proc.stderr
+    out, meta = tmp_path / "tuned.json", tmp_path / "meta" / "tuned.meta.json"
+    info = patch_from_image(fake_aiter_image["manifest"], {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True},
+                            out, meta)
     patched = json.loads(out.read_text())
     assert patched["fwd"]["default"] == {**FAKE_AITER_CONFIG["fwd"]["default"], "BLOCK_M": 64, "BLOCK_N": 32,
                                          "PRELOAD_V": True}
     assert patched["fwd"]["dropout_or_fp32"] == FAKE_AITER_CONFIG["fwd"]["dropout_or_fp32"]
-    side = json.loads(out.with_suffix(".meta.json").read_text())
-    assert side["mount_target"] == m["aiter_mha_config"]
+    side = json.loads(meta.read_text())  # the sidecar goes where it is told (a declared output)
+    assert side == info and side["mount_target"] == m["aiter_mha_config"]
     assert side["base_sha256"] == sha256(fake_aiter_image["config"])
+    assert side["patched_sha256"] == sha256(out)
 
     bad = tmp_path / "bad.json"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container.image", "patch-config", "--manifest",
-                           str(fake_aiter_image["manifest"]), "--variant-json", '{"BLOCK_K": 16, "BLOCK_M": 64}',
-                           "--out", str(bad)], capture_output=True, text=True, env=_env())
-    assert proc.returncode == 2 and "BLOCK_K" in proc.stderr and "BLOCK_M" not in proc.stderr.split("expected")[0]
-    assert not bad.exists()
+    with pytest.raises(ValueError) as err:
+        patch_from_image(fake_aiter_image["manifest"], {"BLOCK_K": 16, "BLOCK_M": 64}, bad, sidecar_path(bad))
+    assert "BLOCK_K" in str(err.value) and "BLOCK_M" not in str(err.value).split("expected")[0]
+    assert not bad.exists() and not sidecar_path(bad).exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def _env(**extra) -> dict:
@@ -235,7 +255,7 @@ def _env(**extra) -> dict:
 def patched(fake_aiter_image, tmp_path):
     results = tmp_path / "results" / "r1"
     cfg = results / "aiter-config" / "tuned.json"
-    fc.patch_config(fake_aiter_image["manifest"], {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True}, cfg)
+    patch(fake_aiter_image["manifest"], {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True}, cfg)
     return {"results": results, "config": cfg}
 
 
@@ -244,12 +264,12 @@ def test_run_job_sees_the_patched_config(fake_aiter_image, patched, docker_clien
     m = fake_aiter_image["data"]
     log = tmp_path / "job.log"
     out = patched["results"] / "tuned" / "probe.json"
-    code = fc.run_job(fake_aiter_image["manifest"], patched["config"], patched["results"],
+    code = fj.run_job(fake_aiter_image["manifest"], patched["config"], patched["results"],
                       ["--out", str(out)], log=log, cache_dir=tmp_path / "cache", module="fabench_probe")
     assert code == 0 and out.is_file()
     seen = json.loads(out.read_text())
     assert (seen["uid"], seen["gid"]) == (os.getuid(), os.getgid())
-    assert seen["aiter_config_arg"] == fc.CONTAINER_AITER_CONFIG
+    assert seen["aiter_config_arg"] == fj.CONTAINER_AITER_CONFIG
     assert seen["aiter_config_sha256"] == sha256(patched["config"])
     assert seen["mount"] == m["aiter_mha_config"]
     assert seen["mount_sha256"] == sha256(patched["config"])  # aiter's own file is the patched one
@@ -263,35 +283,35 @@ def test_run_job_sees_the_patched_config(fake_aiter_image, patched, docker_clien
 @pytest.mark.docker
 def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeypatch):
     """The real runner, as the workflow calls it: relative paths under results/<run>."""
-    import yaml
-
-    from fabench import config as fabench_config
+    from fabench.config import job_spec
+    from fabench.shapes import shape_id
 
     monkeypatch.chdir(tmp_path)
-    cfg = yaml.safe_load((ROOT / "tests" / "configs" / "docker-small.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / ".test" / "config-docker" / "config.yaml").read_text())
     results = Path("results") / "t"
-    results.mkdir(parents=True)
-    (results / "config.json").write_text(json.dumps(fabench_config.job_config(cfg)))
-    fc.patch_config(cpu_image["manifest"], cfg["variants"]["tuned"]["triton"], results / "aiter-config" / "tuned.json")
-    shape = "b1-s64-h2-d32"
-    proc = subprocess.run([sys.executable, "-m", "fabench.container.image", "run-job", "--manifest",
-                           str(cpu_image["manifest"]), "--aiter-config", str(results / "aiter-config" / "tuned.json"),
-                           "--results-dir", str(results), "--",
-                           "--config", str(results / "config.json"), "--variant", "tuned", "--shape", shape,
-                           "--out", str(results / "tuned" / f"{shape}.json")],
+    config = results / "aiter-config" / "tuned.json"
+    patch(cpu_image["manifest"], cfg["variants"]["tuned"]["triton"], config)
+    shape = cfg["shapes"][0]
+    out = results / "tuned" / f"{shape_id(shape)}.json"
+    spec = json.dumps(job_spec(cfg, "tuned", shape))
+    proc = subprocess.run([sys.executable, "-m", "fabench.container", "run-job", "--manifest",
+                           str(cpu_image["manifest"]), "--aiter-config", str(config), "--results-dir", str(results),
+                           "--cache-dir", str(tmp_path / "cache"), "--",
+                           "--spec", spec, "--out", str(out), "--project-commit", "abc123"],
                           capture_output=True, text=True, env=_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads((results / "tuned" / f"{shape}.json").read_text())
+    result = json.loads(out.read_text())
     prov = result["provenance"]
     assert prov["runtime"] == "docker" and prov["image_id"] == cpu_image["data"]["image_id"]
-    assert result["kernel_config"]["sha256"] == sha256(results / "aiter-config" / "tuned.json")
-    assert (results / "tuned" / f"{shape}.json").stat().st_uid == os.getuid()
+    assert result["kernel_config"]["sha256"] == sha256(config)
+    assert result["kernel_config"]["path"] == fj.CONTAINER_AITER_CONFIG
+    assert out.stat().st_uid == os.getuid()
 
 
 @pytest.mark.docker
 def test_run_job_failure_raises_with_last_lines(fake_aiter_image, patched, docker_client, tmp_path):
     with pytest.raises(fc.ContainerError) as err:
-        fc.run_job(fake_aiter_image["manifest"], patched["config"], patched["results"],
+        fj.run_job(fake_aiter_image["manifest"], patched["config"], patched["results"],
                    ["--out", str(patched["results"] / "x.json"), "--fail"], log=tmp_path / "job.log",
                    cache_dir=tmp_path / "cache", module="fabench_probe")
     assert "exited with 3" in str(err.value) and "probe: the last words" in str(err.value)
@@ -299,29 +319,75 @@ def test_run_job_failure_raises_with_last_lines(fake_aiter_image, patched, docke
     assert job_containers(docker_client, fake_aiter_image["data"]["tag"]) == []
 
 
-@pytest.mark.docker
-def test_run_job_sigterm_removes_the_container(fake_aiter_image, patched, docker_client, tmp_path):
-    tag = fake_aiter_image["data"]["tag"]
+def start_sleeping_job(manifest: Path, patched: dict, tmp_path: Path, **env) -> tuple[subprocess.Popen, Path]:
+    """`python -m fabench.container run-job` with the probe sleeping; returns once it sleeps."""
     log = tmp_path / "job.log"
-    proc = subprocess.Popen([sys.executable, "-m", "fabench.container.image", "run-job", "--manifest",
-                             str(fake_aiter_image["manifest"]), "--aiter-config", str(patched["config"]),
-                             "--results-dir", str(patched["results"]), "--log", str(log),
-                             "--cache-dir", str(tmp_path / "cache"), "--module", "fabench_probe", "--",
-                             "--out", str(patched["results"] / "x.json"), "--sleep", "120"],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "fabench.container", "run-job", "--manifest", str(manifest),
+                             "--aiter-config", str(patched["config"]), "--results-dir", str(patched["results"]),
+                             "--log", str(log), "--cache-dir", str(tmp_path / "cache"), "--module", "fabench_probe",
+                             "--", "--out", str(patched["results"] / "x.json"), "--sleep", "120"],
+                            env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "probe: started" in log.read_text()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the job container did not start:\n{proc.communicate()[0]}")
+        time.sleep(0.2)
+    return proc, log
+
+
+def stopped_within(proc: subprocess.Popen, seconds: float) -> tuple[int, str]:
+    """(exit status, output) of a process expected to end by itself within `seconds`."""
     try:
-        deadline = time.monotonic() + 60
-        while not (log.exists() and "probe: started" in log.read_text()):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "the job container did not start"
-            time.sleep(0.2)
-        assert len(job_containers(docker_client, tag)) == 1
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=60)
-    finally:
+        output, _ = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running after {seconds} s:\n{proc.communicate()[0]}")
+    return proc.returncode, output
+
+
+@pytest.fixture()
+def jobs():
+    """Processes a test started; any still running at its end (a failed assertion) are killed."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
         if proc.poll() is None:
             proc.kill()
-    assert rc == 130
+            proc.communicate()
+
+
+@pytest.mark.docker
+def test_run_job_sigterm_removes_the_container(fake_aiter_image, patched, docker_client, tmp_path, jobs):
+    tag = fake_aiter_image["data"]["tag"]
+    proc, _ = start_sleeping_job(fake_aiter_image["manifest"], patched, tmp_path)
+    jobs.append(proc)
+    assert len(job_containers(docker_client, tag)) == 1
+    proc.send_signal(signal.SIGTERM)
+    rc, output = stopped_within(proc, 60)
+    assert rc == 130, output
+    assert job_containers(docker_client, tag) == []
+    assert not (patched["results"] / "x.json").exists()
+
+
+@pytest.mark.docker
+def test_run_job_stops_when_its_workflow_is_gone(fake_aiter_image, patched, docker_client, tmp_path, jobs):
+    """A Snakemake killed with SIGKILL leaves no job container behind (FABENCH_WORKFLOW)."""
+    tag = fake_aiter_image["data"]["tag"]
+    workflow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    jobs.append(workflow)
+    try:
+        proc, _ = start_sleeping_job(fake_aiter_image["manifest"], patched, tmp_path,
+                                     FABENCH_WORKFLOW=f"{socket.gethostname()}:{workflow.pid}")
+        jobs.append(proc)
+        time.sleep(3)  # longer than the watchdog's interval: a live workflow keeps its job
+        assert proc.poll() is None and len(job_containers(docker_client, tag)) == 1
+    finally:
+        workflow.kill()
+        workflow.wait()  # reaped: a zombie would still count as alive
+    rc, output = stopped_within(proc, 60)
+    assert rc == 130, output
+    assert f"the workflow (pid {workflow.pid}) is gone" in output
     assert job_containers(docker_client, tag) == []
     assert not (patched["results"] / "x.json").exists()
 
@@ -333,7 +399,7 @@ def test_workflow_end_to_end_in_docker(cpu_image, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     # a complete config of its own (tiny shapes, 1 iteration, the CPU image's build args)
-    config = yaml.safe_load((ROOT / "tests" / "configs" / "docker-small.yaml").read_text())
+    config = yaml.safe_load((ROOT / ".test" / "config-docker" / "config.yaml").read_text())
     proc = snakemake(work, "--cores", "1", "report", config=config)
     logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted((work / "logs").rglob("*.log"))) \
         if (work / "logs").exists() else ""
@@ -353,5 +419,19 @@ def test_workflow_end_to_end_in_docker(cpu_image, tmp_path):
         assert r["provenance"]["image_id"] == manifest["image_id"]
         # the hash the runner computed inside the container is the patched file's
         assert r["kernel_config"]["sha256"] == sha256(run / "aiter-config" / f"{path.parent.name}.json")
-        assert r["kernel_config"]["path"] == fc.CONTAINER_AITER_CONFIG
+        assert r["kernel_config"]["path"] == fj.CONTAINER_AITER_CONFIG
     assert (run / "report.md").is_file()
+
+
+def test_the_runner_imports_nothing_the_image_lacks():
+    """The image installs fabench with --no-deps: the runner's imports must be stdlib and torch."""
+    code = ("import sys, importlib.abc\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name.split('.')[0] in ('yaml', 'jsonschema', 'jinja2', 'docker', 'snakemake'):\n"
+            "            raise ImportError(f'{name} is not in the image')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import fabench.measure.job, fabench.container.probe, fabench.container.aiter_config\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert proc.returncode == 0, proc.stderr

@@ -90,7 +90,7 @@ def test_a_launch_bound_call_gets_its_kernel_time_and_a_large_host_overhead(grap
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability(0) != (9, 0),
                     reason="the shared-memory limit checked is Hopper's (232448 bytes a block)")
 def test_flex_tiles_too_big_for_shared_memory_become_a_failed_cell():
-    # facts.md: BLOCK_M=128, BLOCK_N=64 at head_dim 256 with 3 stages needs 262144 bytes.
+    # BLOCK_M=128, BLOCK_N=64 at head_dim 256 with 3 stages needs 128*256*2 + 3*(2*64*256*2) = 262144 bytes.
     p = problem(256, {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
     entry = measure_backend(BACKENDS["flex"], p, reference_output(p.q, p.k, p.v, True), JOB)
     assert entry["status"] == "failed" and entry["failure_kind"] == "out_of_resources", entry["reason"]

@@ -9,18 +9,20 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from fabench.results import contract
 from fabench.results.collect import collect, result_schema
+from fabench.report.format import FAILURE_WORDS, fmt_sig, md_code, md_text
+from fabench.report.model import Run
 from fabench.report.published import as_collected, load_published
-from fabench.report.render import fmt_sig, render
-from fabench.report.render import main as report_main
+from fabench.report.render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXPECTED = FIXTURES / "expected"
 PUBLISHED_YAML = ROOT / "report" / "published" / "mi300x-2025-12-30.yaml"
-# The published report lives outside the repository (../shared); the expected blocks are also
-# kept in tests/fixtures/expected so the golden test runs without it.
-PUBLISHED_MD = ROOT.parent / "shared" / "reference" / "published-mi300x-report.md"
+# The published report's own text (its Results section and appendix, verbatim): the expected
+# blocks in tests/fixtures/expected must be exactly what it says.
+PUBLISHED_MD = FIXTURES / "published" / "mi300x-report-excerpt.md"
 
 
 # ------------------------------------------------------------ block extraction (both sides)
@@ -71,8 +73,6 @@ def extract(text: str, block: str) -> str:
 
 
 def expected(block: str) -> str:
-    if PUBLISHED_MD.is_file():
-        return extract(PUBLISHED_MD.read_text(), block)
     return (EXPECTED / f"{block}.md").read_text()
 
 
@@ -133,10 +133,8 @@ def test_published_numbers_render_as_the_published_text(published, block):
 
 
 @pytest.mark.parametrize("block", sorted(BLOCKS))
-def test_fixture_copy_matches_the_published_report(block):
-    if not PUBLISHED_MD.is_file():
-        pytest.skip("published report not present (../shared)")
-    assert (EXPECTED / f"{block}.md").read_text() == extract(PUBLISHED_MD.read_text(), block)
+def test_expected_blocks_are_the_published_text(block):
+    assert expected(block) == extract(PUBLISHED_MD.read_text(), block)
 
 
 @pytest.mark.parametrize("path, block", [
@@ -263,16 +261,6 @@ def test_full_output_lists_main_head_dim_and_compares_the_others(fixture_run):
     assert "(4, 1024, 8, 64)" not in block
     assert "SDPA (cuDNN) vs FlexAttention comparison (seq=1024, d_k=64):" in block
     assert "  SDPA (cuDNN):  0.031 ms\n  FlexAttention: 0.038 ms\n" in block
-
-
-def test_cli_writes_the_report(tmp_path, fixture_run):
-    collected, config = fixture_run
-    (tmp_path / "results.json").write_text(json.dumps(collected))
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    out = tmp_path / "report.md"
-    assert report_main(["--results", str(tmp_path / "results.json"), "--config", str(tmp_path / "config.json"),
-                        "--published", str(PUBLISHED_YAML), "--out", str(out)]) == 0
-    assert out.read_text() == render(collected, config, load_published(PUBLISHED_YAML))
 
 
 # ------------------------------------------------------------ unavailable backends, once
@@ -456,3 +444,121 @@ def test_ignored_keys_note_with_one_variant_names_no_change(h200_run):
     text = render(collected, config, None)
     assert "did not use the config keys PRELOAD_V, num_ctas, waves_per_eu" in text
     assert "therefore cannot show" not in text
+
+
+# ------------------------------------------------------------ variant order: the config's, never alphabetical
+
+def renamed(run: tuple[dict, dict], names: dict[str, str]) -> tuple[dict, dict]:
+    """The run with its variants renamed, results in alphabetical order of the new names and
+    the config's variants in the given order (the user's)."""
+    collected, config = copy.deepcopy(run)
+    for result in collected["results"]:
+        result["variant"] = names[result["variant"]]
+    collected["results"].sort(key=lambda r: r["variant"])
+    config["variants"] = {new: dict(config["variants"][old], title=new.title(), label=new) for old, new in names.items()}
+    return collected, config
+
+
+def test_variants_come_in_the_config_order_not_alphabetical(h200_run):
+    collected, config = renamed(h200_run, {"default": "stock", "tuned": "autotuned"})
+    assert [r["variant"] for r in collected["results"]][0] == "autotuned"
+    assert Run(collected, config).variants == ["stock", "autotuned"]
+    text = render(collected, config, None)
+    lines = text.splitlines()
+    assert lines.index("#### Stock") < lines.index("#### Autotuned")
+    assert "**" not in table_block(text, "#### Stock")  # the reference: the first in the config
+    assert "**" in table_block(text, "#### Autotuned")
+    assert "- FlexAttention at seq=512: **0.241ms → 0.127ms** (1.9x faster)" in lines
+    assert "#### SDPA (cuDNN) vs FlexAttention: winner per sequence length (autotuned)" in lines
+    assert "(4, 4096, 8, 256)" in extract(text, "full-benchmark-output")  # the last variant: autotuned
+
+
+def test_variants_only_in_the_results_go_last(h200_run):
+    collected, config = renamed(h200_run, {"default": "stock", "tuned": "autotuned"})
+    extra = copy.deepcopy(collected["results"][0])
+    extra["variant"] = "aardvark"
+    collected["results"].insert(0, extra)
+    assert Run(collected, config).variants == ["stock", "autotuned", "aardvark"]
+
+
+# ------------------------------------------------------------ no published numbers: no word of a publication
+
+def test_without_published_numbers_the_report_names_no_publication(fixture_run):
+    collected, config = copy.deepcopy(fixture_run)
+    for result in collected["results"]:
+        result["method"].update(warmup=1, iters=3, reduced=True)
+    text = render(collected, config, None)
+    assert "publish" not in text.lower() and "reproduc" not in text.lower()
+    assert ("used 1 warm-up and 3 timed iterations per backend instead of the configured 10 warm-up and 100 "
+            "timed iterations") in text
+    assert "Published vs Reproduced" in render(collected, config, load_published(PUBLISHED_YAML))
+
+
+def setext_underlines(text: str) -> list[str]:
+    """Lines outside code blocks that Markdown would take as a heading's underline: a text line
+    directly followed by a line of only - or =."""
+    found, fenced, previous = [], False, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.strip() and set(line.strip()) <= {"-"} | {"="} and previous.strip():
+            found.append(f"{previous!r} over {line!r}")
+        previous = line
+    return found
+
+
+@pytest.mark.parametrize("run", ["fixture_run", "cpu_run", "h200_run"])
+@pytest.mark.parametrize("with_published", [False, True])
+def test_every_rule_follows_a_blank_line(request, published, run, with_published):
+    text = render(*request.getfixturevalue(run), published if with_published else None)
+    assert setext_underlines(text) == []
+
+
+def test_published_report_has_no_accidental_heading(published):
+    assert setext_underlines(render_published(published)) == []
+
+
+# ------------------------------------------------------------ config text is escaped where it lands
+
+def test_config_text_cannot_break_tables_or_hide_as_html(fixture_run):
+    collected, config = copy.deepcopy(fixture_run)
+    config["variants"]["default"]["label"] = "<b>x</b> | y"
+    config["variants"]["tuned"]["title"] = "Tuned <!-- hidden\nline"
+    text = render(collected, config, None)
+    label = "&lt;b&gt;x&lt;/b&gt; \\| y"
+    assert "<b>" not in text and "<!--" not in text
+    assert "#### Tuned &lt;!-- hidden line" in text.splitlines()
+    assert f"{label}: `BLOCK_M=128, BLOCK_N=64, PRELOAD_V=false`" in text.splitlines()
+    rows = table_rows(text, "### Correctness")
+    assert {len(row) for row in rows} == {7}
+    assert rows[0][0] == label
+    variants = table_rows(text, "#### Variants")
+    assert variants[1][1] == "Tuned &lt;!-- hidden line" and len(variants[1]) == 3
+
+
+@pytest.mark.parametrize("raw, markdown", [
+    ("<b>x</b> | y", "&lt;b&gt;x&lt;/b&gt; \\| y"),
+    ("a <!-- b", "a &lt;!-- b"),
+    ("R&D", "R&amp;D"),
+    ("4*B*H", "4\\*B\\*H"),
+    ("one\r\ntwo\nthree", "one two three"),
+    ("back\\slash `tick`", "back\\\\slash \\`tick\\`"),
+])
+def test_md_text_escapes_markup(raw, markdown):
+    assert md_text(raw) == markdown
+
+
+@pytest.mark.parametrize("raw, markdown", [("run-1", "`run-1`"), ("a`b", "``a`b``"), ("`x", "`` `x ``")])
+def test_md_code_cannot_be_closed_by_its_text(raw, markdown):
+    assert md_code(raw) == markdown
+
+
+# ------------------------------------------------------------ one vocabulary with the result contract
+
+def test_failure_words_cover_exactly_the_contracts_failure_kinds():
+    assert set(FAILURE_WORDS) == set(contract.FAILURE_KINDS)
+
+
+def test_nothing_to_report_says_so(fixture_run):
+    with pytest.raises(ValueError, match="nothing to report: the collected run has no results"):
+        render({"run": "empty", "results": []}, fixture_run[1], None)

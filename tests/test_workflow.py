@@ -1,11 +1,13 @@
 """`snakemake --cores 1 report` end to end on this CPU, on small shapes."""
 
 import json
+import shutil
+import subprocess
 
 import pytest
 
 from fabench.container.aiter_config import file_sha256
-from workflow_util import snakemake, tiny_config
+from workflow_util import REPO, planned_jobs, snakemake, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +59,39 @@ def test_a_title_change_rerenders_without_rerunning_benchmarks(tiny_run):
     config["variants"]["tuned"]["title"] = "After tuning, renamed"
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    assert "render_report" in proc.stdout and "rule benchmark" not in proc.stdout
+    assert planned_jobs(proc) == {"render_report": 1, "report": 1}
+
+
+def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
+    directory, config = tiny_run
+    config = json.loads(json.dumps(config))
+    config["shapes"].append({"batch": 1, "seq": 96, "heads": 2, "head_dim": 32})
+    proc = snakemake(directory, "-n", "report", config=config)
+    assert proc.returncode == 0, proc.stderr
+    assert planned_jobs(proc) == {"benchmark": 2, "collect": 1, "render_report": 1, "report": 1}
+    new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
+    assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
+        f"results/tiny/{v}/b1-s96-h2-d32.json" for v in ("default", "tuned")}
+
+
+def test_changing_the_iterations_plans_every_benchmark_job(tiny_run):
+    directory, config = tiny_run
+    proc = snakemake(directory, "-n", "report", config={**config, "iters": 3})
+    assert proc.returncode == 0, proc.stderr
+    assert planned_jobs(proc)["benchmark"] == 4
+
+
+def test_a_deleted_result_is_measured_again_and_the_report_rebuilt(tiny_run):
+    directory, config = tiny_run
+    result = directory / "results" / "tiny" / "tuned" / "b1-s64-h2-d32.json"
+    kept = result.read_bytes()
+    result.unlink()
+    try:
+        proc = snakemake(directory, "-n", "report", config=config)
+        assert proc.returncode == 0, proc.stderr
+        assert planned_jobs(proc) == {"benchmark": 1, "collect": 1, "render_report": 1, "report": 1}
+    finally:
+        result.write_bytes(kept)  # the module's later tests need the finished run
 
 
 def test_a_failing_backend_leaves_the_run_and_report_whole(tmp_path):
@@ -70,3 +104,29 @@ def test_a_failing_backend_leaves_the_run_and_report_whole(tmp_path):
     assert "| (1, 64, 2, 32) | " in report and "| failed: wrong result [1] |" in report
     assert "wrong numbers: max abs err" in report and "(tolerance 1e-05)" in report
     assert "### Appendix: Full Benchmark Output" in report  # the rest of the report is whole
+
+
+def test_a_checkout_path_with_a_space_and_a_published_path_with_a_command(tmp_path):
+    """No value from the file system or the config reaches a shell unquoted; the report keeps the
+    config's variant order (stock before autotuned), whatever the alphabet says."""
+    checkout = tmp_path / "a checkout"
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"], check=True,
+                           capture_output=True, text=True).stdout.split("\n")
+    for name in filter(None, files):
+        if (REPO / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, checkout / name)
+    published = "report/published/$(touch INJECTED).yaml"
+    shutil.copy(REPO / "report/published/mi300x-2025-12-30.yaml", checkout / published)
+    work = tmp_path / "work dir"
+    work.mkdir()
+    variants = {"stock": {"title": "Stock", "triton": {"BLOCK_M": 128}},
+                "autotuned": {"title": "Autotuned", "triton": {"BLOCK_M": 64}}}
+    config = tiny_config(shapes=[{"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}], published=published,
+                         variants=variants)
+    proc = snakemake(work, "--cores", "1", "report", config=config, snakefile=checkout / "Snakefile")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not list(tmp_path.rglob("INJECTED")) and not list(REPO.glob("INJECTED"))
+    report = (work / "results" / "tiny" / "report.md").read_text()
+    assert report.index("#### Stock") < report.index("#### Autotuned")
+    assert "### Published vs Reproduced" in report

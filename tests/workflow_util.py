@@ -1,4 +1,4 @@
-"""Running the real workflow from tests: a config file in a temporary directory, snakemake as a process."""
+"""Running the real workflow from tests: snakemake as a process, working in a temporary directory."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEFILE = REPO / "Snakefile"
-
-# Small enough for a 2-core CPU: two shapes, two variants, every backend.
-TINY_SHAPES = [{"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}, {"batch": 1, "seq": 128, "heads": 2, "head_dim": 64}]
+CPU_TEST_CONFIG = REPO / ".test" / "config-cpu" / "config.yaml"
 
 
 def default_config() -> dict:
@@ -22,23 +20,37 @@ def default_config() -> dict:
 
 
 def tiny_config(**overrides) -> dict:
-    config = copy.deepcopy(default_config())
-    config.update(run="tiny", shapes=copy.deepcopy(TINY_SHAPES), warmup=1, iters=2,
-                  cpu={"warmup": 1, "iters": 2, "trials": 2, "repeats": 1, "min_trial_ms": 0, "max_warmup_ms": 0})
-    config.update(overrides)
+    """The CPU test experiment as one whole config: config.yaml with .test/config-cpu's keys."""
+    config = {**default_config(), **yaml.safe_load(CPU_TEST_CONFIG.read_text())}
+    config.update(copy.deepcopy(overrides))
     return config
 
 
-def write_config(directory: Path, config: dict) -> Path:
-    path = directory / "config.yaml"
+def write_config(directory: Path, config: dict, name: str = "config.yaml") -> Path:
+    path = directory / name
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def snakemake(directory: Path, *args: str, config: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def snakemake(directory: Path, *args: str, config: dict | None = None, timeout: int = 900,
+              snakefile: Path = SNAKEFILE) -> subprocess.CompletedProcess:
     """snakemake on the project's Snakefile, working in `directory` (results/ and logs/ land there)."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(directory)]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(directory)]
     if config is not None:
         cmd += ["--configfile", str(write_config(directory, config))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    src = snakefile.parent / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """The "Job stats" table of a dry run: rule name -> number of jobs."""
+    lines = proc.stdout.splitlines()
+    start = lines.index("Job stats:") + 3
+    counts = {}
+    for line in lines[start:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts

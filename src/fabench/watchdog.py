@@ -1,19 +1,26 @@
 """Stop a job whose workflow is gone.
 
 A Snakemake killed with SIGKILL leaves its running jobs behind; on a GPU host such an orphan would
-go on timing kernels beside the restarted job. The workflow exports its own pid as
-FABENCH_WORKFLOW_PID; a job started with it checks every few seconds that the process still
+go on timing kernels beside the restarted job. The workflow exports "<host>:<pid>" of itself as
+FABENCH_WORKFLOW; a job started on the same host checks every few seconds that the process still
 exists, and sends itself SIGTERM when it does not, so the job's own clean-up runs (the container
-job removes its container, the runner writes no result).
+job removes its container, the runner writes no result). A job on another host (a cluster node)
+cannot see the workflow's process and watches nothing.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 
-WORKFLOW_PID_ENV = "FABENCH_WORKFLOW_PID"
+WORKFLOW_ENV = "FABENCH_WORKFLOW"
+
+
+def workflow_marker() -> str:
+    """What the workflow exports about itself: "<host>:<pid>"."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _alive(pid: int) -> bool:
@@ -28,9 +35,10 @@ def _alive(pid: int) -> bool:
 
 def watch_workflow(interval_s: float = 2.0) -> threading.Thread | None:
     """Start a daemon thread that ends this process when the workflow named in the environment
-    exits. Without FABENCH_WORKFLOW_PID (a job started by hand) nothing is watched."""
-    told = os.environ.get(WORKFLOW_PID_ENV, "").strip()
-    if not told.isdigit():
+    exits. Without FABENCH_WORKFLOW (a job started by hand), or from another host, nothing is
+    watched."""
+    host, _, told = os.environ.get(WORKFLOW_ENV, "").strip().rpartition(":")
+    if not told.isdigit() or host != socket.gethostname():
         return None
     pid = int(told)
 

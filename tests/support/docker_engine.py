@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabench.files import write_json
+
 # Paths are kept short on purpose: unix socket paths are limited to 107 bytes and containerd
 # puts its own sockets under the exec root.
 DEFAULT_STATE_DIR = Path(os.environ.get("FABENCH_DOCKER_STATE", "/tmp/fabench-dockerd"))
@@ -268,11 +270,11 @@ class DockerEngine:
             time.sleep(0.2)
 
     def _write_info(self) -> None:
-        self.info_path.write_text(json.dumps({
+        write_json(self.info_path, {
             "pid": self._proc.pid, "docker_host": self.docker_host,
             "data_root": str(self.data_root), "exec_root": str(self.exec_root),
             "started_in_s": round(self.started_in_s, 2),
-        }, indent=1))
+        })
 
     def stop(self, timeout: float = 30.0) -> list[str]:
         """Stop dockerd by its pid, then unmount what it left; returns mounts still left."""

@@ -5,7 +5,7 @@
 rule benchmark:
     input:
         kernel_config="results/{run}/aiter-config/{variant}.json",
-        manifest=lambda wildcards: image_manifest() if use_docker() else [],
+        manifest=docker_manifest,
     output:
         "results/{run}/{variant}/{shape}.json",
     log:
@@ -13,8 +13,8 @@ rule benchmark:
     resources:
         gpu=1,
     params:
-        spec=lambda wildcards: job_spec_json(wildcards),
         launch=job_launcher,
+        spec=job_spec_json,
         commit=PROJECT_COMMIT,
     shell:
         "{params.launch} --spec {params.spec:q} --out {output:q} "

@@ -1,4 +1,4 @@
-# Helpers shared by the rules: config validation, the job list, the command to run a job.
+# Helpers shared by the rules: the checked config, the job list, paths, and how a job is launched.
 import functools
 import json
 import os
@@ -10,35 +10,62 @@ from pathlib import Path
 
 import yaml
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version, update_config, validate
 
 min_version("9.0")
 
 from fabench import config as fabench_config
+from fabench.container import image as fabench_image
+from fabench.container import job as fabench_job
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
+from fabench.watchdog import WORKFLOW_ENV, workflow_marker
+
+SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
 
 
-def validate_config():
-    """One clear error naming the key, before any job starts."""
+def project_path(path):
+    """Paths in the config are relative to the project, whatever the working directory."""
+    return path if os.path.isabs(path) else os.path.join(workflow.basedir, path)
+
+
+def replace_keys_from_user_configfiles():
+    """A top-level key set in a --configfile replaces config.yaml's value, mappings included.
+
+    Snakemake merges mappings, so `variants: {mine: ...}` in a user's file would run config.yaml's
+    variants as well; here a key the user sets means exactly what the user's file says. --config
+    values still apply last.
+    """
+    for path in workflow.config_settings.configfiles:
+        for key, value in (yaml.safe_load(Path(path).read_text()) or {}).items():
+            config[key] = value
+    update_config(config, workflow.config_settings.overwrite_config or {})
+
+
+def check_config():
+    """One clear error naming the key, before any job starts; then the schema's defaults."""
     try:
-        validate(config, schema="../schemas/config.schema.yaml")
-    except WorkflowError:
-        schema = yaml.safe_load(open(os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")))
-        raise WorkflowError(f"invalid config: {fabench_config.schema_error(config, schema)}") from None
+        fabench_config.check(config, SCHEMAS, Path(workflow.basedir))
+    except fabench_config.ConfigError as err:
+        raise WorkflowError(f"invalid config: {err}") from None
+    validate(config, schema=str(SCHEMAS / "config.schema.yaml"), set_default=True)
 
 
-validate_config()
+replace_keys_from_user_configfiles()
+check_config()
+# Jobs on this host stop when this Snakemake is gone (see fabench.watchdog).
+os.environ[WORKFLOW_ENV] = workflow_marker()
 
 RUN = config["run"]
+# One run per platform image when config lists several (run <run>-<label>), else the one run.
+RUNS = {f"{RUN}-{label}": label for label in config["platforms"]} or {RUN: None}
 PYTHON = sys.executable
 SHAPES = {shape_id(shape): shape for shape in config["shapes"]}
-SHAPE_IDS = list(SHAPES)
 VARIANTS = list(config["variants"])
 
 
 wildcard_constraints:
-    run=RUN,
-    variant="|".join(VARIANTS),
+    run="|".join(map(re.escape, RUNS)),
+    variant="|".join(map(re.escape, VARIANTS)),
     shape=SHAPE_ID_PATTERN,
 
 
@@ -46,14 +73,22 @@ def project_commit():
     """This checkout's commit, marked -dirty when files differ from it (recorded in every result)."""
     git = ["git", "-C", workflow.basedir]
     try:
-        commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            git + ["status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (subprocess.CalledProcessError, OSError):
         # A copy without .git (a remote machine, an unpacked archive) can be told its commit.
         told = os.environ.get("FABENCH_PROJECT_COMMIT", "").strip()
         if told and not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", told):
-            raise WorkflowError(f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id")
+            raise WorkflowError(
+                f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id"
+            )
         return told or "unknown"
     return commit + ("-dirty" if dirty else "")
 
@@ -61,98 +96,146 @@ def project_commit():
 PROJECT_COMMIT = project_commit()
 
 
-def run_dir():
-    return f"results/{RUN}"
+def result_paths(run):
+    return expand(
+        "results/{run}/{variant}/{shape}.json",
+        run=run,
+        variant=VARIANTS,
+        shape=list(SHAPES),
+    )
 
 
-def result_paths():
-    return expand("results/{run}/{variant}/{shape}.json", run=RUN, variant=VARIANTS, shape=SHAPE_IDS)
+def report_path(run):
+    return f"results/{run}/report.md"
 
 
-def report_path():
-    return f"results/{RUN}/report.md"
-
-
-def variant_overrides(wildcards):
-    return json.dumps(config["variants"][wildcards.variant]["triton"], sort_keys=True)
-
-
-def project_path(path):
-    """Paths in config.yaml are relative to the project, whatever the working directory."""
-    return path if os.path.isabs(path) else os.path.join(workflow.basedir, path)
+def all_runs(path_of):
+    """A per-run path (or list of paths) for every run of this config."""
+    return [path for run in RUNS for path in flatten([path_of(run)])]
 
 
 def published_numbers():
-    return project_path(config["published"]) if config.get("published") else []
-
-
-def write_json(path, value):
-    with open(path, "w") as handle:
-        json.dump(value, handle, indent=2, sort_keys=True)
-        handle.write("\n")
+    return project_path(config["published"]) if config["published"] else []
 
 
 def job_spec_json(wildcards):
-    shape = SHAPES[wildcards.shape]
-    return json.dumps(fabench_config.job_spec(config, wildcards.variant, shape), sort_keys=True)
+    """What the job measures, as its params: it re-runs when this changes, and only then."""
+    spec = fabench_config.job_spec(
+        config, wildcards.variant, SHAPES[wildcards.shape], run=wildcards.run
+    )
+    return json.dumps(spec, sort_keys=True)
 
 
-# --- the docker runtime ---------------------------------------------------------------------
-# config["image"] (all optional):
-#   dockerfile: Dockerfile      relative to the project root (the Snakefile's directory)
-#   context: .                  build context, relative to the project root
-#   name: fabench               image repository; the tag is <name>:<hash of Dockerfile, args, src>
-#   build_args: {}              override the Dockerfile's ARG defaults (BASE_IMAGE, AITER_COMMIT,
-#                               GPU_ARCHS, TRITON_VERSION, AITER_REPO, AITER_PREBUILD_KERNELS, MAX_JOBS)
-#   cache_dir: build/container-cache   host dir for the job containers' Triton/aiter JIT caches
-from fabench.container import image as fabench_container
-
-_IMAGE = dict(config.get("image") or {})
-
-
-IMAGE_DOCKERFILE = Path(project_path(_IMAGE.get("dockerfile") or "Dockerfile"))
-IMAGE_CONTEXT = Path(project_path(_IMAGE.get("context") or "."))
-IMAGE_NAME = _IMAGE.get("name") or fabench_container.DEFAULT_NAME
-IMAGE_BUILD_ARGS = {str(k): "" if v is None else str(v) for k, v in (_IMAGE.get("build_args") or {}).items()}
-IMAGE_CACHE_DIR = _IMAGE.get("cache_dir") or "build/container-cache"
-
-
-def _engine_answers():
-    return fabench_container.engine_answers(timeout=5)
+# --- the docker runtime -------------------------------------------------------------------------
+def image_settings(run):
+    """config's image, with the run's platform entry (several platform images) merged over it."""
+    label = RUNS[run]
+    override = config["platforms"][label] if label else {}
+    build_args = {**config["image"]["build_args"], **override.get("build_args", {})}
+    merged = {**config["image"], **override, "build_args": build_args}
+    return {
+        "dockerfile": Path(project_path(merged["dockerfile"])),
+        "context": Path(project_path(merged["context"])),
+        "name": merged["name"],
+        "build_args": {
+            str(k): "" if v is None else str(v) for k, v in build_args.items()
+        },
+        "cache_dir": project_path(merged["cache_dir"]),
+    }
 
 
 @functools.lru_cache(maxsize=1)
 def use_docker():
-    """runtime docker: yes; local: no; auto: on a ROCm host whose Docker engine answers."""
-    runtime = config.get("runtime", "auto")
-    if runtime == "docker":
+    """runtime docker: yes; local: no; auto: with several platform images, or on a ROCm host whose
+    Docker engine answers."""
+    if config["runtime"] != "auto":
+        return config["runtime"] == "docker"
+    if config["platforms"]:
         return True
-    if runtime == "local":
-        return False
-    return fabench_container.rocm_devices_present() and _engine_answers()
+    return fabench_job.rocm_devices_present() and fabench_image.engine_answers(
+        timeout=5
+    )
 
 
-@functools.lru_cache(maxsize=1)
-def image_tag():
-    if not IMAGE_DOCKERFILE.is_file():
-        raise WorkflowError(f"image.dockerfile: no Dockerfile at {IMAGE_DOCKERFILE}")
-    return fabench_container.image_tag(IMAGE_DOCKERFILE, IMAGE_BUILD_ARGS, name=IMAGE_NAME,
-                                       context=IMAGE_CONTEXT)
+@functools.lru_cache(maxsize=None)
+def image_tag(run):
+    image = image_settings(run)
+    if not image["dockerfile"].is_file():
+        raise WorkflowError(
+            f"invalid config: image.dockerfile: no Dockerfile at {image['dockerfile']}"
+        )
+    return fabench_image.image_tag(
+        image["dockerfile"],
+        image["build_args"],
+        name=image["name"],
+        context=image["context"],
+    )
 
 
-def image_manifest():
-    """The image manifest (build/images/<tag>.json); a benchmark job in docker depends on it."""
-    return f"build/images/{fabench_container.manifest_name(image_tag())}"
+def image_manifest(run):
+    """The run's image manifest (build/images/<tag>.json); its docker jobs depend on it."""
+    return f"build/images/{fabench_image.manifest_name(image_tag(run))}"
+
+
+def image_to_build(wildcards):
+    """The image settings behind a manifest name (the build rule's params)."""
+    for run in RUNS:
+        if image_manifest(run) == f"build/images/{wildcards.image}.json":
+            return image_settings(run)
+    raise WorkflowError(
+        f"no image of this config has the manifest build/images/{wildcards.image}.json"
+    )
+
+
+def docker_manifest(wildcards):
+    return image_manifest(wildcards.run) if use_docker() else []
 
 
 def job_launcher(wildcards, input):
-    """The command a benchmark job's runner arguments follow: local python or the container.
+    """The command that the runner's arguments follow: this Python, or the job's container.
 
-    In docker, results/<run> is bind-mounted at the same absolute path and the working
-    directory is the same, so the runner's relative paths under results/<run> hold.
+    In docker, results/<run> is bind-mounted at the same absolute path and the working directory
+    is the same, so the runner's relative paths under results/<run> hold.
     """
     if use_docker():
-        return (f"{shlex.quote(PYTHON)} -m fabench.container.image run-job --manifest {image_manifest()} "
-                f"--aiter-config {input.kernel_config} --results-dir results/{wildcards.run} "
-                f"--cache-dir {shlex.quote(IMAGE_CACHE_DIR)} --")
-    return f"{shlex.quote(PYTHON)} -m fabench.measure --aiter-config {shlex.quote(input.kernel_config)}"
+        args = [
+            "-m",
+            "fabench.container",
+            "run-job",
+            "--manifest",
+            input.manifest,
+            "--aiter-config",
+            input.kernel_config,
+            "--results-dir",
+            f"results/{wildcards.run}",
+            "--cache-dir",
+            image_settings(wildcards.run)["cache_dir"],
+            "--",
+        ]
+    else:
+        args = ["-m", "fabench.measure", "--aiter-config", input.kernel_config]
+    return shlex.join([PYTHON, *args])
+
+
+# --- collect and report ---------------------------------------------------------------------------
+REPORT_TEMPLATE_DIR = Path(workflow.basedir) / "report"
+REPORT_TEMPLATES = sorted(map(str, REPORT_TEMPLATE_DIR.rglob("*.j2")))
+
+
+def expected_jobs(wildcards):
+    """What the collector checks each result against: the job it should be, run as configured."""
+    return {
+        "run": wildcards.run,
+        "settings_sha256": fabench_config.sha256_json(
+            fabench_config.job_settings(config)
+        ),
+        "iterations": {
+            "gpu": {k: config[k] for k in ("warmup", "iters")},
+            "cpu": config["cpu"],
+        },
+        "jobs": {
+            f"{variant}/{shape}": config["variants"][variant]["triton"]
+            for variant in VARIANTS
+            for shape in SHAPES
+        },
+    }

@@ -1,26 +1,37 @@
-"""aiter's Triton MHA config JSON: find it in an installed aiter, patch it per variant.
+"""aiter's Triton MHA config JSON: find it, merge a variant's overrides, write the patched copy.
 
 aiter reads the forward kernel's BLOCK_M/BLOCK_N/... from a JSON file inside its package (cached
 per process), and the file moved between aiter versions, so it is searched for, not assumed.
+
+Two sources for the file, one way to patch it:
+
+* :func:`patch_local`: the aiter installed on this host (the local runtime), or a skeleton when
+  there is none (a CPU host: the runner then takes the values from the patched file itself);
+* :func:`patch_from_image`: the file inside the benchmark image (the docker runtime), read from
+  the image, never from a running container.
+
+The runner inside the image imports this module, and the image has no docker SDK: nothing here
+imports docker at module level, and nothing outside the standard library and fabench.files.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from fabench.files import write_json
 
 # Newest layout first: configs/{arch}/triton/attention/mha/DEFAULT.json, then the flat
 # configs/{arch}-MHA-DEFAULT.json of aiter around the end of 2025.
 _MHA_CONFIG_GLOBS = ("ops/triton/configs/{arch}/**/mha/DEFAULT.json", "ops/triton/configs/{arch}-MHA-DEFAULT.json")
 SKELETON = {"fwd": {"default": {}}}
+DEFAULT_ARCH = "gfx942"
 
 
-def find_mha_config(package_dir: str | Path, arch: str = "gfx942") -> Path | None:
+def find_mha_config(package_dir: str | Path, arch: str = DEFAULT_ARCH) -> Path | None:
     """Path of the MHA forward config for `arch` inside an aiter package directory, if any."""
     root = Path(package_dir)
     for pattern in _MHA_CONFIG_GLOBS:
@@ -67,46 +78,68 @@ def file_sha256(path: str | Path) -> str:
 
 
 def sidecar_path(patched_path: str | Path) -> Path:
-    """``<variant>.json`` -> ``<variant>.meta.json``: what the patched file was made from."""
+    """``<variant>.json`` -> ``<variant>.meta.json``: where run-job looks for the sidecar."""
     return Path(patched_path).with_suffix(".meta.json")
 
 
-def write_patched(base: dict, overrides: dict, out: Path) -> dict:
-    """Merge the overrides into `base`, write the result to `out`, return what the sidecar records."""
-    patched = merge_overrides(base, overrides)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(patched, indent=2, sort_keys=True) + "\n")
-    return {"patched_sha256": file_sha256(out), "overrides": overrides}
+def patch_local(overrides: dict, out: Path, meta_out: Path, *, arch: str = DEFAULT_ARCH) -> dict:
+    """Patch the locally installed aiter's config (or the skeleton) into `out`; sidecar to `meta_out`.
 
-
-def patch_file(base_path: Path | None, overrides: dict, out: Path) -> dict:
-    """Patch a config file on this host (or the skeleton when there is none)."""
-    base = json.loads(base_path.read_text()) if base_path else copy.deepcopy(SKELETON)
-    return {"base_path": str(base_path) if base_path else None,
-            "base_sha256": file_sha256(base_path) if base_path else None,
-            **write_patched(base, overrides, out)}
-
-
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.container.aiter_config", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    patch = sub.add_parser("patch", help="patch the locally installed aiter's MHA config (or a skeleton)")
-    patch.add_argument("--overrides", required=True, help="JSON object merged into fwd.default")
-    patch.add_argument("--out", required=True, type=Path)
-    patch.add_argument("--arch", default="gfx942")
-    args = parser.parse_args(argv)
-
+    Nothing is mounted in the local runtime (the runner is given `out`), so mount_target is None.
+    Raises ValueError naming the unknown keys, before anything is written.
+    """
     aiter_dir = installed_aiter_dir()
-    base = find_mha_config(aiter_dir, args.arch) if aiter_dir else None
+    base_path = find_mha_config(aiter_dir, arch) if aiter_dir else None
+    raw = base_path.read_bytes() if base_path else None
+    info = {**_patch(raw, str(base_path) if base_path else None, overrides, Path(out)), "mount_target": None}
+    write_json(meta_out, info)
+    return info
+
+
+def patch_from_image(manifest: Path, overrides: dict, out: Path, meta_out: Path) -> dict:
+    """Patch the config inside the manifest's image into `out`; sidecar to `meta_out`.
+
+    The sidecar names the image's file as mount_target: run-job bind-mounts `out` over it, so
+    aiter's own lookup reads the patched values. An image without aiter needs no engine (the
+    skeleton is patched). Raises ValueError naming the unknown keys, before anything is written.
+    """
+    from fabench.container.image import load_manifest  # docker only when the image holds a file
+
+    m = load_manifest(manifest)
+    target = m.get("aiter_mha_config")
+    raw = _read_from_image(m["image_id"], target) if target else None
+    info = {
+        **_patch(raw, target, overrides, Path(out)),
+        "mount_target": target,  # None: nothing to mount over
+        "image": m["tag"],
+        "image_id": m["image_id"],
+        "aiter_commit": m.get("aiter_commit"),
+    }
+    write_json(meta_out, info)
+    return info
+
+
+def _read_from_image(image_id: str, path: str) -> bytes:
+    from fabench.container.image import client, read_file_from_image
+
+    cli = client()
     try:
-        info = patch_file(base, json.loads(args.overrides), args.out)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    info["mount_target"] = None  # local runtime: nothing is mounted, the runner passes the config
-    sidecar_path(args.out).write_text(json.dumps(info, indent=2) + "\n")
-    return 0
+        return read_file_from_image(cli, image_id, path)
+    finally:
+        cli.close()
 
 
-if __name__ == "__main__":
-    sys.exit(_main())
+def _patch(raw_base: bytes | None, base_path: str | None, overrides: dict, out: Path) -> dict:
+    """Merge `overrides` into the base (bytes of aiter's file, None: skeleton), write `out`.
+
+    Returns the sidecar's record of what the file was made from: hashes of both files.
+    """
+    base = json.loads(raw_base) if raw_base is not None else copy.deepcopy(SKELETON)
+    patched = merge_overrides(base, overrides)  # ValueError: unknown keys, nothing written
+    write_json(out, patched, sort_keys=True)
+    return {
+        "base_path": base_path,
+        "base_sha256": hashlib.sha256(raw_base).hexdigest() if raw_base is not None else None,
+        "patched_sha256": file_sha256(out),
+        "overrides": overrides,
+    }

@@ -45,12 +45,6 @@ def find_published(published: dict, variant: str, shape: dict) -> dict | None:
     return None
 
 
-def source_text(published: dict) -> str:
-    src = published["source"]
-    hw = src["hardware"]
-    return f"*{src['title']}* ({src['subtitle']}), {src['date']}, on {hw['device']} ({hw['arch']})"
-
-
 def _backend(published: dict, name: str, row: dict) -> dict:
     ms = row["ms"].get(name)
     measured = ms is not None

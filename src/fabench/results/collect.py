@@ -1,7 +1,5 @@
 """Collect one run's per-job result files into one validated, ordered results.json.
 
-    python -m fabench.results.collect --out results/<run>/results.json [--config results/<run>/config.json] FILE...
-
 Every file is checked against workflow/schemas/result.schema.json and a few rules a schema
 cannot express (the current schema version, shape_id spelled from shape, each backend's summaries
 agreeing with its trials, one run, one result per variant and shape). All
@@ -11,39 +9,25 @@ broken job does not hide another.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import statistics
-import sys
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import jsonschema
 
-from fabench.results.contract import SCHEMA_VERSION
+from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
 from fabench.shapes import shape_id
-
-SCHEMA_NAME = "result.schema.json"
-# In a checkout the schema lives in workflow/schemas/ (Snakemake reads it there too); an
-# installed package carries a copy as package data under fabench/schemas/.
-REPO_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / SCHEMA_NAME
-
 
 class ResultError(ValueError):
     """One or more result files do not meet the result contract."""
 
 
 def result_schema(path: str | os.PathLike | None = None) -> dict:
-    """The result JSON Schema: from `path`, else the checkout's copy, else the package's."""
-    if path is not None:
-        return json.loads(Path(path).read_text())
-    if REPO_SCHEMA.is_file():
-        return json.loads(REPO_SCHEMA.read_text())
-    packaged = resources.files("fabench").joinpath("schemas", SCHEMA_NAME)
-    return json.loads(packaged.read_text())
+    """The result JSON Schema: from `path`, else the checkout's workflow/schemas/ copy."""
+    return json.loads(Path(path or SCHEMA_PATH).read_text())
 
 
 def shape_key(shape: dict) -> tuple:
@@ -71,7 +55,9 @@ def contract_problems(result: dict) -> list[str]:
     expected = shape_id(result["shape"])
     if result["shape_id"] != expected:
         return [f"$.shape_id: {result['shape_id']!r} does not match $.shape (expected {expected!r})"]
-    problems = []
+    problems = [f"$.backends.{name}: status ok although its correctness check failed"
+                for name, backend in result["backends"].items()
+                if backend["status"] == "ok" and (backend.get("correctness") or {}).get("passed") is False]
     for name, entry in result["backends"].items():
         problems += [f"$.backends.{name}.{problem}" for problem in trial_problems(entry)]
     return problems
@@ -112,7 +98,32 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def load_result(path: Path, validator: jsonschema.Validator) -> tuple[dict | None, list[str]]:
+def expectation_problems(result: dict, expected: dict) -> list[str]:
+    """A result must be the job the config asks for, run with the config's settings: a result left
+    from another config (other iterations, another Triton config) is named, never reported."""
+    job = f"{result['variant']}/{result['shape_id']}"
+    if job not in expected["jobs"]:
+        return [f"$.variant/$.shape_id: {job} is not a job of this config"]
+    problems = []
+    if result["run"] != expected["run"]:
+        problems.append(f"$.run: {result['run']!r}, the config's run is {expected['run']!r}")
+    iterations = expected["iterations"]["cpu" if result["platform"] == "cpu" else "gpu"]
+    ran = {key: result["method"][key] for key in ("warmup", "iters")}
+    if ran != {key: iterations[key] for key in ("warmup", "iters")}:
+        problems.append(f"$.method: ran {ran}, the config asks for {iterations}")
+    if result["provenance"].get("config_sha256") != expected["settings_sha256"]:
+        problems.append("$.provenance.config_sha256: the job ran with other settings than the config's "
+                        f"({result['provenance'].get('config_sha256')} != {expected['settings_sha256']})")
+    values = (result.get("kernel_config") or {}).get("values") or {}
+    wrong = {k: v for k, v in expected["jobs"][job].items() if values.get(k) != v}
+    if wrong:
+        problems.append(f"$.kernel_config.values: measured {({k: values.get(k) for k in wrong})}, "
+                        f"the variant sets {wrong}")
+    return problems
+
+
+def load_result(path: Path, validator: jsonschema.Validator,
+                expected: dict | None = None) -> tuple[dict | None, list[str]]:
     try:
         result = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
@@ -120,6 +131,8 @@ def load_result(path: Path, validator: jsonschema.Validator) -> tuple[dict | Non
     problems = schema_problems(result, validator)
     if not problems:
         problems = contract_problems(result)
+    if not problems and expected is not None:
+        problems = expectation_problems(result, expected)
     if problems:
         return None, [f"{path}: {problem}" for problem in problems]
     return result, []
@@ -152,16 +165,19 @@ def collect(
     paths: Iterable[str | os.PathLike],
     variant_order: Sequence[str] | None = None,
     schema: dict | None = None,
+    expected: dict | None = None,
 ) -> dict:
     """Validate result files and return {"run": name, "results": [...]} in report order.
 
+    `expected` (from the workflow) names the run, its jobs with their Triton overrides, the
+    iterations and the hash of the shared settings; each result is checked against it.
     Raises ResultError listing every problem, each as "<file>: <JSON path>: <message>".
     """
     schema = schema or result_schema()
     validator = jsonschema.validators.validator_for(schema)(schema)
     loaded, problems = [], []
     for path in map(Path, paths):
-        result, file_problems = load_result(path, validator)
+        result, file_problems = load_result(path, validator, expected)
         problems += file_problems
         if result is not None:
             loaded.append((path, result))
@@ -173,38 +189,3 @@ def collect(
         raise ResultError("invalid results:\n  " + "\n  ".join(problems))
     results = [result for _, result in loaded]
     return {"run": results[0]["run"], "results": ordered(results, variant_order)}
-
-
-def variant_order_from_config(config_path: str | None) -> list[str] | None:
-    if config_path is None:
-        return None
-    return list(json.loads(Path(config_path).read_text()).get("variants", {}))
-
-
-def write_json(data: dict, out: Path) -> None:
-    """Write via a temporary file so a failed run never leaves a half-written results.json."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(out)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.results.collect", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, type=Path, help="results/<run>/results.json")
-    parser.add_argument("--config", help="results/<run>/config.json: its variants give the order")
-    parser.add_argument("--schema", help="result schema (default: the checkout's or the package's)")
-    parser.add_argument("files", nargs="+", help="per-job result JSON files")
-    args = parser.parse_args(argv)
-    schema = result_schema(args.schema)
-    try:
-        collected = collect(args.files, variant_order_from_config(args.config), schema)
-    except ResultError as err:
-        print(f"fabench.results.collect: {err}", file=sys.stderr)
-        return 1
-    write_json(collected, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The run a report describes: the collected results and the config, indexed the ways the
+sections ask for them.
+
+Variants come in the config's order, which is the user's: the first is the reference (the state
+before any change) and the last is the one compared with it. Variants that only the results
+name go last. Everything here is raw data; the sections escape text where it enters Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Iterator
+
+from fabench.report.format import shape_text
+from fabench.results.collect import shape_key
+
+ROLES = ("baseline", "vendor", "triton")
+# (B,S,H,D) in order, each with the word a short shape name uses for it.
+DIM_WORDS = (("batch", "batch"), ("seq", "seq"), ("heads", "heads"), ("head_dim", "d_k"))
+# Statuses of a backend that ran, cleanly or not; "unavailable" ones never started.
+RAN = ("ok", "failed")
+
+
+def measured_ms(backend: dict | None) -> float | None:
+    """Wall mean of a backend that ran cleanly; anything else has no time to compare."""
+    if backend is None or backend["status"] != "ok":
+        return None
+    return backend["wall_mean_ms"]
+
+
+def role_backend(result: dict, role: str) -> dict | None:
+    return result["backends"].get(result["roles"][role])
+
+
+def role_ms(result: dict | None, role: str) -> float | None:
+    return None if result is None else measured_ms(role_backend(result, role))
+
+
+def speedup(result: dict, role: str) -> float | None:
+    """Baseline time over this role's time, unless the data states the speedup itself."""
+    backend = role_backend(result, role)
+    if backend is not None and backend.get("speedup") is not None:
+        return backend["speedup"]
+    base, mine = measured_ms(role_backend(result, "baseline")), measured_ms(backend)
+    return base / mine if base is not None and mine else None
+
+
+def differing_keys(values: list[dict]) -> list[str]:
+    """Keys whose values differ between variants; with one variant, all of them."""
+    keys = list(dict.fromkeys(k for v in values for k in v))
+    if len(values) < 2:
+        return keys
+    return [k for k in keys if len({json.dumps(v.get(k, "unset")) for v in values}) > 1]
+
+
+class ShapeNames:
+    """Short shape names ("seq=512"): only the dimensions that tell the shapes apart.
+
+    The main shapes (those with the main head_dim) are named by the dimensions that vary among
+    them; any other shape also names every dimension where it departs from them ("d_k=64").
+    """
+
+    def __init__(self, shapes: list[dict], main_head_dim: int):
+        main = [s for s in shapes if s["head_dim"] == main_head_dim]
+        self.common = {dim: main[0][dim] for dim, _ in DIM_WORDS if len({s[dim] for s in main}) == 1}
+
+    def __call__(self, shape: dict) -> str:
+        parts = [f"{word}={shape[dim]}" for dim, word in DIM_WORDS
+                 if self.common.get(dim, object()) != shape[dim]]
+        return ", ".join(parts) or shape_text(shape)
+
+
+class Run:
+    """The collected results and the config, indexed the ways the sections need."""
+
+    def __init__(self, collected: dict, config: dict):
+        if not collected.get("results"):
+            raise ValueError("nothing to report: the collected run has no results")
+        self.name = collected.get("run") or config.get("run")
+        self.config = config
+        shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
+        # The head_dim most shapes share is the report's subject (the published report's 256);
+        # other head dims are side comparisons, as its appendix's d_k=64 line.
+        self.main_head_dim = Counter(s["head_dim"] for s in shapes).most_common(1)[0][0]
+        self.shape_name = ShapeNames(shapes, self.main_head_dim)
+        self.variants = self._variant_order(collected["results"])
+        self.results = sorted(collected["results"], key=self._order)
+        self.first = self.results[0]
+
+    def _variant_order(self, results: list[dict]) -> list[str]:
+        """The config's order; a variant with results but not in the config goes last."""
+        present = [r["variant"] for r in results]
+        order = [v for v in self.config.get("variants", {}) if v in present]
+        return order + [v for v in dict.fromkeys(present) if v not in order]
+
+    def _order(self, result: dict) -> tuple:
+        """Variant order; the main head_dim first, other head dims ascending; (B,S,H,D) within."""
+        shape = result["shape"]
+        main = shape["head_dim"] == self.main_head_dim
+        return self.variants.index(result["variant"]), not main, shape["head_dim"], shape_key(shape)
+
+    def of(self, variant: str) -> list[dict]:
+        return [r for r in self.results if r["variant"] == variant]
+
+    def find(self, variant: str, shape: dict) -> dict | None:
+        return next((r for r in self.of(variant) if shape_key(r["shape"]) == shape_key(shape)), None)
+
+    def _variant_config(self, variant: str) -> dict:
+        return self.config.get("variants", {}).get(variant, {})
+
+    def title(self, variant: str) -> str:
+        return self._variant_config(variant).get("title") or variant
+
+    def variant_label(self, variant: str) -> str:
+        return self._variant_config(variant).get("label") or variant
+
+    def head_dim_groups(self, variant: str) -> list[tuple[int, list[dict]]]:
+        """Results grouped by head_dim, the main head_dim first, then ascending."""
+        dims = dict.fromkeys(r["shape"]["head_dim"] for r in self.of(variant))
+        return [(d, [r for r in self.of(variant) if r["shape"]["head_dim"] == d]) for d in dims]
+
+    def label(self, role: str) -> str:
+        """A column's label: the label of the backend that filled the role on this platform."""
+        for result in self.results:
+            backend = role_backend(result, role)
+            if backend:
+                return backend["label"]
+        return self.first["roles"][role]
+
+    def provenance_values(self, key: str) -> list:
+        values = (r["provenance"].get(key) for r in self.results)
+        return [v for v in dict.fromkeys(values) if v is not None]
+
+    def platforms(self) -> list[str]:
+        return list(dict.fromkeys(r["platform"] for r in self.results))
+
+    def backends(self) -> Iterator[tuple[dict, str, dict]]:
+        """(result, backend name, backend) for every backend of every job."""
+        for result in self.results:
+            for name, backend in result["backends"].items():
+                yield result, name, backend
+
+    def ran_backends(self) -> Iterator[tuple[dict, str, dict]]:
+        """Backends that ran (cleanly or not); unavailable ones are summarised once instead."""
+        return ((r, n, b) for r, n, b in self.backends() if b["status"] in RAN)
+
+    def kernel_values(self, variant: str) -> dict:
+        """The Triton-role config as measured (the result's kernel_config), else as configured."""
+        for result in self.of(variant):
+            if (result.get("kernel_config") or {}).get("values"):
+                return result["kernel_config"]["values"]
+        return self._variant_config(variant).get("triton") or {}
+
+    def changed_keys(self) -> list[str]:
+        """The Triton config keys the variants differ in (all keys when there is one variant)."""
+        return differing_keys([self.kernel_values(v) for v in self.variants])

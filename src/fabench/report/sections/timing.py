@@ -1,0 +1,75 @@
+"""Device Timing and TFLOP/s for the three report columns, and All measured backends: every
+backend the jobs ran. Device columns appear only where some job had a device timer (not a CPU).
+"""
+
+from __future__ import annotations
+
+from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
+from fabench.report.model import RAN, ROLES, Run, role_backend
+from fabench.results.contract import FLOP_CONVENTION
+
+
+def tflops(result: dict, backend: dict, kind: str) -> float | None:
+    """Recorded TFLOP/s, else derived from the job's FLOP count and the time."""
+    recorded = (backend.get("tflops") or {}).get(kind)
+    if recorded is not None:
+        return recorded
+    ms = backend.get("wall_mean_ms") if kind == "wall" else (backend.get("device_ms") or {}).get("median")
+    return result["flops"] / (ms * 1e9) if result.get("flops") and ms else None
+
+
+def has_device_timer(run: Run) -> bool:
+    """Whether any job timed on the device; without one (a CPU) only wall-clock columns are shown."""
+    return any(r["method"].get("device_timer") for r in run.results) or \
+        any((b.get("device_ms") or {}).get("median") is not None for _, _, b in run.backends())
+
+
+def role_rows(run: Run, device: bool) -> list[list[str]]:
+    """The three report columns' backends that ran, with wall, device and TFLOP/s figures."""
+    rows = []
+    for result in run.results:
+        for role in ROLES:
+            backend = role_backend(result, role)
+            if backend is None or backend["status"] not in RAN:
+                continue
+            row = [md_text(run.variant_label(result["variant"])), shape_text(result["shape"]),
+                   backend_name(result["roles"][role], backend), fmt_ms(backend.get("wall_mean_ms"))]
+            if device:
+                dev = backend.get("device_ms") or {}
+                row += [fmt_ms(dev.get("median")), fmt_ms(dev.get("p10")), fmt_ms(dev.get("p90")),
+                        fmt_sig(tflops(result, backend, "device_median"))]
+            rows.append(row + [fmt_sig(tflops(result, backend, "wall"))])
+    return rows
+
+
+def all_backend_rows(run: Run, device: bool) -> list[list[str]]:
+    rows = []
+    for result, name, backend in run.ran_backends():
+        row = [md_text(run.variant_label(result["variant"])), shape_text(result["shape"]),
+               backend_name(name, backend), status_text(backend), fmt_ms(backend.get("wall_mean_ms"))]
+        if device:
+            row += [fmt_ms((backend.get("device_ms") or {}).get("median")),
+                    fmt_sig(tflops(result, backend, "device_median"))]
+        else:
+            row.append(fmt_sig(tflops(result, backend, "wall")))
+        rows.append(row + [md_text(backend.get("reason") or "")])
+    return rows
+
+
+def joined(values) -> str:
+    """Distinct values in order of appearance, escaped, comma-separated ("" when none)."""
+    return ", ".join(md_text(v) for v in dict.fromkeys(v for v in values if v))
+
+
+def context(run: Run, published: dict | None) -> dict:
+    device = has_device_timer(run)
+    return {
+        "device": device,
+        "device_timer": joined(r["method"].get("device_timer") for r in run.results),
+        "platforms": joined(run.platforms()),
+        "wall_method": joined(r["method"]["wall"] for r in run.results),
+        # Published numbers recast as results record no convention: the runner's is the contract's.
+        "flop_convention": joined(r.get("flop_convention") for r in run.results) or md_text(FLOP_CONVENTION),
+        "rows": role_rows(run, device),
+        "all_rows": all_backend_rows(run, device),
+    }

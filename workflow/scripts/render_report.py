@@ -1,0 +1,14 @@
+# The collected run rendered as the published report's Markdown. Rule render_report.
+import json
+import sys
+from pathlib import Path
+
+from fabench.files import write_atomic
+from fabench.report.published import load_published
+from fabench.report.render import render
+
+sys.stderr = open(snakemake.log[0], "w")
+collected = json.loads(Path(snakemake.input.results).read_text())
+published = load_published(snakemake.input.published) if snakemake.input.published else None
+template_dir = Path(snakemake.params.template_dir)
+write_atomic(snakemake.output[0], render(collected, dict(snakemake.params.config), published, template_dir))
