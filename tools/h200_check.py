@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         print("| " + " | ".join(cells) + " |")
     print()
     print(f"cells: {len(first)}; do_bench excused (missing or unstable): {excused}")
+    if not first:
+        failures.append(f"no ok cell with a device figure in {args.runs[0]}")
     if second:
         missing = sorted(set(first) ^ set(second))
         if missing:
