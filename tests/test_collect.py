@@ -64,6 +64,15 @@ def test_without_an_order_variants_follow_first_appearance():
     (lambda r: r["backends"]["flex"].update(failure_kind="timeout"), "$.backends.flex.failure_kind", "'timeout'"),
     (lambda r: r.update(platform="metal"), "$.platform", "'metal'"),
     (lambda r: r.update(shape_id="b4-s1024-h8-d256"), "$.shape_id", "does not match $.shape"),
+    (lambda r: r.update(schema_version=1), "$.schema_version", "1 is not the current result schema (2)"),
+    (lambda r: r["backends"]["native"]["trials"].append(dict(r["backends"]["native"]["trials"][0], index=1)),
+     "$.backends.native.stats.wall_mean_ms.n", "1 but 2 trials"),
+    (lambda r: r["backends"]["native"]["trials"][0].update(wall_mean_ms=9.0),
+     "$.backends.native.stats.wall_mean_ms.median", "not the median of the trials' wall_mean_ms"),
+    (lambda r: r["backends"]["native"].update(trials=[], stats=None), "$.backends.native.trials",
+     "should be non-empty"),
+    (lambda r: r["backends"]["native"]["stats"].update(stable=False), "$.backends.native.stats.unstable_reason",
+     "None is not of type 'string'"),
 ])
 def test_bad_result_is_rejected_naming_file_and_key(tmp_path, change, where, what):
     bad = write_variant(tmp_path, "bad.json", change)
@@ -164,13 +173,18 @@ def test_a_result_written_by_the_runner_is_accepted(tmp_path):
     """The runner's real output meets the schema (on this machine's CPU, one tiny job)."""
     pytest.importorskip("torch")
     from fabench.measure.job import run_job
+    from fabench.measure.merge import merge
+    from workflow_util import default_config
 
     config = json.loads((FIXTURES / "config.json").read_text())
-    config.update(warmup=1, iters=2, cpu={"warmup": 0, "iters": 1}, backends=["native", "ck", "sdpa"])
+    config.update(warmup=1, iters=2, cpu={"warmup": 0, "iters": 1, "trials": 2}, backends=["native", "ck", "sdpa"],
+                  timing=default_config()["timing"])
     shape = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
     path = tmp_path / "b1-s64-h2-d32.json"
-    path.write_text(json.dumps(run_job(job_spec(config, "tuned", shape), None, "test")))
+    one_process = run_job(job_spec(config, "tuned", shape), None, "test")
+    path.write_text(json.dumps(merge([one_process], [{"index": 0, "exit_code": 0, "wrote_result": True}])))
     collected = collect([path])
+    assert len(collected["results"][0]["backends"]["native"]["trials"]) == 2
     assert collected["results"][0]["backends"]["ck"]["status"] == "unavailable"
     if collected["results"][0]["platform"] == "cpu":  # the Triton role (flex) was not run at all
         assert "| not run [1] |" in render(collected, config, None)

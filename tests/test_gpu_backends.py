@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.ver
 def settings(**timing) -> dict:
     """The GPU job settings of the tiny config, with short trials."""
     job = job_settings(tiny_config(warmup=2, iters=3), "cuda", {"batch": 2, "seq": 512, "heads": 4, "head_dim": 64})
-    job["timing"].update(trials=2, min_trial_ms=5, max_warmup_ms=200, **timing)
+    job["timing"].update({"trials": 2, "min_trial_ms": 5, "max_warmup_ms": 200, **timing})
     return job
 
 
@@ -56,16 +56,18 @@ def test_compiled_flex_runs_its_triton_kernel_and_is_right():
     assert entry["cross_check"]["do_bench_ms"] > 0, entry["cross_check"]
 
 
-def test_pinned_sdpa_records_its_kernels_and_is_timed_from_graph_replays():
+@pytest.mark.parametrize("method", ["queued", "graph"])
+def test_pinned_sdpa_records_its_kernels_and_is_timed_either_way(method):
     p = problem(64, {})
-    entry = measure_backend(BACKENDS["sdpa_cudnn"], p, reference_output(p.q, p.k, p.v, True), JOB)
+    entry = measure_backend(BACKENDS["sdpa_cudnn"], p, reference_output(p.q, p.k, p.v, True),
+                            settings(device_method=method))
     assert entry["status"] == "ok", entry["reason"]
     assert entry["kernels"]["names"] and entry["kernels"]["source_sha256"] is None
     assert entry["stats"]["device_ms"]["n"] == 2 and entry["host_overhead_ms"] is not None
 
 
-@pytest.mark.parametrize("graph", [True, False], ids=["graph-replay", "eager-behind-sleep"])
-def test_a_launch_bound_call_gets_its_kernel_time_and_a_large_host_overhead(graph):
+@pytest.mark.parametrize("method", ["queued", "graph"])
+def test_a_launch_bound_call_gets_its_kernel_time_and_a_large_host_overhead(method):
     """A tiny kernel behind 200 us of Python: the device figure is the kernel's few microseconds,
     not the GPU waiting for the host, and the published method's figure carries the difference."""
     p = problem(64, {}, seq=128)
@@ -77,7 +79,7 @@ def test_a_launch_bound_call_gets_its_kernel_time_and_a_large_host_overhead(grap
         return out.add_(0.0)
 
     backend = Backend("launch_bound", "Launch bound", lambda platform: None, lambda problem: Prepared(fn=fn))
-    job = settings(graph=graph, do_bench=False, clear_l2=False, min_trial_ms=1, warmup_window_ms=1)
+    job = settings(device_method=method, do_bench=False, clear_l2=False, min_trial_ms=1, warmup_window_ms=1)
     entry = measure_backend(backend, p, reference, job)
     assert entry["status"] == "ok", entry["reason"]
     kernel_ms = max(launch["duration_us"] for launch in kernels.profile_call(fn)) / 1000.0

@@ -84,6 +84,14 @@ def test_cross_check_with_do_bench(values, device, agrees, words):
     assert (got["reason"] is None) if words is None else (words in got["reason"])
 
 
+def test_do_bench_cannot_judge_a_call_that_takes_longer_to_queue_than_to_run():
+    # Compiled FlexAttention at (4,1024,8,64) on an H200: kernel 0.039 ms, 0.072 ms on the host,
+    # do_bench 0.052 ms (and 0.140 ms in a process whose calls took 0.149 ms on the host).
+    got = summary.cross_check([0.0508, 0.0523], 0.0389, 0.03, None, [0.073, 0.072])
+    assert got["agrees"] is None and got["reason"].startswith("do_bench host-bound")
+    assert summary.cross_check([0.0250], 0.0251, 0.03, None, [0.020])["agrees"] is True
+
+
 def process_result(process, devices, kernels_sha="a" * 64):
     entry = backend_entry("X", trials=[trial(process, i, 0.3, d) for i, d in enumerate(devices)],
                           kernels={"names": ["k"], "launch": {"num_stages": 1}, "source_sha256": kernels_sha})

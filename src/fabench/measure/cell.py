@@ -28,6 +28,7 @@ class Cell:
         self.entry = backend_entry(backend.label)
         self.notes: list[str] = []
         self.do_bench: list[float] = []
+        self.host_call: list[float] = []
         self.do_bench_reason: str | None = None
         self.prepared: Prepared | None = None
         self.timer: timing.DeviceTimer | None = None
@@ -90,7 +91,7 @@ class Cell:
         self.entry["kernels"] = kernels.describe(launches, self.generated)
         self.timer = timing.DeviceTimer(self.prepared.fn, self.job["timing"]["clear_l2"],
                                         kernels_per_call=len(launches),
-                                        use_graph=self.job["timing"].get("graph", True))
+                                        method=self.job["timing"]["device_method"])
         self.device_fallback = self.timer.fallback_reason
 
     # --- once per trial -------------------------------------------------------------------
@@ -104,6 +105,7 @@ class Cell:
                 iters = timing.trial_iters(settings, warm["estimate_ms"])
                 wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
                 device = self._device_ms(iters, index)
+                self._cross_check_trial()
                 end = gpu_state.read()
         except Exception as err:
             self.fail(err, f"trial {index} of process {self.process}: ")
@@ -129,9 +131,11 @@ class Cell:
 
     # --- after the trials -----------------------------------------------------------------
 
-    def cross_check(self) -> None:
-        """triton.testing.do_bench on the eager call, once per process, where Triton is installed."""
-        if not (self.gpu and self.live and self.job["timing"]["do_bench"]):
+    def _cross_check_trial(self) -> None:
+        """triton.testing.do_bench on the eager call right after each trial (so both see the GPU in
+        the same state), and how long a call takes on the host: where that exceeds the kernels'
+        time, do_bench's per-call events time the host and its figure cannot judge ours."""
+        if self.timer is None or not self.job["timing"]["do_bench"] or self.do_bench_reason:
             return
         try:
             import triton.testing  # noqa: F401
@@ -139,8 +143,8 @@ class Cell:
             self.do_bench_reason = f"Triton is not installed ({err})"
             return
         try:
-            with self.prepared.context():
-                self.do_bench.append(timing.do_bench_ms(self.prepared.fn))
+            self.do_bench.append(timing.do_bench_ms(self.prepared.fn))
+            self.host_call.append(timing.host_call_ms(self.prepared.fn))
         except Exception as err:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
 
@@ -151,10 +155,10 @@ class Cell:
         reason = self.do_bench_reason or (None if settings["do_bench"] else "do_bench disabled in config")
         if self.gpu and entry["trials"]:
             entry["cross_check"] = summary.cross_check(self.do_bench, device, settings["cross_check_tolerance"],
-                                                       reason)
+                                                       reason, self.host_call)
         # What the merge of the job's processes needs beyond the entry (fabench.measure.merge).
         entry[PRIVATE_KEY] = {"notes": list(self.notes), "do_bench": list(self.do_bench),
-                              "do_bench_reason": reason if self.gpu else None}
+                              "host_call_ms": list(self.host_call), "do_bench_reason": reason if self.gpu else None}
         return entry
 
     def fail(self, err: BaseException, where: str = "") -> None:

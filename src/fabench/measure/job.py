@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,7 +30,8 @@ from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.merge import PRIVATE_KEY
-from fabench.measure.timing import DEVICE_TIME_METHOD
+from fabench.measure.runner import MEASURING_ENV
+from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import sha256_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
 from fabench.shapes import shape_id
@@ -185,7 +187,6 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, 
             if cell.live:
                 cell.trial(index, gpu_state)
     for cell in cells.values():
-        cell.cross_check()
         cell.release()
 
 
@@ -196,7 +197,6 @@ def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: dic
         for index in range(job["timing"]["trials"]):
             if cell.live:
                 cell.trial(index, GpuState(problem.platform))
-    cell.cross_check()
     cell.release()
     entry = cell.finish()
     entry.pop(PRIVATE_KEY, None)
@@ -209,8 +209,8 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
     gpu = platform != "cpu"
     return {
         "warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"], "wall": WALL_METHOD,
-        "device_timer": f"{platform}-graph-replay" if gpu else None,
-        "device_time": DEVICE_TIME_METHOD if gpu else None,
+        "device_timer": f"{platform}-events-{timing['device_method']}" if gpu else None,
+        "device_time": DEVICE_TIME_METHODS[timing["device_method"]] if gpu else None,
         "device_fallbacks": fallbacks,
         "trials": timing["trials"], "min_trial_ms": timing["min_trial_ms"], "repeats": timing["repeats"],
         "clear_l2": bool(timing["clear_l2"]) if gpu else False,
@@ -220,6 +220,7 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
         "ci_method": stats.CI_METHOD,
         "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"]},
         "gpu_state": gpu_state.describe(),
+        "environment": {key: os.environ.get(key) for key in MEASURING_ENV},
     }
 
 

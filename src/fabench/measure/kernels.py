@@ -103,7 +103,8 @@ def inductor_launch(autotuner) -> dict:
                                                                          "RBLOCK", "R0_BLOCK"))},
         "num_warps": getattr(config, "num_warps", None),
         "num_stages": getattr(config, "num_stages", None),
-        "candidate_configs": len(autotuner.configs or []),
+        # None once Inductor has dropped its config list after compiling (it does): unknown then.
+        "candidate_configs": len(autotuner.configs) if autotuner.configs else None,
         "registers": getattr(launcher, "n_regs", None),
         "spills": getattr(launcher, "n_spills", None),
         "shared_memory": getattr(launcher, "shared", None),

@@ -54,8 +54,10 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     if merged["trials"] and result["platform"] != "cpu":
         device = merged["device_ms"]["median"] if merged["device_ms"] else None
         values = [value for p in private for value in p.get("do_bench", [])]
+        host = [value for p in private for value in p.get("host_call_ms", [])]
         why_not = next((p["do_bench_reason"] for p in private if p.get("do_bench_reason")), None)
-        merged["cross_check"] = summary.cross_check(values, device, method["cross_check"]["tolerance"], why_not)
+        merged["cross_check"] = summary.cross_check(values, device, method["cross_check"]["tolerance"], why_not,
+                                                    host)
     return merged
 
 

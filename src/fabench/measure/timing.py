@@ -2,13 +2,19 @@
 
 Device time. Per-iteration events measure the GPU waiting for the CPU whenever a call's kernels
 are shorter than its host launch overhead (compiled FlexAttention at (4,512,8,256): 0.100 ms by
-events behind nothing, 0.041 ms by do_bench). So the call is captured once in a CUDA/HIP graph
-and the graph is replayed; the replays of a chunk are queued behind a short GPU sleep
-(torch.cuda._sleep) and the chunk only counts as queued ahead when the GPU is still asleep after
-the host queued all of it (the chunk's first event not yet reached). Every iteration has its own
-pair of events; a trial's figure is the median of its iterations. Optionally the L2 is cleared
-before every iteration (outside the events), as triton.testing.do_bench does. When capture fails
-for a backend, the same chunks run the eager call instead, and the fallback is recorded.
+events behind nothing, 0.041 ms by do_bench). So the calls are queued in chunks behind a short
+GPU sleep (torch.cuda._sleep), sized from the host's measured queueing time, and a chunk only
+counts when the GPU is still asleep after the host has queued all of it (the chunk's first event
+not yet reached): then the GPU never waited for the host inside it. A chunk the GPU caught up
+with is measured again with a longer sleep. Every iteration has its own pair of events; a trial's
+figure is the median of its iterations. Optionally the L2 is cleared before every iteration
+(outside the events), as triton.testing.do_bench does.
+
+"queued" (the default) queues the eager call itself, so the figure is the time of exactly the
+kernels the published method launches. "graph" captures the call once in a CUDA/HIP graph and
+queues replays; on an H200 that changed what was timed (native fp32 +3% at seq 4096 against
+do_bench, -4% at seq 512: cuBLAS under capture, no launch gaps), so it is an option only. When
+capture fails, the eager call is queued instead and the fallback recorded.
 
 Warm-up. A GPU that idled runs at low clocks for its first kernels, so each trial warms up for
 the configured count and then in windows of device time until two consecutive windows agree.
@@ -28,9 +34,15 @@ from fabench.measure.platform import synchronize
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2
 MAX_QUEUED_OPS = 512  # stay well below the launch queue's depth: a full queue blocks the host
 MAX_SLEEP_FACTOR = 64
-DEVICE_TIME_METHOD = ("CUDA/HIP graph of one call, replayed in chunks queued behind a GPU sleep "
-                      "(torch.cuda._sleep) so the GPU never waits for the host; events around every "
-                      "replay; a trial's figure is the median over its iterations")
+MAX_RETRIES = 3  # a chunk the GPU caught up with is measured again, this often at most
+DEVICE_TIME_METHODS = {
+    "queued": ("eager calls queued in chunks behind a GPU sleep (torch.cuda._sleep), each chunk checked "
+               "to be fully queued before the GPU reached it; events around every call; a trial's figure "
+               "is the median over its iterations"),
+    "graph": ("CUDA/HIP graph of one call, replayed in chunks queued behind a GPU sleep, each chunk checked "
+              "to be fully queued before the GPU reached it; events around every replay; a trial's figure "
+              "is the median over its iterations"),
+}
 EAGER_FALLBACK = "eager calls queued behind a GPU sleep (graph capture failed)"
 
 _cycles_per_ms: float | None = None
@@ -79,33 +91,39 @@ class DeviceTimer:
     """Per-iteration device times of one backend's call, with no host time in them."""
 
     def __init__(self, fn: Callable[[], object], clear_l2: bool, kernels_per_call: int = 1,
-                 use_graph: bool = True):
+                 method: str = "queued"):
         self.fallback_reason: str | None = None
         self.graph = None
-        if use_graph:
+        if method == "graph":
             try:
                 self.graph = capture_graph(fn)
             except Exception as err:  # cuDNN, aiter, ... may refuse capture: time the eager call
                 self.fallback_reason = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
                 _recover_from_capture()
-        else:
-            self.fallback_reason = "graph capture not attempted"
         self.run = self.graph.replay if self.graph is not None else fn
-        self.method = DEVICE_TIME_METHOD if self.graph is not None else EAGER_FALLBACK
+        self.method = DEVICE_TIME_METHODS[method] if self.fallback_reason is None else EAGER_FALLBACK
         ops_per_iter = 3 + (1 if self.graph is not None else max(kernels_per_call, 1)) + (1 if clear_l2 else 0)
         self.chunk = max(1, MAX_QUEUED_OPS // ops_per_iter)
         self.cache = l2_buffer() if clear_l2 else None
-        self.host_ms_per_iter = 0.05  # refined by every chunk
+        self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.sleep_factor = 2.0
-        self.caught_up = 0  # chunks where the GPU started before the host had queued them all
+        self.caught_up = 0  # chunks the GPU caught up with even after MAX_RETRIES longer sleeps
 
     def samples(self, n: int) -> list[float]:
         out: list[float] = []
         while len(out) < n:
-            out += self._chunk(min(self.chunk, n - len(out)))
+            count = min(self.chunk, n - len(out))
+            for attempt in range(MAX_RETRIES + 1):
+                times, queued_ahead = self._chunk(count)
+                if queued_ahead:
+                    break
+                self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
+            else:
+                self.caught_up += 1  # kept, and the trial's verdict says so
+            out += times
         return out
 
-    def _chunk(self, count: int) -> list[float]:
+    def _chunk(self, count: int) -> tuple[list[float], bool]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         sleep_ms = self.host_ms_per_iter * count * self.sleep_factor + 0.05
@@ -120,10 +138,20 @@ class DeviceTimer:
         queued_ahead = not starts[0].query()  # the GPU had not reached the chunk's first event
         self.host_ms_per_iter = (time.perf_counter() - began) * 1000.0 / count
         ends[-1].synchronize()
-        if not queued_ahead:
-            self.caught_up += 1
-            self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
-        return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+        return [start.elapsed_time(end) for start, end in zip(starts, ends)], queued_ahead
+
+
+def host_call_ms(fn: Callable[[], object], calls: int = 5) -> float:
+    """Median time for one call to return on the host, the GPU idle before each: how long the
+    host needs to queue a call (its launch overhead), whatever the kernels then take."""
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - began) * 1000.0)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def _recover_from_capture() -> None:
