@@ -101,7 +101,10 @@ class Cell:
         try:
             with self.prepared.context():
                 start = gpu_state.read()
-                warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings)
+                # The published warm-up count once per process, its first call being the checked one.
+                first = not self.entry["trials"]
+                calls = max(settings["warmup"] - 1, 0) if first else 0
+                warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls)
                 iters = timing.trial_iters(settings, warm["estimate_ms"])
                 wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
                 device = self._device_ms(iters, index)
@@ -115,7 +118,7 @@ class Cell:
                               f"{settings['max_warmup_ms']} ms")
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
-            "device_ms": device, "warmup_iters": warm["iters"],
+            "device_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0),
             "gpu_state": {"start": start, "end": end} if self.gpu and (start or end) else None,
         })
 

@@ -174,18 +174,20 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
     return (time.perf_counter() - start) / iters * 1000.0
 
 
-def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: dict) -> dict:
-    """The configured warm-up count, then windows of `warmup_window_ms` device time until two
-    consecutive windows' medians agree within `warmup_tolerance` (or `max_warmup_ms` has passed).
+def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: dict,
+            calls: int) -> dict:
+    """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
+    before the others), then windows of `warmup_window_ms` device time until two consecutive
+    windows' medians agree within `warmup_tolerance` (or `max_warmup_ms` has passed).
 
     Returns {iters, settled, estimate_ms}: estimate_ms is the per-iteration time the trial's
     iteration count is sized by (the last window's median; the wall time per call without a timer).
     """
     began = time.perf_counter()
-    for _ in range(timing["warmup"]):
+    for _ in range(calls):
         fn()
         synchronize(platform)
-    iters = timing["warmup"]
+    iters = calls
     estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
     if timer is None or timing["max_warmup_ms"] <= 0:
         return {"iters": iters, "settled": True, "estimate_ms": estimate}
