@@ -1,0 +1,59 @@
+"""tools/h200_check.py on two small runs made of merged results: the acceptance checks of issue 8."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from fabench.measure.merge import merge
+from fabench.results.contract import backend_entry
+from workflow_util import REPO
+
+spec = importlib.util.spec_from_file_location("h200_check", REPO / "tools" / "h200_check.py")
+h200_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(h200_check)
+
+
+def job(devices: list[float], do_bench: float, variant: str = "tuned") -> dict:
+    """A one-process result of one cell whose trials have these device figures."""
+    trials = [{"process": 0, "index": i, "iters": 100, "wall_mean_ms": 2 * d, "device_ms": d, "warmup_iters": 10,
+               "gpu_state": None} for i, d in enumerate(devices)]
+    entry = backend_entry("SDPA (cuDNN)", trials=trials)
+    entry["_merge"] = {"notes": [], "do_bench": [do_bench], "host_call_ms": [0.001], "do_bench_reason": None}
+    result = {"schema_version": 2, "variant": variant, "shape_id": "b4-s512-h8-d256", "platform": "cuda", "flops": 1e9,
+              "reference": {"status": "ok", "failure_kind": None, "reason": None},
+              "method": {"stable_spread": 0.03, "cross_check": {"tolerance": 0.03}, "device_fallbacks": {}},
+              "backends": {"sdpa_cudnn": entry}, "provenance": {"process": 0, "finished": "t"}}
+    return merge([result], [])
+
+
+def write_run(directory, *results) -> str:
+    for i, result in enumerate(results):
+        (directory / f"{i}.json").write_text(json.dumps(result))
+    return str(directory)
+
+
+def test_two_agreeing_runs_pass(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write_run(tmp_path / "a", job([0.100, 0.101, 0.102], 0.1005))
+    b = write_run(tmp_path / "b", job([0.1008, 0.1012, 0.1009], 0.101))
+    assert h200_check.main([a, b]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_second_run_outside_the_first_runs_interval_fails_unless_flagged(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write_run(tmp_path / "a", job([0.100, 0.1001, 0.1002], 0.1001))
+    b = write_run(tmp_path / "b", job([0.1020, 0.1021, 0.1022], 0.1021))
+    assert h200_check.main([a, b]) == 1
+    out = capsys.readouterr().out
+    assert "outside run A's CI" in out and "median run-to-run spread" in out and "exceeds 1%" in out
+
+
+def test_disagreeing_with_do_bench_fails(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    a = write_run(tmp_path / "a", job([0.100, 0.100, 0.100], 0.110))
+    assert h200_check.main([a]) == 1
+    assert "vs do_bench" in capsys.readouterr().out
