@@ -160,6 +160,8 @@ def _inputs_and_reference(shape: dict, config: dict, platform: str) -> tuple[tup
     except Exception as err:
         kind, why = classify_failure(err)
         gc.collect()
+        if platform != "cpu":
+            torch.cuda.empty_cache()  # what the failed allocation left cached
         return None, {"status": "failed", "failure_kind": kind, "reason": f"the {stage} could not be made: {why}"}
     return (q, k, v, reference), {"status": "ok", "failure_kind": None, "reason": None}
 
