@@ -5,7 +5,8 @@
         SHA256SUMS         sha256 of every other file (`sha256sum -c SHA256SUMS` in the entry checks it)
         results.json       the collected results (schema checked before archiving)
         report.md          the rendered report
-        config.json, report-config.json, aiter-config/<variant>.json (+ .meta.json), plots/*.png
+        config.json        the resolved config (the run's config.json, else its report-config.json)
+        aiter-config/<variant>.json (+ .meta.json), plots/*.png
         ... extra files the caller names (the image manifest, the resolved config)
 
 The label is the platform version the results were measured with: rocm-<hip version> on ROCm,
@@ -48,7 +49,9 @@ STAGING_PREFIX = ".staging-"
 LABEL_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]*"
 RUN_ID_PATTERN = r"(\d{4,})-([0-9a-f]{8})"
 # What of a run directory is kept: the per-job files are left out, results.json holds them all.
-RUN_FILES = ("results.json", "report.md", "config.json", "report-config.json")
+RUN_FILES = ("results.json", "report.md", "config.json")
+# The resolved config is kept as config.json: the run's own, else the one frozen for the report.
+CONFIG_SOURCES = ("config.json", "report-config.json")
 RUN_GLOBS = ("aiter-config/*.json", "*.png", "plots/*.png")
 REQUIRED = ("results.json", "report.md")
 VERSION_KEYS = ("driver", "cuda", "hip", "rocm", "cudnn", "torch", "triton", "aiter", "aiter_commit",
@@ -317,6 +320,10 @@ def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
     run_dir, archive_root = Path(run_dir), Path(archive_root)
     extra_files = dict(extra_files or {})
     config = None
+    if "config.json" not in extra_files:
+        found = [run_dir / name for name in CONFIG_SOURCES if (run_dir / name).is_file()]
+        if found:
+            extra_files["config.json"] = found[0]
     config_path = Path(extra_files.get("config.json") or run_dir / "config.json")
     if expected_jobs is None and config_path.is_file():
         config, error = _read_json(config_path)
