@@ -485,3 +485,78 @@ def test_cli_usage_errors_exit_2_on_one_line(tmp_path, args, message):
 def test_console_script_is_declared():
     text = (REPO / "pyproject.toml").read_text()
     assert 'fabench = "fabench.cli:main"' in text and '"matplotlib==' in text
+
+
+# ---------------------------------------------------------------- the Snakemake rules
+
+STUB_SNAKEFILE = """
+# The helpers workflow/rules/archive.smk expects from common.smk, stubbed for a finished run.
+import os
+REPO = {repo!r}
+RUN = config["run"]
+VARIANTS = list(config["variants"])
+SHAPE_IDS = config["shape_ids"]
+
+
+def report_path():
+    return f"results/{{RUN}}/report.md"
+
+
+def use_docker():
+    return False
+
+
+def image_manifest():
+    return "build/images/none.json"
+
+
+def project_path(path):
+    return config["schema"] if path.endswith("result.schema.json") else os.path.join(REPO, path)
+
+
+def published_numbers():
+    return os.path.join(REPO, "report/published/mi300x-2025-12-30.yaml")
+
+
+report: os.path.join(REPO, "workflow/report/workflow.rst")
+
+
+include: os.path.join(REPO, "workflow/rules/archive.smk")
+"""
+
+
+def snakemake_in(directory: Path, *args: str, **config) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    configfile = directory / f"config-{config['run']}.json"
+    configfile.write_text(json.dumps(config))
+    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(directory / "Snakefile"), "--directory",
+                           str(directory), "--configfile", str(configfile), *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_snakemake_archive_compare_and_report(tmp_path):
+    (tmp_path / "Snakefile").write_text(STUB_SNAKEFILE.format(repo=str(REPO)))
+    schema = str(write_v2_schema(tmp_path / "schema.json"))
+    base = {"variants": {"default": {}, "tuned": {}}, "schema": schema,
+            "shape_ids": ["b4-s512-h8-d256", "b4-s1024-h8-d256", "b4-s2048-h8-d256", "b4-s4096-h8-d256",
+                          "b4-s1024-h8-d64"], "archive": {"root": "archive", "threshold": 0.05}}
+    for run, versions in (("rocm64", ROCM_6_4), ("rocm70", ROCM_7_0)):
+        run_dir = make_run(tmp_path / "results", run, versions=versions, seed=len(run))
+        shutil.move(run_dir / "config.json", run_dir / "report-config.json")  # what the workflow leaves
+        if run == "rocm70":
+            edit_backend(run_dir, *CELL, factor=1.12)
+        done = snakemake_in(tmp_path, "--cores", "1", "compare", run=run, **base)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        receipt = json.loads((tmp_path / "results" / run / "archived.json").read_text())
+        entry = tmp_path / receipt["path"]
+        assert verify_entry(entry) == [] and (entry / "plots" / "latency.png").is_file()
+        assert (entry / "config.json").is_file()
+    comparison = json.loads((tmp_path / "compare" / "compare.json").read_text())
+    assert [e["label"] for e in comparison["entries"]] == [OLD, NEW]
+    assert flags_of(comparison, "regression") == [CELL]
+    assert is_png((tmp_path / "compare" / "versions-tuned.png").read_bytes())
+    again = snakemake_in(tmp_path, "--cores", "1", "compare", run="rocm70", **base)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    report = snakemake_in(tmp_path, "--report", "report.html", "compare", run="rocm70", **base)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (tmp_path / "report.html").stat().st_size > 50_000

@@ -8,6 +8,8 @@
 # (optional, defaults below). The work is in fabench.results.archive / .compare and
 # fabench.report.plots; the scripts in ../scripts only pass Snakemake's objects on.
 import glob as _glob
+import json
+import os
 
 ARCHIVE = {"root": "archive", "threshold": 0.05, "baseline": None, "tolerance": None,
            **(config.get("archive") or {})}
@@ -16,9 +18,15 @@ COMPARE_DIR = "compare"
 
 
 def archive_state(wildcards=None):
-    """The checksum files of every entry now in the archive: compare re-runs when one appears,
-    changes or goes (an entry made in this invocation is covered by the receipt)."""
-    return sorted(_glob.glob(os.path.join(ARCHIVE["root"], "*", "*", "SHA256SUMS")))
+    """The checksum files of the entries now in the archive, so that compare re-runs when one
+    appears, changes or goes. This run's own entry is left out: it stands in the DAG as the
+    archive rule's receipt, which does not exist yet when the DAG is built before archiving."""
+    own = None
+    if os.path.exists(ARCHIVE_RECEIPT):
+        with open(ARCHIVE_RECEIPT) as handle:
+            own = os.path.normpath(os.path.join(json.load(handle)["path"], "SHA256SUMS"))
+    found = _glob.glob(os.path.join(ARCHIVE["root"], "*", "*", "SHA256SUMS"))
+    return sorted(p for p in found if os.path.normpath(p) != own)
 
 
 localrules:
