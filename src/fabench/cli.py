@@ -165,7 +165,8 @@ def cmd_verify(args) -> int:
 
 def cmd_compare(args) -> int:
     from fabench.results.archive import list_entries, load_entry
-    from fabench.results.compare import DEFAULT_THRESHOLD, CompareError, compare_entries, render_markdown
+    from fabench.results.compare import (DEFAULT_THRESHOLD, CompareError, NothingToCompare, compare_entries,
+                                         render_markdown)
 
     prog = "fabench compare"
     try:
@@ -196,7 +197,7 @@ def cmd_compare(args) -> int:
         comparison = compare_entries(entries, args.threshold or DEFAULT_THRESHOLD, baseline, published,
                                      args.tolerance)
     except CompareError as err:
-        return fail(prog, f"error: {err}", INTEGRITY if any(not e.ok for e in entries) else USAGE)
+        return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
     markdown = render_markdown(comparison)
     if args.out_md:
         write_atomic(args.out_md, markdown)

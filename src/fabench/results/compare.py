@@ -42,7 +42,11 @@ VERSION_ORDER = ("hip", "rocm", "cuda", "cudnn", "driver", "torch", "triton", "a
 
 
 class CompareError(ValueError):
-    """The comparison cannot be made (no entry left, an unknown baseline)."""
+    """The comparison cannot be made as asked (an unknown baseline, a bad threshold)."""
+
+
+class NothingToCompare(CompareError):
+    """Every entry given was left out (broken, or archived without trials)."""
 
 
 # ---------------------------------------------------------------- one cell, two entries
@@ -174,7 +178,7 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
         else:
             used.append((entry, results))
     if not used:
-        raise CompareError("no entry left to compare: " + "; ".join(
+        raise NothingToCompare("no entry left to compare: " + "; ".join(
             f"{x['id']}: {', '.join(x['problems'])}" for x in left_out) if left_out else "no entries given")
     ids = [e.id for e, _ in used]
     if baseline is None:
