@@ -112,7 +112,7 @@ def log_ms_axis(ax) -> None:
         low, high = ax.get_ylim()
         decades = math.log10(high / low) if low > 0 and high > low else 2
         lead = round(value / 10 ** math.floor(math.log10(value) + 1e-9)) if value > 0 else 0
-        return f"{value:g}" if decades < 0.6 or (decades < 1.6 and lead in (2, 3, 5)) else ""
+        return f"{value:g}" if decades < 0.8 or (decades < 1.6 and lead in (2, 3, 5)) else ""
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(minor))
@@ -224,7 +224,7 @@ def speedup_png(collected: dict, head_dim: int | None = None) -> bytes:
             series.append((role, variant, f"{backend_label(results, name)}, {variant}", values))
     if not any(v is not None for *_, values in series for v in values):
         return empty_figure("No speedup to draw: the baseline or the compared backends did not run.")
-    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    fig, ax = plt.subplots(figsize=(9.5, 4.6))
     width = 0.8 / len(series)
     for i, (role, variant, label, values) in enumerate(series):
         xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(seqs))]
@@ -233,7 +233,7 @@ def speedup_png(collected: dict, head_dim: int | None = None) -> bytes:
                       alpha=0.45 if variant == before and before != after else 0.95,
                       hatch="//" if variant == before and before != after else None, edgecolor="white")
         for bar, value in zip(bars, values):
-            text = f"{value:.2f}x" if value is not None else "did not run"
+            text = "did not run" if value is None else f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.axhline(1.0, color=ROLE_COLORS["baseline"], linewidth=1, linestyle="--",
@@ -245,7 +245,7 @@ def speedup_png(collected: dict, head_dim: int | None = None) -> bytes:
     ax.set_ylim(0, max(v or 0 for *_, values in series for v in values) * 1.15)
     ax.set_title(f"Speedup before ({before}) vs after ({after}): {collected.get('run', '')}, {device_of(results)}, "
                  f"head_dim {head_dim}", fontsize=11)
-    ax.legend(loc="upper left", fontsize=9, frameon=False)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9, frameon=False)
     fig.tight_layout()
     return png_bytes(fig)
 
