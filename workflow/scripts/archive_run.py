@@ -12,7 +12,7 @@ sm = snakemake  # noqa: F821
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
 extra = {"config.json": sm.input.config}
 if sm.input.manifest:
-    extra["image-manifest.json"] = sm.input.manifest if isinstance(sm.input.manifest, str) else sm.input.manifest[0]
+    extra["image-manifest.json"] = sm.input.manifest
 try:
     entry = archive_run(Path(sm.params.run_dir), Path(sm.params.root), sm.params.label, extra,
                         expected_jobs={tuple(job) for job in sm.params.expected_jobs},

@@ -22,9 +22,11 @@ except CompareError as err:
     sys.exit(f"compare: {err}")
 for item in comparison["left_out"]:
     logging.warning("left out %s: %s", item["id"], "; ".join(item["problems"]))
-write_atomic(sm.output.markdown, render_markdown(comparison))
-write_json(sm.output.json, comparison)
 plots = {Path(p).name: p for p in sm.output.plots}
+figures = [(f"variant {variant} across the archived versions", version_plot_name(variant))
+           for variant in sm.params.variants]
+write_atomic(sm.output.markdown, render_markdown(comparison, figures=figures))
+write_json(sm.output.json, comparison)
 for variant in sm.params.variants:
     write_atomic(plots[version_plot_name(variant)], versions_png(comparison, variant))
 flagged = [f for f in comparison["flags"] if f["flag"] == "regression"]

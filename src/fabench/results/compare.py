@@ -428,5 +428,8 @@ def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 
 
-def render_markdown(comparison: dict, template_dir: str | Path | None = None) -> str:
-    return template_env(template_dir).get_template(TEMPLATE).render(**markdown_context(comparison))
+def render_markdown(comparison: dict, template_dir: str | Path | None = None,
+                    figures: Sequence[tuple[str, str]] = ()) -> str:
+    """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
+    context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures]}
+    return template_env(template_dir).get_template(TEMPLATE).render(**context)
