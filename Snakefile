@@ -11,6 +11,10 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/container.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/archive.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 # The report and every job result it is made from: a result deleted after the report was

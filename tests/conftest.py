@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_BASE_IMAGE = os.environ.get("FABENCH_CPU_BASE_IMAGE", "fabench-cpu-base:bookworm-torch2.13")
 # The same name and build arguments as .test/config-docker/config.yaml, so the end-to-end
 # test reuses the image the fixture built.
+OLDER_CPU_BASE_IMAGE = "fabench-cpu-base:bookworm-debian-torch"
 CPU_IMAGE_NAME = "fabench-test"
 CPU_BUILD_ARGS = {"BASE_IMAGE": CPU_BASE_IMAGE, "AITER_COMMIT": "", "TRITON_VERSION": ""}
 
@@ -99,23 +100,35 @@ def docker_client(docker_host):
     cli.close()
 
 
-@pytest.fixture(scope="session")
-def cpu_base_image(docker_host, docker_client):
+def make_base_image(docker_client, docker_host: str, tag: str, torch_source: str | None = None):
+    """A local Debian + CPU torch base image (tools/make-cpu-base-image.sh), made once, then reused
+    from the engine's image store. `torch_source` "debian" takes Debian's own older torch."""
     import docker
 
     try:
-        return docker_client.images.get(CPU_BASE_IMAGE)
+        return docker_client.images.get(tag)
     except docker.errors.ImageNotFound:
         pass
     script = ROOT / "tools" / "make-cpu-base-image.sh"
-    proc = subprocess.run(["bash", str(script), CPU_BASE_IMAGE], capture_output=True, text=True,
-                          env={**os.environ, "DOCKER_HOST": docker_host}, timeout=1200)
+    env = {**os.environ, "DOCKER_HOST": docker_host, **({"TORCH_WHEEL": torch_source} if torch_source else {})}
+    proc = subprocess.run(["bash", str(script), tag], capture_output=True, text=True, env=env, timeout=1200)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
         if "is not installed" in tail or "no torch wheel" in tail or "needs root" in tail:
-            docker_unavailable(f"cannot make {CPU_BASE_IMAGE}: {tail.splitlines()[-1]}")
+            docker_unavailable(f"cannot make {tag}: {tail.splitlines()[-1]}")
         pytest.fail(f"{script} failed:\n{tail}", pytrace=False)
-    return docker_client.images.get(CPU_BASE_IMAGE)
+    return docker_client.images.get(tag)
+
+
+@pytest.fixture(scope="session")
+def cpu_base_image(docker_host, docker_client):
+    return make_base_image(docker_client, docker_host, CPU_BASE_IMAGE)
+
+
+@pytest.fixture(scope="session")
+def older_cpu_base_image(docker_host, docker_client):
+    """A second base image with another torch (Debian's 1.13), standing in for another ROCm release."""
+    return make_base_image(docker_client, docker_host, OLDER_CPU_BASE_IMAGE, torch_source="debian")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,10 @@
 # An image that already has the tag is reused (pass --force to remake it).
 #
 # Usage: tools/make-cpu-base-image.sh [--force] [TAG]
-# Env:   TORCH_WHEEL   the torch wheel (default: the CPU cp311 wheel under /opt/wheels)
+# Env:   TORCH_WHEEL   the torch wheel (default: the CPU cp311 wheel under /opt/wheels), or
+#                      "debian" for Debian's own python3-torch (1.13 on bookworm): a second,
+#                      older torch, for tests that need two platform versions
+#                      (tests/test_platforms.py)
 #        DEBIAN_MIRROR the Debian mirror (default: from /etc/apt/sources.list.d/)
 #        DOCKER_HOST   the engine to use (see python -m support.docker_engine)
 set -euo pipefail
@@ -34,7 +37,7 @@ fi
 
 [ "$(id -u)" = 0 ] || { echo "error: debootstrap needs root" >&2; exit 1; }
 command -v debootstrap >/dev/null || { echo "error: debootstrap is not installed" >&2; exit 1; }
-[ -f "$TORCH_WHEEL" ] || { echo "error: no torch wheel at $TORCH_WHEEL" >&2; exit 1; }
+[ "$TORCH_WHEEL" = debian ] || [ -f "$TORCH_WHEEL" ] || { echo "error: no torch wheel at $TORCH_WHEEL" >&2; exit 1; }
 
 # The first bookworm "main" mirror of the host's deb822 sources (or a one-line list).
 find_mirror() {
@@ -100,17 +103,26 @@ else
     log "docker import took $(( $(date +%s) - t0 )) s -> $STAGE_TAG"
 fi
 
-log "installing $(basename "$TORCH_WHEEL") (+ numpy, dependencies from PyPI)"
 t0=$(date +%s)
-wheel_dir="$(dirname "$TORCH_WHEEL")"
-docker run --name "$ctr" --network host \
-    -v "$wheel_dir:/wheels:ro" "$STAGE_TAG" \
-    python3 -m pip install --no-cache-dir --break-system-packages --progress-bar off \
-        "/wheels/$(basename "$TORCH_WHEEL")" numpy >&2
+if [ "$TORCH_WHEEL" = debian ]; then
+    log "installing Debian's python3-torch"
+    docker run --name "$ctr" --network host -e DEBIAN_FRONTEND=noninteractive "$STAGE_TAG" \
+        bash -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-torch python3-numpy \
+                 && rm -rf /var/lib/apt/lists/*' >&2
+    source_note="Debian's python3-torch"
+else
+    log "installing $(basename "$TORCH_WHEEL") (+ numpy, dependencies from PyPI)"
+    wheel_dir="$(dirname "$TORCH_WHEEL")"
+    docker run --name "$ctr" --network host \
+        -v "$wheel_dir:/wheels:ro" "$STAGE_TAG" \
+        python3 -m pip install --no-cache-dir --break-system-packages --progress-bar off \
+            "/wheels/$(basename "$TORCH_WHEEL")" numpy >&2
+    source_note="CPU torch from $(basename "$TORCH_WHEEL")"
+fi
 docker commit \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' \
-    --message "CPU torch from $(basename "$TORCH_WHEEL")" \
+    --message "$source_note" \
     "$ctr" "$TAG" >/dev/null
 log "torch install + commit took $(( $(date +%s) - t0 )) s"
 docker run --rm "$TAG" python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)' >&2

@@ -21,8 +21,14 @@ rule render_report:
         results="results/{run}/results.json",
         templates=REPORT_TEMPLATES,
         published=published_numbers(),
+        plots=["results/{run}/plots/latency.png", "results/{run}/plots/speedup.png"],
     output:
-        "results/{run}/report.md",
+        report(
+            "results/{run}/report.md",
+            caption="../report/run.rst",
+            category="Run {run}",
+            labels={"figure": "report"},
+        ),
     log:
         "logs/{run}/report.log",
     params:

@@ -11,4 +11,7 @@ sys.stderr = open(snakemake.log[0], "w")
 collected = json.loads(Path(snakemake.input.results).read_text())
 published = load_published(snakemake.input.published) if snakemake.input.published else None
 template_dir = Path(snakemake.params.template_dir)
-write_atomic(snakemake.output[0], render(collected, dict(snakemake.params.config), published, template_dir))
+here = Path(snakemake.output[0]).parent
+figures = [(title, Path(path).relative_to(here).as_posix())
+           for title, path in zip(("Latency against sequence length", "Speedup over native"), snakemake.input.plots)]
+write_atomic(snakemake.output[0], render(collected, dict(snakemake.params.config), published, template_dir, figures))

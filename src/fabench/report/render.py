@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Sequence
 
 import jinja2
 
@@ -36,11 +37,13 @@ def template_env(template_dir: str | os.PathLike) -> jinja2.Environment:
 
 
 def render(collected: dict, config: dict, published: dict | None = None,
-           template_dir: str | os.PathLike = TEMPLATE_DIR) -> str:
+           template_dir: str | os.PathLike = TEMPLATE_DIR, figures: Sequence[tuple[str, str]] = ()) -> str:
     """The report as Markdown. `collected` is results.json as fabench.results.collect writes it,
     `config` the run's config in the user's order (variants: first is the reference, last the one
-    compared with it), `published` the loaded report/published/*.yaml or None (no comparison)."""
+    compared with it), `published` the loaded report/published/*.yaml or None (no comparison),
+    `figures` (title, path relative to the report) of the pictures drawn from the same results."""
     run = Run(collected, config)
     context = {name: module.context(run, published) for name, module in SECTIONS.items()}
     context["labels"] = {role: md_text(run.label(role)) for role in ROLES}
+    context["figures"] = [{"title": md_text(title), "path": path} for title, path in figures]
     return template_env(template_dir).get_template(TEMPLATE).render(**context)

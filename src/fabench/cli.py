@@ -1,0 +1,235 @@
+"""fabench: the archive of finished runs and their comparison, without running anything.
+
+    fabench archive store RUN_DIR [--root archive] [--label L] [--extra NAME=PATH ...]
+    fabench archive list [--root archive]
+    fabench archive verify ENTRY [--root archive]
+    fabench compare [ENTRY ...] [--root archive] [--threshold 0.05] [--baseline ENTRY]
+                    [--published FILE [--tolerance T]] [--out-md FILE] [--out-json FILE] [--plots DIR]
+
+An ENTRY is an entry's directory, or <label>/<run-id> (also <label>/<number>, or a bare <label>
+for its newest intact entry) under --root. `compare` without entries compares every entry in --root.
+
+Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
+out of a comparison, a run refused as incomplete); 2 a usage error (bad option, no such entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from fabench.files import write_atomic, write_json
+
+USAGE, INTEGRITY = 2, 1
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """Errors on one line, with where to look, and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def fail(prog: str, message: str, status: int) -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
+    return status
+
+
+def threshold_type(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.05 or 5%)") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction between 0 and 1 (0.05 or 5%)")
+    return value
+
+
+def extra_type(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=PATH (image-manifest.json=build/images/x.json)")
+    return name, Path(path)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="fabench", description=__doc__.split("\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    archive = commands.add_parser("archive", help="store, list and verify archived runs")
+    actions = archive.add_subparsers(dest="action", required=True, parser_class=Parser)
+    store = actions.add_parser("store", help="archive a finished run as a new entry")
+    store.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="results/<run>/")
+    store.add_argument("--label", help="entry label (default: the platform version, e.g. rocm-7.0.51831)")
+    store.add_argument("--extra", action="append", type=extra_type, default=[], metavar="NAME=PATH",
+                       help="another file to keep with the run (repeatable)")
+    store.add_argument("--schema", type=Path, help="result schema (default: the checkout's or the package's)")
+    listing = actions.add_parser("list", help="every entry: label, run id, date, device, ok or broken")
+    verify = actions.add_parser("verify", help="check an entry's files against its SHA256SUMS")
+    verify.add_argument("entry", metavar="ENTRY")
+    for sub in (store, listing, verify):
+        sub.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
+
+    compare = commands.add_parser("compare", help="archived entries side by side, regressions flagged")
+    compare.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to compare (default: all in --root)")
+    compare.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
+    compare.add_argument("--threshold", type=threshold_type, default=None,
+                         help="smallest change flagged, as a fraction (default 0.05)")
+    compare.add_argument("--baseline", metavar="ENTRY", help="entry every other is also compared with "
+                                                              "(default: the oldest)")
+    compare.add_argument("--published", type=Path, help="report/published/*.yaml: also flag reproduced cells "
+                                                         "that differ from the published ones")
+    compare.add_argument("--tolerance", type=threshold_type, help="for --published (default: the threshold)")
+    compare.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
+    compare.add_argument("--out-json", type=Path, help="write the comparison as JSON here")
+    compare.add_argument("--plots", type=Path, metavar="DIR", help="write versions-<variant>.png here")
+    return parser
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_store(args) -> int:
+    from fabench.results.archive import ArchiveError, archive_run
+    from fabench.results.collect import result_schema
+
+    prog = "fabench archive store"
+    if not args.run_dir.is_dir():
+        return fail(prog, f"error: {args.run_dir}: no such run directory", USAGE)
+    names = [name for name, _ in args.extra]
+    if len(set(names)) != len(names):
+        return fail(prog, "error: --extra names a file twice", USAGE)
+    try:
+        schema = result_schema(args.schema) if args.schema else None
+    except (OSError, ValueError) as err:
+        return fail(prog, f"error: --schema {args.schema}: {err}", USAGE)
+    try:
+        entry = archive_run(args.run_dir, args.root, args.label, dict(args.extra), schema=schema)
+    except ArchiveError as err:
+        return fail(prog, f"refused: {err}", INTEGRITY)
+    print(entry)
+    return 0
+
+
+def cmd_list(args) -> int:
+    from fabench.results.archive import list_entries
+
+    if not args.root.is_dir():
+        return fail("fabench archive list", f"error: {args.root}: no such archive folder", USAGE)
+    entries = list_entries(args.root)
+    if not entries:
+        print(f"no entries under {args.root}")
+        return 0
+    rows = [("LABEL", "RUN-ID", "DATE", "DEVICE", "RUN", "STATUS")]
+    for e in entries:
+        date = (e.get("finished") or e.get("archived_at") or "")[:16].replace("T", " ")
+        device = e.get("device")
+        device = " / ".join(device) if isinstance(device, list) else device
+        status = "ok" if e.ok else f"broken: {'; '.join(e.problems)}"
+        rows.append((e.label, e.run_id, date or "?", device or "?", e.get("run") or "?", status))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
+    return INTEGRITY if any(not e.ok for e in entries) else 0
+
+
+def resolve(spec: str, root: Path) -> Path:
+    from fabench.results.archive import ArchiveError, resolve_entry
+
+    try:
+        return resolve_entry(spec, root)
+    except ArchiveError as err:
+        raise UsageError(str(err)) from None
+
+
+def cmd_verify(args) -> int:
+    from fabench.results.archive import load_entry
+
+    try:
+        entry = load_entry(resolve(args.entry, args.root))
+    except UsageError as err:
+        return fail("fabench archive verify", f"error: {err}", USAGE)
+    if entry.ok:
+        print(f"{entry.id}: ok ({len((entry.record or {}).get('files', {})) + 1} files match SHA256SUMS)")
+        return 0
+    for problem in entry.problems:
+        print(f"{entry.id}: {problem}")
+    return INTEGRITY
+
+
+def cmd_compare(args) -> int:
+    from fabench.results.archive import list_entries, load_entry
+    from fabench.results.compare import (DEFAULT_THRESHOLD, CompareError, NothingToCompare, compare_entries,
+                                         render_markdown)
+
+    prog = "fabench compare"
+    try:
+        if args.entries:
+            paths = [resolve(spec, args.root) for spec in args.entries]
+            entries = list({p.resolve(): load_entry(p) for p in paths}.values())
+        else:
+            entries = list_entries(args.root)
+            if not entries:
+                raise UsageError(f"no entries under {args.root}")
+        baseline = None
+        if args.baseline:
+            base = load_entry(resolve(args.baseline, args.root))
+            baseline = base.id
+            if base.id not in {e.id for e in entries}:
+                entries.append(base)
+        published = None
+        if args.published:
+            from fabench.report.published import load_published
+
+            try:
+                published = load_published(args.published)
+            except OSError as err:
+                raise UsageError(f"--published {args.published}: {err.strerror}") from None
+    except UsageError as err:
+        return fail(prog, f"error: {err}", USAGE)
+    try:
+        comparison = compare_entries(entries, args.threshold or DEFAULT_THRESHOLD, baseline, published,
+                                     args.tolerance)
+    except CompareError as err:
+        return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
+    markdown = render_markdown(comparison)
+    if args.out_md:
+        write_atomic(args.out_md, markdown)
+    else:
+        sys.stdout.write(markdown)
+    if args.out_json:
+        write_json(args.out_json, comparison)
+    if args.plots:
+        from fabench.report.plots import write_version_plots
+
+        write_version_plots(comparison, args.plots)
+    for item in comparison["left_out"]:
+        print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
+    flags = [f for f in comparison["flags"] if f["flag"] == "regression"]
+    if flags and args.out_md:
+        print(f"{prog}: {len(flags)} regression flag(s); see {args.out_md}", file=sys.stderr)
+    return INTEGRITY if any(not e.ok for e in entries) else 0
+
+
+COMMANDS = {("archive", "store"): cmd_store, ("archive", "list"): cmd_list, ("archive", "verify"): cmd_verify,
+            ("compare", None): cmd_compare}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[(args.command, getattr(args, "action", None))](args)
+    except BrokenPipeError:  # fabench compare | head
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,435 @@
+"""Archived runs side by side, with a change flagged only when it is larger than the noise.
+
+Cells are (variant, shape, backend). Each archived entry contributes the backend's status and,
+when ok, the median and 95% confidence interval its trials recorded (stats.device_ms, or
+stats.wall_mean_ms without a device timer): this module computes no statistics of its own.
+
+The rule (RULE below, stated in every output): a cell is compared with the same cell in the
+previous entry that has it (entries ordered by label version, then run number) and in the
+baseline entry. A change is a regression or an improvement only when both
+  |new median / old median - 1| > threshold   and   the two 95% CIs do not overlap;
+it is compared on device time when both entries have it, else on wall-clock time. A cell whose
+trials were unstable in either entry is marked unstable and never flagged. A backend that ran
+(ok) and now fails or is unavailable is a regression, with the reason; one that failed and now
+runs is an improvement.
+
+Results archived before trials were recorded (schema v1) carry no confidence interval: such an
+entry is refused, with that reason, as are entries whose files fail their checksums.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import jinja2
+
+from fabench.results.archive import Entry
+from fabench.results.collect import shape_key
+
+COMPARE_FORMAT = "fabench-compare/1"
+DEFAULT_THRESHOLD = 0.05
+TEMPLATE = "compare.md.j2"
+REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
+PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "data"
+PUBLISHED_FLAGS = ("slower", "faster", "unstable", "matches", "not measured", "not comparable")
+METRICS = {"device_ms": "device time", "wall_mean_ms": "wall-clock time"}
+V1_REASON = "archived with schema v1: no trials (no confidence interval to compare)"
+ROLE_ORDER = ("baseline", "vendor", "triton")
+VERSION_ORDER = ("hip", "rocm", "cuda", "cudnn", "driver", "torch", "triton", "aiter", "aiter_commit", "runtime",
+                 "image", "image_id")
+
+
+class CompareError(ValueError):
+    """The comparison cannot be made as asked (an unknown baseline, a bad threshold)."""
+
+
+class NothingToCompare(CompareError):
+    """Every entry given was left out (broken, or archived without trials)."""
+
+
+# ---------------------------------------------------------------- one cell, two entries
+
+def cell_of(backend: dict | None) -> dict | None:
+    """What the comparison reads of a backend entry: status, reason and the recorded statistics."""
+    if backend is None:
+        return None
+    stats = backend.get("stats") or {}
+    return {
+        "status": backend["status"],
+        "reason": backend.get("reason"),
+        "failure_kind": backend.get("failure_kind"),
+        "device_ms": stats.get("device_ms"),
+        "wall_mean_ms": stats.get("wall_mean_ms"),
+        "stable": stats.get("stable", True),
+        "unstable_reason": stats.get("unstable_reason"),
+        "ci_method": stats.get("ci_method"),
+    }
+
+
+def metric_of(*cells: dict) -> str | None:
+    """device_ms when every cell has it, else wall_mean_ms when every cell has that."""
+    for metric in METRICS:
+        if all(c.get(metric) and c[metric].get("median") is not None and c[metric].get("ci95") for c in cells):
+            return metric
+    return None
+
+
+def overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def not_ok_text(cell: dict) -> str:
+    kind = f" ({cell['failure_kind']})" if cell.get("failure_kind") else ""
+    return f"{cell['status']}{kind}: {cell.get('reason') or 'no reason recorded'}"
+
+
+def compare_cells(old: dict, new: dict, threshold: float, old_id: str = "old", new_id: str = "new") -> dict:
+    """{flag, why, metric, ratio} for one cell of two entries; flag is one of
+    regression, improvement, unstable, unchanged, not measured, not comparable."""
+    out = {"metric": None, "ratio": None}
+    old_ok, new_ok = old["status"] == "ok", new["status"] == "ok"
+    if old_ok and not new_ok:
+        return {**out, "flag": "regression", "why": f"was ok in {old_id}, now {not_ok_text(new)}"}
+    if not old_ok and new_ok:
+        return {**out, "flag": "improvement", "why": f"runs again (was {not_ok_text(old)} in {old_id})"}
+    if not old_ok:
+        return {**out, "flag": "not measured", "why": f"{new['status']} in both"}
+    metric = metric_of(old, new)
+    if metric is None:
+        return {**out, "flag": "not comparable", "why": "no median with a 95% CI recorded in both"}
+    a, b = old[metric], new[metric]
+    ratio = b["median"] / a["median"] if a["median"] else None
+    out.update(metric=metric, ratio=ratio)
+    if not (old["stable"] and new["stable"]):
+        which = [f"{i}: {c.get('unstable_reason') or 'unstable'}" for i, c in ((old_id, old), (new_id, new))
+                 if not c["stable"]]
+        return {**out, "flag": "unstable", "why": "trials unstable in " + "; ".join(which)}
+    if ratio is None:
+        return {**out, "flag": "not comparable", "why": f"{old_id} recorded a median of 0"}
+    change = f"{ratio - 1:+.1%} {METRICS[metric]}"
+    cis = f"95% CIs [{a['ci95'][0]:.4g}, {a['ci95'][1]:.4g}] and [{b['ci95'][0]:.4g}, {b['ci95'][1]:.4g}] ms"
+    if abs(ratio - 1) <= threshold:
+        return {**out, "flag": "unchanged", "why": f"{change}: within the {threshold:.0%} threshold"}
+    if overlap(a["ci95"], b["ci95"]):
+        return {**out, "flag": "unchanged", "why": f"{change}, but the {cis} overlap: within the noise"}
+    return {**out, "flag": "regression" if ratio > 1 else "improvement", "why": f"{change}; {cis} do not overlap"}
+
+
+# ---------------------------------------------------------------- loading entries
+
+def usable_results(entry: Entry) -> tuple[list[dict] | None, list[str]]:
+    """The entry's results, or None and why the comparison leaves it out."""
+    if not entry.ok:
+        return None, list(entry.problems)
+    try:
+        results = entry.results()["results"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return None, [f"results.json: unreadable ({err})"]
+    if any(r.get("schema_version", 1) < 2 for r in results):
+        return None, [V1_REASON]
+    return results, []
+
+
+def entry_info(entry: Entry) -> dict:
+    versions = entry.get("versions", {})
+    return {"id": entry.id, "label": entry.label, "run_id": entry.run_id, "path": str(entry.path),
+            "run": entry.get("run"), "archived_at": entry.get("archived_at"), "finished": entry.get("finished"),
+            "platform": entry.get("platform"), "device": entry.get("device"), "arch": entry.get("arch"),
+            "versions": versions}
+
+
+def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
+    """Variants in order of appearance; the main head_dim first (as the report), then (B,S,H,D);
+    the role backends first (baseline, vendor, Triton), then the others."""
+    variants, shapes, backends, roles = {}, {}, {}, {}
+    for results in results_by_entry:
+        for r in results:
+            variants.setdefault(r["variant"], None)
+            shapes.setdefault(r["shape_id"], r["shape"])
+            for i, role in enumerate(ROLE_ORDER):
+                roles.setdefault(r["roles"][role], i)
+            for name in r["backends"]:
+                backends.setdefault(name, None)
+    main = Counter(s["head_dim"] for s in shapes.values()).most_common(1)[0][0] if shapes else None
+    shape_order = sorted(shapes, key=lambda s: (shapes[s]["head_dim"] != main, shapes[s]["head_dim"],
+                                                 shape_key(shapes[s])))
+    backend_order = sorted(backends, key=lambda b: (roles.get(b, len(ROLE_ORDER)), list(backends).index(b)))
+    return [(v, s, shapes[s], b) for v in variants for s in shape_order for b in backend_order]
+
+
+# ---------------------------------------------------------------- the comparison
+
+def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHOLD, baseline: str | None = None,
+                    published: dict | None = None, tolerance: float | None = None) -> dict:
+    """The comparison of archived entries as data (the JSON output; the Markdown renders it).
+
+    Broken and schema-v1 entries are listed under left_out, with their problems, and take no
+    part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order."""
+    if not 0 < threshold < 1:
+        raise CompareError(f"threshold {threshold}: give a fraction between 0 and 1 (0.05 for 5%)")
+    ordered = sorted(entries, key=lambda e: e.sort_key)
+    used, left_out = [], []
+    for entry in ordered:
+        results, problems = usable_results(entry)
+        if results is None:
+            left_out.append({"id": entry.id, "path": str(entry.path), "problems": problems})
+        else:
+            used.append((entry, results))
+    if not used:
+        raise NothingToCompare("no entry left to compare: " + "; ".join(
+            f"{x['id']}: {', '.join(x['problems'])}" for x in left_out) if left_out else "no entries given")
+    ids = [e.id for e, _ in used]
+    if baseline is None:
+        baseline = ids[0]
+    elif baseline not in ids:
+        why = next((x["problems"] for x in left_out if x["id"] == baseline), None)
+        raise CompareError(f"baseline {baseline}: " + (f"left out ({'; '.join(why)})" if why
+                                                       else "not among the compared entries"))
+    tables = {entry.id: {(r["variant"], r["shape_id"]): r for r in results} for entry, results in used}
+    rows, flags = [], []
+    for variant, sid, shape, backend in _row_order([results for _, results in used]):
+        cells = []
+        for entry, _ in used:
+            result = tables[entry.id].get((variant, sid))
+            cell = cell_of(result["backends"].get(backend)) if result else None
+            cells.append({"entry": entry.id, **(cell or {"status": None})})
+        if not any(c["status"] == "ok" for c in cells):
+            continue  # never measured in any entry (another platform's backend)
+        label = next(r["backends"][backend]["label"] for _, results in used for r in results
+                     if r["variant"] == variant and r["shape_id"] == sid and backend in r["backends"])
+        base_cell = next((c for c in cells if c["entry"] == baseline and c["status"] is not None), None)
+        previous = None
+        for cell in cells:
+            cell["vs_previous"] = cell["vs_baseline"] = None
+            if cell["status"] is None:
+                continue
+            if previous is not None:
+                cell["vs_previous"] = {"entry": previous["entry"],
+                                       **compare_cells(previous, cell, threshold, previous["entry"], cell["entry"])}
+            if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
+                cell["vs_baseline"] = {"entry": baseline,
+                                       **compare_cells(base_cell, cell, threshold, baseline, cell["entry"])}
+            for kind in ("vs_previous", "vs_baseline"):
+                found = cell[kind]
+                if found and found["flag"] in ("regression", "improvement", "unstable"):
+                    flags.append({"flag": found["flag"], "variant": variant, "shape_id": sid, "backend": backend,
+                                  "label": label, "entry": cell["entry"], "against": found["entry"],
+                                  "against_kind": kind[3:], "ratio": found["ratio"], "why": found["why"]})
+            previous = cell
+        rows.append({"variant": variant, "shape_id": sid, "shape": shape, "backend": backend, "label": label,
+                     "cells": cells})
+    comparison = {
+        "format": COMPARE_FORMAT,
+        "rule": {"threshold": threshold, "confidence": 0.95, "text": rule_text(threshold)},
+        "baseline": baseline,
+        "entries": [entry_info(e) for e, _ in used],
+        "left_out": left_out,
+        "rows": rows,
+        "flags": flags,
+        "published": None,
+    }
+    if published is not None:
+        tol = threshold if tolerance is None else tolerance
+        comparison["published"] = {
+            "source": published.get("source", {}).get("document") or published.get("source", {}).get("title"),
+            "tolerance": tol,
+            "rule": published_rule_text(tol),
+            "entries": [published_section(e, results, published, tol) for e, results in used],
+        }
+    return comparison
+
+
+def rule_text(threshold: float) -> str:
+    return (f"A cell is flagged as a regression or an improvement only when its median changed by more than "
+            f"{threshold:.0%} AND the two 95% confidence intervals do not overlap; device time is compared when "
+            f"both runs recorded it, else wall-clock time. A cell whose trials were unstable in either run is "
+            f"marked unstable and never flagged. A backend that ran and now fails or is unavailable is a "
+            f"regression; one that failed and now runs is an improvement.")
+
+
+# ---------------------------------------------------------------- published vs reproduced
+
+def published_rule_text(tolerance: float) -> str:
+    return (f"The published numbers are wall-clock means with no confidence interval: a reproduced cell is "
+            f"flagged when its wall-clock median differs from the published value by more than {tolerance:.0%} "
+            f"AND the published value lies outside our 95% CI. Unstable cells are never flagged.")
+
+
+def published_flags(results: list[dict], published: dict, tolerance: float = DEFAULT_THRESHOLD) -> list[dict]:
+    """Each published (variant, shape, backend) time against the reproduced one (stats.wall_mean_ms):
+    flag slower/faster when |ours/published - 1| > tolerance and published lies outside our 95% CI."""
+    from fabench.report.published import published_rows
+
+    found = {(r["variant"], shape_key(r["shape"])): r for r in results}
+    out = []
+    for row in published_rows(published):
+        result = found.get((row["variant"], shape_key(row["shape"])))
+        for backend, pub in row["ms"].items():
+            if pub is None:
+                continue
+            item = {"variant": row["variant"], "shape": row["shape"], "shape_id": result and result["shape_id"],
+                    "backend": backend, "published_ms": pub, "median": None, "ci95": None, "ratio": None}
+            cell = cell_of(result["backends"].get(backend)) if result else None
+            if cell is None:
+                item.update(flag="not measured", why="not in this run")
+            elif cell["status"] != "ok":
+                item.update(flag="not measured", why=not_ok_text(cell))
+            elif not (cell["wall_mean_ms"] and cell["wall_mean_ms"].get("ci95")):
+                item.update(flag="not comparable", why="no wall-clock median with a 95% CI")
+            else:
+                stat = cell["wall_mean_ms"]
+                ratio = stat["median"] / pub
+                item.update(median=stat["median"], ci95=stat["ci95"], ratio=ratio)
+                inside = stat["ci95"][0] <= pub <= stat["ci95"][1]
+                if not cell["stable"]:
+                    item.update(flag="unstable", why=cell.get("unstable_reason") or "trials unstable")
+                elif abs(ratio - 1) > tolerance and not inside:
+                    item.update(flag="slower" if ratio > 1 else "faster",
+                                why=f"{ratio - 1:+.1%}; published {pub:g} ms outside our 95% CI "
+                                    f"[{stat['ci95'][0]:.4g}, {stat['ci95'][1]:.4g}]")
+                else:
+                    item.update(flag="matches", why=f"{ratio - 1:+.1%}" + (
+                        ": published value inside our 95% CI" if inside else f": within {tolerance:.0%}"))
+            out.append(item)
+    return out
+
+
+def same_hardware(results: list[dict], published: dict) -> bool:
+    hardware = published.get("source", {}).get("hardware", {})
+    arch, device = hardware.get("arch"), (hardware.get("device") or "").lower()
+    return all(r["platform"] == hardware.get("platform", r["platform"])
+               and ((arch and r["provenance"].get("arch") == arch)
+                    or (device and device in (r["provenance"].get("device") or "").lower()))
+               for r in results)
+
+
+def published_section(entry: Entry, results: list[dict], published: dict, tolerance: float) -> dict:
+    hardware = published.get("source", {}).get("hardware", {})
+    if not same_hardware(results, published):
+        return {"entry": entry.id, "skipped": f"measured on {entry.get('device')}, published on "
+                                              f"{hardware.get('device')}: a difference says nothing", "cells": []}
+    return {"entry": entry.id, "skipped": None, "cells": published_flags(results, published, tolerance)}
+
+
+# ---------------------------------------------------------------- Markdown
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if value >= 0.1 else f"{value:.4f}"
+
+
+def shape_text(shape: dict) -> str:
+    return f"({shape['batch']}, {shape['seq']}, {shape['heads']}, {shape['head_dim']})"
+
+
+def value_text(cell: dict) -> str:
+    if cell["status"] is None:
+        return "—"
+    if cell["status"] != "ok":
+        return cell["status"] + (f" ({cell['failure_kind']})" if cell.get("failure_kind") else "")
+    metric = metric_of(cell)
+    if metric is None:
+        return "ok, no CI"
+    stat = cell[metric]
+    unit = "" if metric == "device_ms" else " wall"
+    return f"{fmt_ms(stat['median'])} [{fmt_ms(stat['ci95'][0])}, {fmt_ms(stat['ci95'][1])}]{unit}"
+
+
+def change_text(found: dict | None, prefix: str) -> str:
+    if not found:
+        return ""
+    ratio = f"{found['ratio'] - 1:+.1%}" if found["ratio"] is not None else ""
+    flag = found["flag"]
+    word = {"regression": "**regression**", "improvement": "**improvement**", "unstable": "*unstable*"}.get(flag, "")
+    text = " ".join(part for part in (prefix, ratio, word) if part)
+    return text if (ratio or word) else ""
+
+
+def cell_text(cell: dict) -> str:
+    parts = [value_text(cell), change_text(cell.get("vs_previous"), ""),
+             change_text(cell.get("vs_baseline"), "vs baseline")]
+    return " · ".join(p for p in parts if p)
+
+
+def markdown_context(comparison: dict) -> dict:
+    entries = comparison["entries"]
+    short = {e["id"]: e["id"] for e in entries}
+    tables = []
+    for variant in dict.fromkeys(r["variant"] for r in comparison["rows"]):
+        rows = [[shape_text(r["shape"]), r["label"], *(cell_text(c) for c in r["cells"])]
+                for r in comparison["rows"] if r["variant"] == variant]
+        tables.append({"variant": variant, "header": ["Config (B,S,H,D)", "Backend", *(short[e["id"]] for e in entries)],
+                       "rows": rows})
+    present = {k for e in entries for k, v in e["versions"].items() if v is not None}
+    versions = [k for k in VERSION_ORDER if k in present] + sorted(present - set(VERSION_ORDER))
+    entry_rows = [[e["id"], e["run"] or "", (e["finished"] or e["archived_at"] or "")[:19], e["device"] or "",
+                   *(version_text(e["versions"].get(k)) for k in versions)] for e in entries]
+    shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
+    flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
+                  for kind in ("regression", "improvement", "unstable")}
+    published = None
+    if comparison.get("published"):
+        pub = comparison["published"]
+        published = {"source": pub["source"], "rule": pub["rule"], "entries": []}
+        for section in pub["entries"]:
+            counts = Counter(c["flag"] for c in section["cells"])
+            shown = [c for c in section["cells"] if c["flag"] in ("slower", "faster", "unstable")]
+            rows = [[c["variant"], shape_text(c["shape"]), c["backend"], f"{c['published_ms']:g}",
+                     value_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
+                     f"**{c['flag']}**" if c["flag"] in ("slower", "faster") else f"*{c['flag']}*", c["why"]]
+                    for c in shown]
+            published["entries"].append({
+                "entry": section["entry"], "skipped": section["skipped"], "total": len(section["cells"]),
+                "counts": [(flag, counts[flag]) for flag in PUBLISHED_FLAGS if counts[flag]],
+                "header": ["Variant", "Config (B,S,H,D)", "Backend", "Published ms", "Ours: wall median [95% CI] ms",
+                           "Flag", "Why"],
+                "rows": rows})
+    return {
+        "rule": comparison["rule"],
+        "baseline": comparison["baseline"],
+        "entries": {"header": ["Entry", "Run", "Finished", "Device", *versions], "rows": entry_rows},
+        "count": len(entries),
+        "left_out": comparison["left_out"],
+        "flags": flag_lines,
+        "tables": tables,
+        "published": published,
+        "ci_methods": sorted({c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method")}),
+    }
+
+
+def flag_lines_of(flags: list[dict], shapes: dict) -> list[str]:
+    """One line per cell and entry: its comparisons with the previous run and with the baseline."""
+    grouped: dict[tuple, list[dict]] = {}
+    for f in flags:
+        grouped.setdefault((f["variant"], f["shape_id"], f["label"], f["entry"]), []).append(f)
+    return [f"{variant} {shape_text(shapes[sid])} {label} in `{entry}`: "
+            + "; ".join(f"vs {f['against_kind']} `{f['against']}`: {f['why']}" for f in found)
+            for (variant, sid, label, entry), found in grouped.items()]
+
+
+def version_text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " / ".join(map(str, value))
+    text = str(value)
+    if text.startswith("sha256:"):
+        return text[:19]
+    return text[:12] if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else text
+
+
+def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
+    folder = Path(template_dir) if template_dir else (REPO_TEMPLATES if (REPO_TEMPLATES / TEMPLATE).is_file()
+                                                      else PACKAGE_TEMPLATES)
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+
+
+def render_markdown(comparison: dict, template_dir: str | Path | None = None,
+                    figures: Sequence[tuple[str, str]] = ()) -> str:
+    """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
+    context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures]}
+    return template_env(template_dir).get_template(TEMPLATE).render(**context)

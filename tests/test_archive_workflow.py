@@ -1,0 +1,78 @@
+"""`snakemake archive`, `snakemake compare` and `snakemake --report` on real CPU runs, and the
+HTML report opened in a real headless Chromium."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from fabench.results.archive import verify_entry
+from workflow_util import snakemake, tiny_config
+
+pytestmark = pytest.mark.slow
+
+SHAPE = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
+
+
+def run_config(run: str, label: str) -> dict:
+    return tiny_config(run=run, shapes=[SHAPE], archive={"root": "archive", "label": label})
+
+
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory):
+    """Two real runs of the CPU test experiment, archived under two version labels."""
+    work = tmp_path_factory.mktemp("archive-work")
+    for run, label in (("tiny-a", "cpu-a"), ("tiny-b", "cpu-b")):
+        proc = snakemake(work, "--cores", "1", "archive", config=run_config(run, label))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = snakemake(work, "--cores", "1", "compare", config=run_config("tiny-b", "cpu-b"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work
+
+
+def test_each_run_is_one_intact_entry_under_its_label(archived):
+    for run, label in (("tiny-a", "cpu-a"), ("tiny-b", "cpu-b")):
+        receipt = json.loads((archived / "results" / run / "archived.json").read_text())
+        entry = archived / receipt["path"]
+        assert entry.parent.name == label and re.fullmatch(r"\d{4}-[0-9a-f]{8}", entry.name)
+        assert verify_entry(entry) == []
+        stored = {p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file()}
+        assert {"results.json", "report.md", "config.json", "SHA256SUMS", "record.json",
+                "plots/latency.png", "plots/speedup.png", "aiter-config/tuned.json"} <= stored
+
+
+def test_the_comparison_has_a_row_per_measured_cell_of_both_entries(archived):
+    comparison = json.loads((archived / "compare" / "compare.json").read_text())
+    assert [e["label"] for e in comparison["entries"]] == ["cpu-a", "cpu-b"]
+    cells = {(row["variant"], row["shape_id"], row["backend"]) for row in comparison["rows"]}
+    assert {(v, "b1-s64-h2-d32", b) for v in ("default", "tuned") for b in ("native", "sdpa")} <= cells
+    markdown = (archived / "compare" / "compare.md").read_text()
+    assert "cpu-a" in markdown and "cpu-b" in markdown and "](versions-tuned.png)" in markdown
+
+
+def test_archiving_again_adds_nothing_and_a_new_run_gets_a_new_id(archived):
+    again = snakemake(archived, "--cores", "1", "archive", config=run_config("tiny-b", "cpu-b"))
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert len(list((archived / "archive" / "cpu-b").glob("0*"))) == 1
+
+
+def test_the_html_report_shows_the_plots_in_a_real_browser(archived, tmp_path):
+    proc = snakemake(archived, "--report", "report.html", "compare", config=run_config("tiny-b", "cpu-b"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
+    page = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                           "--dump-dom", f"file://{archived / 'report.html'}"], capture_output=True, text=True,
+                          timeout=180)
+    assert page.returncode == 0, page.stderr[-2000:]
+    dom = page.stdout
+    for name in ("versions-tuned.png", "latency.png", "speedup.png"):
+        assert name in dom  # each picture is listed in the report the browser built
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                    f"--screenshot={shot}", "--window-size=1400,1000", f"file://{archived / 'report.html'}"],
+                   capture_output=True, timeout=180, check=True)
+    assert shot.stat().st_size > 10_000  # a drawn page, not a blank one

@@ -1,0 +1,128 @@
+# Keep every finished run, compare the archived versions, draw the pictures.
+#   snakemake --cores 1 archive    each finished run stored as archive/<platform-version>/<run-id>/
+#   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
+# The work is in fabench.results.archive and .compare and fabench.report.plots.
+
+
+def archive_state(wildcards):
+    """The checksum files of the entries now in the archive (but this config's own runs, which
+    stand in the DAG as their archive receipts), so that compare re-runs when one appears,
+    changes or goes."""
+    own = set()
+    for run in RUNS:
+        receipt = Path(archive_receipt(run))
+        if receipt.is_file():
+            own.add(
+                os.path.normpath(
+                    Path(json.loads(receipt.read_text())["path"]) / "SHA256SUMS"
+                )
+            )
+    found = Path(config["archive"]["root"]).glob("*/*/SHA256SUMS")
+    return sorted(str(p) for p in found if os.path.normpath(p) not in own)
+
+
+def archive_receipt(run):
+    return f"results/{run}/archived.json"
+
+
+rule plots:
+    input:
+        results="results/{run}/results.json",
+    output:
+        latency=report(
+            "results/{run}/plots/latency.png",
+            caption="../report/latency.rst",
+            category="Run {run}",
+            labels={"figure": "latency vs sequence length"},
+        ),
+        speedup=report(
+            "results/{run}/plots/speedup.png",
+            caption="../report/speedup.rst",
+            category="Run {run}",
+            labels={"figure": "speedup before vs after tuning"},
+        ),
+    log:
+        "logs/{run}/plots.log",
+    script:
+        "../scripts/plots.py"
+
+
+rule resolved_config:
+    output:
+        "results/{run}/config.json",
+    log:
+        "logs/{run}/resolved_config.log",
+    params:
+        config=lambda wildcards: config,
+    script:
+        "../scripts/resolved_config.py"
+
+
+rule archive_run:
+    input:
+        results="results/{run}/results.json",
+        report="results/{run}/report.md",
+        config="results/{run}/config.json",
+        plots=rules.plots.output,
+        kernel_configs=expand(
+            "results/{{run}}/aiter-config/{variant}.{kind}",
+            variant=VARIANTS,
+            kind=["json", "meta.json"],
+        ),
+        manifest=docker_manifest,
+    output:
+        "results/{run}/archived.json",
+    log:
+        "logs/{run}/archive.log",
+    params:
+        run_dir="results/{run}",
+        root=config["archive"]["root"],
+        label=config["archive"]["label"],
+        schema=SCHEMAS / "result.schema.json",
+        expected_jobs=[[variant, shape] for variant in VARIANTS for shape in SHAPES],
+    script:
+        "../scripts/archive_run.py"
+
+
+rule archive:
+    input:
+        all_runs(archive_receipt),
+
+
+rule compare:
+    input:
+        receipts=all_runs(archive_receipt),
+        entries=archive_state,
+        published=published_numbers(),
+    output:
+        markdown=report(
+            "compare/compare.md",
+            caption="../report/compare.rst",
+            category="Across versions",
+            labels={"figure": "comparison (Markdown)"},
+        ),
+        json="compare/compare.json",
+        plots=[
+            report(
+                f"compare/versions-{variant}.png",
+                caption="../report/versions.rst",
+                category="Across versions",
+                labels={"figure": f"variant {variant} across versions"},
+            )
+            for variant in VARIANTS
+        ],
+    log:
+        "logs/compare.log",
+    params:
+        root=config["archive"]["root"],
+        threshold=config["archive"]["threshold"],
+        baseline=config["archive"]["baseline"],
+        tolerance=config["archive"]["tolerance"],
+        variants=VARIANTS,
+        # entries deleted since the last comparison change this, so compare re-runs
+        entry_ids=lambda wildcards: [
+            os.path.relpath(os.path.dirname(p), config["archive"]["root"])
+            for p in archive_state(wildcards)
+        ],
+    script:
+        "../scripts/compare.py"

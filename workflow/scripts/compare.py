@@ -1,0 +1,34 @@
+"""rule compare: every entry of the archive -> compare/compare.{md,json} and compare/versions-<variant>.png.
+
+Broken entries are left out and named in the outputs and the log; they do not fail the rule."""
+import logging
+import sys
+from pathlib import Path
+
+from fabench.files import write_atomic, write_json
+from fabench.report.plots import version_plot_name, versions_png
+from fabench.report.published import load_published
+from fabench.results.archive import list_entries
+from fabench.results.compare import CompareError, compare_entries, render_markdown
+
+sm = snakemake  # noqa: F821
+logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
+entries = list_entries(Path(sm.params.root))
+published = load_published(sm.input.published) if sm.input.published else None
+try:
+    comparison = compare_entries(entries, sm.params.threshold, sm.params.baseline, published, sm.params.tolerance)
+except CompareError as err:
+    logging.error("compare: %s", err)
+    sys.exit(f"compare: {err}")
+for item in comparison["left_out"]:
+    logging.warning("left out %s: %s", item["id"], "; ".join(item["problems"]))
+plots = {Path(p).name: p for p in sm.output.plots}
+figures = [(f"variant {variant} across the archived versions", version_plot_name(variant))
+           for variant in sm.params.variants]
+write_atomic(sm.output.markdown, render_markdown(comparison, figures=figures))
+write_json(sm.output.json, comparison)
+for variant in sm.params.variants:
+    write_atomic(plots[version_plot_name(variant)], versions_png(comparison, variant))
+flagged = [f for f in comparison["flags"] if f["flag"] == "regression"]
+logging.info("%d entries compared, %d left out, %d regression flag(s)", len(comparison["entries"]),
+             len(comparison["left_out"]), len(flagged))
