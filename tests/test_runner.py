@@ -58,7 +58,7 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
                                        "values": TUNED}
     assert result["method"]["reduced"] is True  # the tiny config's CPU block asks for fewer trials
     assert result["method"]["trials"] == 2 and result["method"]["repeats"] == 1
-    assert result["method"]["processes"] == [{"index": 0, "exit_code": 0, "wrote_result": True}]
+    assert result["method"]["process_exits"] == [{"index": 0, "exit_code": 0, "wrote_result": True}]
     assert result["reference"] == {"status": "ok", "failure_kind": None, "reason": None}
     provenance = result["provenance"]
     assert provenance["project_commit"] == "abc123"

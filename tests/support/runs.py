@@ -138,7 +138,9 @@ def make_trials(ms: float, rng: random.Random, noise: float, has_device: bool, i
         wall = ms * (1 + rng.uniform(-noise, noise))
         trials.append({"process": i // TRIALS_PER_PROCESS, "index": i % TRIALS_PER_PROCESS, "iters": iters,
                        "wall_mean_ms": wall, "device_ms": wall * DEVICE_SHARE if has_device else None,
-                       "warmup_iters": 10, "gpu_state": {"temperature_c": 46 + i % 3, "sclk_mhz": 2100}})
+                       "warmup_iters": 10,
+                       "gpu_state": {"start": {"temperature_c": 46 + i % 3, "sm_clock_mhz": 2100},
+                                     "end": {"temperature_c": 47 + i % 3, "sm_clock_mhz": 2100}}})
     return trials
 
 
@@ -151,7 +153,7 @@ def _ok_backend(name: str, ms: float, flops: float, rng: random.Random, noise: f
     wall = stats["wall_mean_ms"]["median"]
     dev = [t["device_ms"] for t in trials] if has_device else []
     device_ms = ({"median": median(dev), "p10": min(dev), "p90": max(dev), "mean": sum(dev) / len(dev),
-                  "n": len(dev) * iters} if has_device else None)
+                  "n": len(dev)} if has_device else None)
     return {
         "label": LABELS[name], "status": "ok", "reason": None, "failure_kind": None,
         "wall_mean_ms": wall, "device_ms": device_ms,
@@ -159,14 +161,15 @@ def _ok_backend(name: str, ms: float, flops: float, rng: random.Random, noise: f
         "correctness": {"max_abs_err": 0.0009765625, "cosine": 0.9999996, "finite": True, "passed": True},
         "kernel_config": kernel_config, "trials": trials, "stats": stats,
         "host_overhead_ms": wall - (device_ms["median"] if has_device else wall),
-        "cross_check": None, "kernels": [f"{name}_fwd_kernel"], "compile_s": None,
+        "cross_check": None, "kernels": {"names": [f"{name}_fwd_kernel"], "launch": None, "source_sha256": None},
+        "compile_s": None,
     }
 
 
 def not_ok_backend(name: str, status: str, reason: str, failure_kind: str | None = None) -> dict:
     return {"label": LABELS[name], "status": status, "reason": reason, "failure_kind": failure_kind,
             "wall_mean_ms": None, "device_ms": None, "tflops": None, "correctness": None, "kernel_config": None,
-            "trials": [], "stats": None, "host_overhead_ms": None, "cross_check": None, "kernels": [],
+            "trials": [], "stats": None, "host_overhead_ms": None, "cross_check": None, "kernels": None,
             "compile_s": None}
 
 
@@ -210,7 +213,10 @@ def make_result(run: str, variant: str, shape: dict, versions: dict, seed: int =
         "dtype": "float16", "causal": True, "platform": platform, "roles": dict(roles),
         "method": {"warmup": 10, "iters": iters, "reduced": not has_device, "wall": WALL,
                    "device_timer": {"rocm": "hip-events", "cuda": "cuda-events"}.get(platform),
-                   "processes": PROCESSES, "trials_per_process": TRIALS_PER_PROCESS},
+                   "processes": PROCESSES, "trials_per_process": TRIALS_PER_PROCESS,
+                   "trials": TRIALS_PER_PROCESS, "repeats": PROCESSES, "min_trial_ms": 20 if has_device else 0,
+                   "device_time": "eager calls queued behind a GPU sleep" if has_device else None,
+                   "clear_l2": has_device},
         "flops": flops, "flop_convention": "causal: half of the dense 4*B*H*S^2*D (non-causal: the dense count)",
         "tolerance": {"max_abs_err": 0.02, "min_cosine": 0.999}, "kernel_config": triton_config,
         "backends": backends, "provenance": provenance,

@@ -24,7 +24,7 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     ids = [r["provenance"].get("process", i) for i, r in enumerate(results)]
     for name in merged["backends"]:
         merged["backends"][name] = merge_entry([r["backends"][name] for r in results], merged, ids)
-    method["processes"] = processes
+    method["process_exits"] = processes
     method["device_fallbacks"] = _fallbacks(results)
     failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
     if failed_reference:

@@ -121,7 +121,7 @@ def _without_result(args: argparse.Namespace, commit: str | None, processes: lis
 
     how = "; ".join(f"process {p['index']} {_exit_text(p['exit_code'])}" for p in processes)
     result = failed_result(args.spec, args.aiter_config, commit, f"no process of the job wrote a result: {how}")
-    result["method"]["processes"] = processes
+    result["method"]["process_exits"] = processes
     return result
 
 

@@ -47,11 +47,16 @@ def schema_problems(result: object, validator: jsonschema.Validator) -> list[str
     return [f"{json_path(e.absolute_path)}: {e.message}" for e in errors]
 
 
-def contract_problems(result: dict) -> list[str]:
-    """Rules the schema cannot state; only called on schema-valid results."""
+def version_problems(result: dict) -> list[str]:
+    """A run is collected from results of the current schema only (archives keep older ones)."""
     if result["schema_version"] != SCHEMA_VERSION:
         return [f"$.schema_version: {result['schema_version']} is not the current result schema ({SCHEMA_VERSION}): "
                 f"measure again with this version of fabench"]
+    return []
+
+
+def contract_problems(result: dict) -> list[str]:
+    """Rules the schema cannot state; only called on schema-valid results."""
     expected = shape_id(result["shape"])
     if result["shape_id"] != expected:
         return [f"$.shape_id: {result['shape_id']!r} does not match $.shape (expected {expected!r})"]
@@ -59,7 +64,8 @@ def contract_problems(result: dict) -> list[str]:
                 for name, backend in result["backends"].items()
                 if backend["status"] == "ok" and (backend.get("correctness") or {}).get("passed") is False]
     for name, entry in result["backends"].items():
-        problems += [f"$.backends.{name}.{problem}" for problem in trial_problems(entry)]
+        if "trials" in entry:  # schema 1 results (archived) have none
+            problems += [f"$.backends.{name}.{problem}" for problem in trial_problems(entry)]
     return problems
 
 
@@ -130,7 +136,7 @@ def load_result(path: Path, validator: jsonschema.Validator,
         return None, [f"{path}: cannot read JSON: {err}"]
     problems = schema_problems(result, validator)
     if not problems:
-        problems = contract_problems(result)
+        problems = version_problems(result) or contract_problems(result)
     if not problems and expected is not None:
         problems = expectation_problems(result, expected)
     if problems:
