@@ -60,7 +60,7 @@ def test_a_runner_stops_when_its_workflow_is_gone(tmp_path):
         started = time.monotonic()
         runner.wait(timeout=30)
         assert time.monotonic() - started < 10
-        assert runner.returncode == -signal.SIGTERM
+        assert runner.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
         assert not out.exists()
     finally:
         for proc in (workflow, runner):

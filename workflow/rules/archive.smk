@@ -4,27 +4,6 @@
 # The work is in fabench.results.archive and .compare and fabench.report.plots.
 
 
-def archive_state(wildcards):
-    """The checksum files of the entries now in the archive (but this config's own runs, which
-    stand in the DAG as their archive receipts), so that compare re-runs when one appears,
-    changes or goes."""
-    own = set()
-    for run in RUNS:
-        receipt = Path(archive_receipt(run))
-        if receipt.is_file():
-            own.add(
-                os.path.normpath(
-                    Path(json.loads(receipt.read_text())["path"]) / "SHA256SUMS"
-                )
-            )
-    found = Path(config["archive"]["root"]).glob("*/*/SHA256SUMS")
-    return sorted(str(p) for p in found if os.path.normpath(p) not in own)
-
-
-def archive_receipt(run):
-    return f"results/{run}/archived.json"
-
-
 rule plots:
     input:
         results="results/{run}/results.json",
@@ -75,7 +54,7 @@ rule archive_run:
     log:
         "logs/{run}/archive.log",
     params:
-        run_dir="results/{run}",
+        run_dir=lambda wildcards, output: os.path.dirname(output[0]),
         root=config["archive"]["root"],
         label=config["archive"]["label"],
         schema=SCHEMAS / "result.schema.json",

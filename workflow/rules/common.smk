@@ -239,3 +239,25 @@ def expected_jobs(wildcards):
             for shape in SHAPES
         },
     }
+
+
+# --- archive and compare -------------------------------------------------------------------------
+def archive_state(wildcards):
+    """The checksum files of the entries now in the archive (but this config's own runs, which
+    stand in the DAG as their archive receipts), so that compare re-runs when one appears,
+    changes or goes."""
+    own = set()
+    for run in RUNS:
+        receipt = Path(archive_receipt(run))
+        if receipt.is_file():
+            own.add(
+                os.path.normpath(
+                    Path(json.loads(receipt.read_text())["path"]) / "SHA256SUMS"
+                )
+            )
+    found = Path(config["archive"]["root"]).glob("*/*/SHA256SUMS")
+    return sorted(str(p) for p in found if os.path.normpath(p) not in own)
+
+
+def archive_receipt(run):
+    return f"results/{run}/archived.json"

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import sys
 import tempfile
 from pathlib import Path
@@ -91,18 +92,25 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
     print(f"[fabench] process {index}: {JOB_MODULE}", flush=True)
     child = subprocess.Popen(cmd, env=measuring_environment())
 
+    stopped = []
+
     def stop(signum, frame):
+        # Only pass the signal on: this handler interrupts child.wait() below, which holds the
+        # lock a nested wait would need. The child gets 30 s to end before it is killed.
+        stopped.append(signum)
         child.terminate()
-        try:
-            child.wait(timeout=30)
-        finally:
-            raise SystemExit(128 + signum)
+        killer = threading.Timer(30, child.kill)
+        killer.daemon = True  # never keeps this process alive once the child is gone
+        killer.start()
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        return child.wait()
+        code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if stopped:
+        raise SystemExit(128 + stopped[0])
+    return code
 
 
 # Inductor compiles in a pool of worker processes that start (each importing torch) while the
