@@ -158,3 +158,13 @@ def test_aiter_config_read_back_must_equal_the_patched_one():
     with pytest.raises(ConfigMismatchError) as caught:
         _check_aiter_read(aiter_like, TUNED, torch.float16, {})
     assert classify_failure(caught.value)[0] == "config_mismatch"
+
+
+def test_the_textbook_reference_agrees_with_sdpa_math():
+    """The reference on a torch without SDPA (Debian's 1.13 in the platform test) is the same function."""
+    from fabench.measure.job import _textbook_attention
+
+    q, k, v = (torch.randn(1, 2, 48, 16) for _ in range(3))
+    for causal in (True, False):
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        assert torch.allclose(_textbook_attention(q, k, v, is_causal=causal), expected, atol=1e-5)

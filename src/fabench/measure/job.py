@@ -14,8 +14,10 @@ reason; neither stops the job. Only bad arguments or an unwritable output fail t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -45,15 +47,30 @@ def make_inputs(shape: dict, dtype: torch.dtype, seed: int, device: str) -> tupl
 
 
 def reference_output(q, k, v, causal: bool) -> torch.Tensor:
-    """fp32 attention by torch's math SDPA (not our native code), one batch entry at a time."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
+    """fp32 attention by torch's math SDPA (not our native code), one batch entry at a time; on a
+    torch without SDPA (before 2.0) by the textbook formula, in fp32 too."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        attend, context = _textbook_attention, contextlib.nullcontext()
+    else:
+        attend, context = torch.nn.functional.scaled_dot_product_attention, sdpa_kernel([SDPBackend.MATH])
     outs = []
-    with sdpa_kernel([SDPBackend.MATH]):
+    with context:
         for b in range(q.size(0)):
             qb, kb, vb = (t[b : b + 1].transpose(1, 2).float() for t in (q, k, v))
-            outs.append(torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=causal))
+            outs.append(attend(qb, kb, vb, is_causal=causal))
     return torch.cat(outs).transpose(1, 2).contiguous()
+
+
+def _textbook_attention(q, k, v, is_causal: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v, keys after the query masked out when causal."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+    if is_causal:
+        seq = q.size(-2)
+        allowed = torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
 
 
 def job_settings(config: dict, platform: str, shape: dict) -> dict:
