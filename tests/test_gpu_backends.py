@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fabench.measure import kernels
-from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_triton_kernel
+from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.measure.job import job_settings, measure_backend, reference_output
 from workflow_util import tiny_config
 
@@ -36,7 +36,7 @@ def test_eager_flex_attention_is_caught_as_a_fallback():
     p = problem(64, {})
     q, k, v = (t.transpose(1, 2).contiguous() for t in (p.q, p.k, p.v))
     with pytest.raises(FallbackError, match="ran no Triton kernel"):
-        _require_triton_kernel(lambda: flex_attention(q, k, v))  # not compiled: the unfused path
+        _require_compiled_code(lambda: flex_attention(q, k, v), "cuda")  # not compiled: the unfused path
 
 
 def test_compiled_flex_runs_its_triton_kernel_and_is_right():

@@ -51,7 +51,7 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
     assert backends["native"]["correctness"]["max_abs_err"] < 1e-5  # fp32 against the fp32 reference
     assert backends["sdpa"]["correctness"]["max_abs_err"] > 0  # fp16 really differs from fp32
     for name, why in {"ck": "needs ROCm", "triton": "needs ROCm", "sdpa_cudnn": "needs CUDA",
-                      "sdpa_flash": "needs a GPU", "flex": "needs a GPU"}.items():
+                      "sdpa_flash": "needs a GPU", "flex": "left out of CPU jobs by the config"}.items():
         assert backends[name]["status"] == "unavailable"
         assert why in backends[name]["reason"]
     assert result["kernel_config"] == {"path": str(kernel_config), "sha256": file_sha256(kernel_config),
@@ -168,3 +168,29 @@ def test_the_textbook_reference_agrees_with_sdpa_math():
     for causal in (True, False):
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
         assert torch.allclose(_textbook_attention(q, k, v, is_causal=causal), expected, atol=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="compiles FlexAttention for a CPU")
+def test_compiled_flex_attention_is_measured_on_a_cpu(tmp_path):
+    """Inductor compiles FlexAttention to C++ on a CPU: measured, checked and proven compiled."""
+    config = tiny_config()
+    config["cpu"] = {key: value for key, value in config["cpu"].items() if key != "leave_out"}
+    config["backends"] = ["native", "sdpa", "flex"]
+    config["roles"] = {p: {"baseline": "native", "vendor": "sdpa", "triton": "flex"} for p in ("rocm", "cuda", "cpu")}
+    result, _ = run_job(tmp_path, config)
+    flex = result["backends"]["flex"]
+    assert flex["status"] == "ok", flex["reason"]
+    assert flex["correctness"]["passed"] and flex["compile_s"] > 0
+    assert flex["kernel_config"]["kernel_options"] == {k: TUNED[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps",
+                                                                              "num_stages")}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="profiles the CPU path")
+def test_an_uncompiled_flex_call_on_a_cpu_is_caught_as_a_fallback():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from fabench.measure.backends import _require_compiled_code
+
+    q = torch.randn(1, 2, 64, 32)
+    with pytest.raises(FallbackError, match="ran no Inductor graph"):
+        _require_compiled_code(lambda: flex_attention(q, q, q), "cpu")

@@ -85,9 +85,7 @@ def _aiter(platform: str) -> str | None:
 
 
 def _flex(platform: str) -> str | None:
-    reason = _gpu_only(platform)
-    if reason:
-        return f"compiled FlexAttention generates Triton GPU kernels; {reason}"
+    # Inductor compiles FlexAttention to Triton kernels on a GPU and to C++ on a CPU.
     try:
         importlib.import_module("torch.nn.attention.flex_attention")
     except ImportError as err:
@@ -154,18 +152,25 @@ def _prepare_flex(p: Problem) -> Prepared:
     return Prepared(
         fn=lambda: compiled(q, k, v, block_mask=block_mask, kernel_options=options),
         layout="bhsd",
-        verify=lambda: _require_triton_kernel(lambda: compiled(q, k, v, block_mask=block_mask,
-                                                                      kernel_options=options)),
+        verify=lambda: _require_compiled_code(lambda: compiled(q, k, v, block_mask=block_mask,
+                                                                      kernel_options=options), p.platform),
         kernel_config={"kernel_options": options, "ignored": ignored},
     )
 
 
-def _require_triton_kernel(fn: Callable[[], torch.Tensor]) -> None:
-    """Profile one call: the compiled path launches an Inductor Triton kernel, the eager one none.
+def _require_compiled_code(fn: Callable[[], torch.Tensor], platform: str) -> None:
+    """Profile one call: the compiled path runs Inductor's code, the eager fallback does not.
 
     torch._dynamo falls back to eager code without an error when, for example, its recompile limit
-    is reached; the result is right and about 50x slower, so it must be caught, not timed.
+    is reached; the result is right and about 50x slower, so it must be caught, not timed. On a GPU
+    Inductor's code is a Triton kernel; on a CPU, its compiled graph (a "CompiledFxGraph" call).
     """
+    if platform == "cpu":
+        names = _cpu_profile_names(fn)
+        if not any("CompiledFxGraph" in name for name in names):
+            raise FallbackError("compiled FlexAttention ran no Inductor graph (eager fallback); ops seen: "
+                                + ", ".join(sorted(n for n in names if n.startswith("aten::"))[:6]))
+        return
     from fabench.measure.kernels import profile_call
 
     kernels = [launch["name"] for launch in profile_call(fn)]
@@ -174,6 +179,17 @@ def _require_triton_kernel(fn: Callable[[], torch.Tensor]) -> None:
             "compiled FlexAttention ran no Triton kernel (eager fallback); kernels seen: "
             + ", ".join(sorted(set(kernels))[:6])
         )
+
+
+def _cpu_profile_names(fn: Callable[[], torch.Tensor]) -> set[str]:
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        warnings.simplefilter("ignore")
+        fn()
+    return {event.name for event in prof.events()}
 
 
 # --- aiter: CK and Triton flash attention (ROCm only) ------------------------------------------

@@ -15,6 +15,7 @@ reason; neither stops the job. Only bad arguments or an unwritable output fail t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -27,7 +28,7 @@ import torch
 from fabench.measure import metrics, provenance, stats
 from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
-from fabench.measure.backends import BACKENDS, Problem
+from fabench.measure.backends import BACKENDS, Backend, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
@@ -108,7 +109,8 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     platform = plat.detect()
     job = job_settings(config, platform, shape)
     kernel_config = _kernel_config(spec["triton"], kernel_config_path)
-    cells = {name: Cell(BACKENDS[name], None, None, job, process) for name in config["backends"]}
+    cells = {name: Cell(backend_here(name, config, platform), None, None, job, process)
+             for name in config["backends"]}
     gpu_state = GpuState(platform)
     inputs, reference_status = _inputs_and_reference(shape, config, platform)
     if inputs is None:
@@ -126,13 +128,23 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
                     **provenance.collect(platform, sha256_json(config), project_commit)})
 
 
+def backend_here(name: str, config: dict, platform: str) -> Backend:
+    """The registered backend, or, when the config leaves it out on this platform (cpu.leave_out),
+    the same backend reported unavailable with that reason instead of measured."""
+    backend = BACKENDS[name]
+    if platform == "cpu" and name in config["cpu"].get("leave_out", ()):
+        reason = "left out of CPU jobs by the config (cpu.leave_out)"
+        return dataclasses.replace(backend, unavailable=lambda platform: reason)
+    return backend
+
+
 def failed_result(spec: dict, kernel_config_path: Path | None, project_commit: str | None, reason: str) -> dict:
     """A result that measured nothing: every backend that could run here failed with `reason`."""
     config, shape = spec["settings"], spec["shape"]
     platform = plat.detect()
     job = job_settings(config, platform, shape)
     status = {"status": "failed", "failure_kind": "error", "reason": reason}
-    cells = {name: Cell(BACKENDS[name], None, None, job) for name in config["backends"]}
+    cells = {name: Cell(backend_here(name, config, platform), None, None, job) for name in config["backends"]}
     _fail_all(cells, platform, status)
     results = {name: cell.finish() for name, cell in cells.items()}
     for entry in results.values():
