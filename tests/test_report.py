@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import statistics
 import copy
 import json
 from pathlib import Path
@@ -320,8 +322,9 @@ def test_cpu_timing_says_no_device_timer_and_shows_wall_tflops(cpu_run):
     assert "No device timer on this platform (cpu): times are wall-clock only" in timing
     assert "Device median" not in timing and "Device timer:" not in timing
     header = next(line for line in timing.splitlines() if line.startswith("|"))
-    assert header == "| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | TFLOP/s (wall) |"
-    assert "| Tuned config | (4, 4096, 8, 256) | Native (`native`) | 11671.822 | 0.0236 |" in timing
+    assert header == ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | 95% CI (ms) | Spread | Stable "
+                      "| TFLOP/s (wall) |")
+    assert re.search(r"\| Tuned config \| \(4, 4096, 8, 256\) \| Native \(`native`\) \| 11671.822 \| [^|]+ \| [^|]+ \| [^|]+ \| 0.0236 \|", timing)
     assert "| 0.0 |" not in text
     # The Triton role (FlexAttention) never ran on the CPU: no row of n/a's for it.
     assert "FlexAttention (`flex`)" not in "".join(l for l in timing.splitlines() if l.startswith("|"))
@@ -330,17 +333,17 @@ def test_cpu_timing_says_no_device_timer_and_shows_wall_tflops(cpu_run):
 def test_gpu_timing_shows_device_median_percentiles_and_tflops(h200_run):
     text = render(*h200_run, None)
     timing = section(text, "### Device Timing and TFLOP/s")
-    assert "Device timer: cuda-events; device columns are the median, 10th and 90th percentile" in timing
-    assert ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | Device median (ms) | Device p10 (ms) "
-            "| Device p90 (ms) | TFLOP/s (device median) | TFLOP/s (wall) |") in timing
-    # Schema 2: device_ms summarizes the trials' device figures; these fixtures hold one trial each
-    # (tools/result_v1_to_v2.py), so p10 = median = p90.
-    assert ("| Tuned config | (4, 4096, 8, 256) | FlexAttention (`flex`) | 1.244 | 1.020 | 1.020 | 1.020 "
-            "| 270 | 221 |") in timing
-    assert ("| Default config | (4, 1024, 8, 64) | Native (`native`) | 0.598 | 0.570 | 0.570 | 0.570 "
-            "| 7.54 | 7.19 |") in timing
+    assert "Device timer: cuda-events: the kernel's own time" in timing
+    assert ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | Device median (ms) | 95% CI (ms) | Spread "
+            "| Stable | Host overhead (ms) | do_bench (ms) | TFLOP/s (device median) | TFLOP/s (wall) |") in timing
+    # Schema 2: these fixtures hold one trial each (tools/result_v1_to_v2.py): the CI is that trial.
+    assert ("| Tuned config | (4, 4096, 8, 256) | FlexAttention (`flex`) | 1.244 | 1.020 | 1.020 to 1.020 "
+            "| 0.0% | yes |") in timing
+    assert ("| Default config | (4, 1024, 8, 64) | Native (`native`) | 0.598 | 0.570 | 0.570 to 0.570 | 0.0% "
+            "| yes |") in timing
+    assert "| 270 | 221 |" in timing and "| 7.54 | 7.19 |" in timing
     rows = table_rows(text, "### Device Timing and TFLOP/s")
-    assert len(rows) == 12 and all("n/a" not in row for row in rows)
+    assert len(rows) == 12 and all("n/a" not in row[:8] for row in rows)
     assert "| Tuned config | (4, 512, 8, 256) | FlexAttention (`flex`) | ok | 0.127 | 0.120 | 35.8 |  |" in text
 
 
@@ -352,7 +355,7 @@ def test_device_tflops_are_derived_when_not_recorded(h200_run):
     row = [r for r in table_rows(render(collected, config, None), "### Device Timing and TFLOP/s")
            if r[:3] == ["Tuned config", "(4, 4096, 8, 256)", "FlexAttention (`flex`)"]][0]
     # 4*4*8*4096^2*256 / 2 FLOPs over 1.0196 ms and 1.2436 ms
-    assert row[7:] == ["270", "221"]
+    assert row[-2:] == ["270", "221"]
 
 
 # ------------------------------------------------------------ published vs reproduced
@@ -564,3 +567,28 @@ def test_failure_words_cover_exactly_the_contracts_failure_kinds():
 def test_nothing_to_report_says_so(fixture_run):
     with pytest.raises(ValueError, match="nothing to report: the collected run has no results"):
         render({"run": "empty", "results": []}, fixture_run[1], None)
+
+
+# ------------------------------------------------------------ how precise is this run
+
+def test_precision_states_the_noise_floor_and_lists_unstable_cells_and_cross_checks(h200_run):
+    collected, config = copy.deepcopy(h200_run)
+    ok = [(r, n, b) for r in collected["results"] for n, b in r["backends"].items() if b["status"] == "ok"]
+    for i, (_, _, backend) in enumerate(ok):  # spreads 1%, 2%, ... so the median and worst are known
+        backend["stats"]["device_ms"]["spread"] = (i + 1) / 100
+    result, name, backend = ok[-1]
+    backend["stats"].update(stable=False, unstable_reason="trials spread 12% (more than 3%)")
+    ok[0][2]["cross_check"] = {"do_bench_ms": 0.5, "agrees": False, "reason": "do_bench 9% slower"}
+    ok[1][2]["cross_check"] = {"do_bench_ms": 0.4, "agrees": True, "reason": None}
+    text = section(render(collected, config, None), "### How precise is this run")
+    n = len(ok)
+    median = statistics.median(range(1, n + 1))
+    assert f"over {n} measured cells, the trials of a cell spread by {median:.2f}% (median) and at most {n:.2f}%" in text
+    assert f"**Unstable cells** (1)" in text and "trials spread 12% (more than 3%)" in text
+    assert f"{backend['label']} (`{name}`)" in text.split("**Unstable cells**")[1]
+    assert "do_bench confirmed 1 of 2 device medians" in text and "differs: do_bench 9% slower" in text
+
+
+def test_published_numbers_recast_as_a_run_have_no_precision_section():
+    collected, config = as_collected(load_published(PUBLISHED_YAML))
+    assert "How precise is this run" not in render(collected, config, None)

@@ -17,14 +17,14 @@ import jinja2
 
 from fabench.report.format import fmt_ms, md_text
 from fabench.report.model import ROLES, Run
-from fabench.report.sections import appendix, comparison, correctness, overview, results, timing
+from fabench.report.sections import appendix, comparison, correctness, overview, precision, results, timing
 
 # The repository's report/ folder: report.md.j2, _macros.md.j2 and sections/.
 TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "report"
 TEMPLATE = "report.md.j2"
 # Context name -> module computing it; report.md.j2 includes sections/<name>.md.j2 for each.
 SECTIONS = {"overview": overview, "results": results, "comparison": comparison,
-            "correctness": correctness, "timing": timing, "appendix": appendix}
+            "correctness": correctness, "timing": timing, "precision": precision, "appendix": appendix}
 
 
 def template_env(template_dir: str | os.PathLike) -> jinja2.Environment:

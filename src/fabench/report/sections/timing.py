@@ -24,21 +24,58 @@ def has_device_timer(run: Run) -> bool:
         any((b.get("device_ms") or {}).get("median") is not None for _, _, b in run.backends())
 
 
+def figure_stats(backend: dict, device: bool) -> dict:
+    """The trials' summary of the figure the table shows: device time on a GPU, else wall time."""
+    stats = backend.get("stats") or {}
+    return (stats.get("device_ms") if device else None) or stats.get("wall_mean_ms") or {}
+
+
+def ci_text(summary: dict) -> str:
+    ci = summary.get("ci95")
+    return f"{fmt_ms(ci[0])} to {fmt_ms(ci[1])}" if ci else "n/a"
+
+
+def spread_text(summary: dict) -> str:
+    return "n/a" if summary.get("spread") is None else f"{summary['spread'] * 100:.1f}%"
+
+
+def stable_text(backend: dict) -> str:
+    stats = backend.get("stats")
+    if not stats:
+        return "n/a"
+    return "yes" if stats.get("stable") else f"**no**: {md_text(stats.get('unstable_reason') or 'no reason given')}"
+
+
+def cross_check_text(backend: dict) -> str:
+    """do_bench's median beside ours: agrees, disagrees, or why it could not judge."""
+    check = backend.get("cross_check") or {}
+    if check.get("do_bench_ms") is None:
+        return md_text(check.get("reason") or "n/a")
+    verdict = {True: "agrees", False: "**differs**", None: md_text(check.get("reason") or "not judged")}
+    return f"{fmt_ms(check['do_bench_ms'])} ({verdict[check.get('agrees')]})"
+
+
 def role_rows(run: Run, device: bool) -> list[list[str]]:
-    """The three report columns' backends that ran, with wall, device and TFLOP/s figures."""
+    """The three report columns' backends that ran: the published method's figure, the trials'
+    median with its 95% CI, spread and verdict, the host overhead and do_bench beside it."""
     rows = []
     for result in run.results:
         for role in ROLES:
             backend = role_backend(result, role)
             if backend is None or backend["status"] not in RAN:
                 continue
+            summary = figure_stats(backend, device)
             row = [md_text(run.variant_label(result["variant"])), shape_text(result["shape"]),
                    backend_name(result["roles"][role], backend), fmt_ms(backend.get("wall_mean_ms"))]
             if device:
-                dev = backend.get("device_ms") or {}
-                row += [fmt_ms(dev.get("median")), fmt_ms(dev.get("p10")), fmt_ms(dev.get("p90")),
-                        fmt_sig(tflops(result, backend, "device_median"))]
-            rows.append(row + [fmt_sig(tflops(result, backend, "wall"))])
+                row += [fmt_ms((backend.get("device_ms") or {}).get("median")), ci_text(summary),
+                        spread_text(summary), stable_text(backend), fmt_ms(backend.get("host_overhead_ms")),
+                        cross_check_text(backend), fmt_sig(tflops(result, backend, "device_median")),
+                        fmt_sig(tflops(result, backend, "wall"))]
+            else:
+                row += [ci_text(summary), spread_text(summary), stable_text(backend),
+                        fmt_sig(tflops(result, backend, "wall"))]
+            rows.append(row)
     return rows
 
 

@@ -1,0 +1,65 @@
+"""How precise is this run: the noise floor the run measured on itself (the spread of its trials),
+the cells whose trials disagreed, and how the device figures compare with the peer method.
+Everything comes from the trials each result recorded; nothing is estimated here."""
+
+from __future__ import annotations
+
+import statistics
+
+from fabench.report.format import backend_name, md_text, shape_text
+from fabench.report.model import Run
+from fabench.report.sections.timing import figure_stats, has_device_timer
+
+
+def measured_cells(run: Run):
+    """(result, name, backend) for every backend that ran cleanly and recorded trials."""
+    for result, name, backend in run.ran_backends():
+        if backend["status"] == "ok" and backend.get("stats"):
+            yield result, name, backend
+
+
+def cell_text(run: Run, result: dict, name: str, backend: dict) -> str:
+    return f"{md_text(run.variant_label(result['variant']))}, {shape_text(result['shape'])}, {backend_name(name, backend)}"
+
+
+def noise_floor(run: Run, device: bool) -> dict | None:
+    """Median and worst spread (max/min - 1) of the trials over every measured cell."""
+    spreads = [(figure_stats(b, device).get("spread"), r, n, b) for r, n, b in measured_cells(run)]
+    spreads = [s for s in spreads if s[0] is not None]
+    if not spreads:
+        return None
+    worst = max(spreads, key=lambda s: s[0])
+    return {"cells": len(spreads), "median": f"{statistics.median(s[0] for s in spreads) * 100:.2f}%",
+            "worst": f"{worst[0] * 100:.2f}%", "worst_cell": cell_text(run, *worst[1:])}
+
+
+def unstable_cells(run: Run) -> list[dict]:
+    return [{"cell": cell_text(run, r, n, b), "why": md_text(b["stats"].get("unstable_reason") or "no reason given")}
+            for r, n, b in measured_cells(run) if not b["stats"].get("stable", True)]
+
+
+def cross_checks(run: Run) -> dict | None:
+    """How many device figures do_bench confirmed, and the cells it did not (or could not judge)."""
+    checks = [(r, n, b, b.get("cross_check") or {}) for r, n, b in measured_cells(run) if b.get("cross_check")]
+    if not checks:
+        return None
+    agreeing = sum(1 for *_, c in checks if c.get("agrees") is True)
+    others = [{"cell": cell_text(run, r, n, b), "verdict": "differs" if c.get("agrees") is False else "not judged",
+               "why": md_text(c.get("reason") or "")} for r, n, b, c in checks if c.get("agrees") is not True]
+    return {"total": len(checks), "agreeing": agreeing, "others": others}
+
+
+def trial_counts(run: Run) -> dict:
+    methods = [r["method"] for r in run.results]
+    return {"trials": sorted({m.get("trials") for m in methods if m.get("trials")}),
+            "repeats": sorted({m.get("repeats") for m in methods if m.get("repeats")}),
+            "ci_methods": list(dict.fromkeys(b["stats"].get("ci_method") for *_, b in measured_cells(run)
+                                             if b["stats"].get("ci_method")))}
+
+
+def context(run: Run, published: dict | None) -> dict | None:
+    if not any(True for _ in measured_cells(run)):
+        return None  # nothing recorded trials (e.g. published numbers recast as a run)
+    device = has_device_timer(run)
+    return {"figure": "device time" if device else "wall-clock time", "floor": noise_floor(run, device),
+            "unstable": unstable_cells(run), "cross_check": cross_checks(run), **trial_counts(run)}
