@@ -332,7 +332,7 @@ def test_device_time_preferred_wall_time_otherwise():
 
 def test_schema_v1_entry_is_refused_with_the_reason(tmp_path):
     run = tmp_path / "h200"
-    shutil.copytree(REPO / "examples" / "h200" / "results", run)
+    shutil.copytree(REPO / "tests" / "fixtures" / "v1-run", run)  # an H200 run archived with result schema 1
     (run / "report.md").write_text("# report\n")
     root = tmp_path / "archive"
     v1 = archive_run(run, root)  # a valid v1 run is archived as it is
