@@ -16,6 +16,7 @@ out of a comparison, a run refused as incomplete); 2 a usage error (bad option, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -198,17 +199,22 @@ def cmd_compare(args) -> int:
                                      args.tolerance)
     except CompareError as err:
         return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
-    markdown = render_markdown(comparison)
+    figures = []
+    if args.plots:
+        from fabench.report.plots import write_version_plots
+
+        written = write_version_plots(comparison, args.plots)
+        if args.out_md:  # referenced from the Markdown, relative to where it is written
+            here = Path(args.out_md).resolve().parent
+            figures = [(f"{Path(p).stem} across the archived versions", os.path.relpath(Path(p).resolve(), here))
+                       for p in written]
+    markdown = render_markdown(comparison, figures=figures)
     if args.out_md:
         write_atomic(args.out_md, markdown)
     else:
         sys.stdout.write(markdown)
     if args.out_json:
         write_json(args.out_json, comparison)
-    if args.plots:
-        from fabench.report.plots import write_version_plots
-
-        write_version_plots(comparison, args.plots)
     for item in comparison["left_out"]:
         print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
     flags = [f for f in comparison["flags"] if f["flag"] == "regression"]

@@ -70,7 +70,18 @@ wildcard_constraints:
 
 
 def project_commit():
-    """This checkout's commit, marked -dirty when files differ from it (recorded in every result)."""
+    """This checkout's commit, marked -dirty when files differ from it (recorded in every result).
+
+    FABENCH_PROJECT_COMMIT, when set, is taken instead: a copy of the checkout (a remote machine,
+    an unpacked archive) may carry no .git, or another commit's .git, and is told its commit.
+    """
+    told = os.environ.get("FABENCH_PROJECT_COMMIT", "").strip()
+    if told:
+        if not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", told):
+            raise WorkflowError(
+                f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id"
+            )
+        return told
     git = ["git", "-C", workflow.basedir]
     try:
         commit = subprocess.run(
@@ -83,13 +94,7 @@ def project_commit():
             check=True,
         ).stdout.strip()
     except (subprocess.CalledProcessError, OSError):
-        # A copy without .git (a remote machine, an unpacked archive) can be told its commit.
-        told = os.environ.get("FABENCH_PROJECT_COMMIT", "").strip()
-        if told and not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", told):
-            raise WorkflowError(
-                f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id"
-            )
-        return told or "unknown"
+        return "unknown"
     return commit + ("-dirty" if dirty else "")
 
 
