@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from fabench.report.published import load_published
-from fabench.results.archive import (ArchiveError, IncompleteRun, archive_run, list_entries, load_entry,
-                                     natural_key, resolve_entry, store_entry, verify_entry)
-from fabench.results.compare import V1_REASON, compare_cells, compare_entries, published_flags, render_markdown
+from fabench.results.archive_layout import ArchiveError
+from fabench.results.archive_read import list_entries, load_entry, natural_key, resolve_entry, verify_entry
+from fabench.results.archive_run_check import IncompleteRun
+from fabench.results.archive_store import archive_run, store_entry
+from fabench.results.compare import V1_REASON, compare_cells, compare_entries, published_flags
+from fabench.results.compare_markdown import render_markdown
 from support.runs import (CPU, CUDA_13_0, ROCM_6_4, ROCM_7_0, edit_backend, make_run, read_results,
                           v2_schema, write_results, write_v2_schema)
 

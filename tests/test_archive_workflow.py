@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from fabench.results.archive import verify_entry
+from fabench.results.archive_read import verify_entry
 from workflow_util import snakemake, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -584,7 +584,7 @@ def test_precision_states_the_noise_floor_and_lists_unstable_cells_and_cross_che
     n = len(ok)
     median = statistics.median(range(1, n + 1))
     assert f"over {n} measured cells, the trials of a cell spread by {median:.2f}% (median) and at most {n:.2f}%" in text
-    assert f"**Unstable cells** (1)" in text and "trials spread 12% (more than 3%)" in text
+    assert "**Unstable cells** (1)" in text and "trials spread 12% (more than 3%)" in text
     assert f"{backend['label']} (`{name}`)" in text.split("**Unstable cells**")[1]
     assert "do_bench confirmed 1 of 2 device medians" in text and "differs: do_bench 9% slower" in text
 

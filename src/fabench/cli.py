@@ -97,7 +97,8 @@ def build_parser() -> Parser:
 # ---------------------------------------------------------------- commands
 
 def cmd_store(args) -> int:
-    from fabench.results.archive import ArchiveError, archive_run
+    from fabench.results.archive_layout import ArchiveError
+    from fabench.results.archive_store import archive_run
     from fabench.results.collect import result_schema
 
     prog = "fabench archive store"
@@ -119,7 +120,7 @@ def cmd_store(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from fabench.results.archive import list_entries
+    from fabench.results.archive_read import list_entries
 
     if not args.root.is_dir():
         return fail("fabench archive list", f"error: {args.root}: no such archive folder", USAGE)
@@ -141,7 +142,8 @@ def cmd_list(args) -> int:
 
 
 def resolve(spec: str, root: Path) -> Path:
-    from fabench.results.archive import ArchiveError, resolve_entry
+    from fabench.results.archive_layout import ArchiveError
+    from fabench.results.archive_read import resolve_entry
 
     try:
         return resolve_entry(spec, root)
@@ -150,7 +152,7 @@ def resolve(spec: str, root: Path) -> Path:
 
 
 def cmd_verify(args) -> int:
-    from fabench.results.archive import load_entry
+    from fabench.results.archive_read import load_entry
 
     try:
         entry = load_entry(resolve(args.entry, args.root))
@@ -165,9 +167,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fabench.results.archive import list_entries, load_entry
-    from fabench.results.compare import (DEFAULT_THRESHOLD, CompareError, NothingToCompare, compare_entries,
-                                         render_markdown)
+    from fabench.results.archive_read import list_entries, load_entry
+    from fabench.results.compare import DEFAULT_THRESHOLD, CompareError, NothingToCompare, compare_entries
+    from fabench.results.compare_markdown import render_markdown
 
     prog = "fabench compare"
     try:

@@ -1,7 +1,8 @@
 # Keep every finished run, compare the archived versions, draw the pictures.
 #   snakemake --cores 1 archive    each finished run stored as archive/<platform-version>/<run-id>/
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
-# The work is in fabench.results.archive and .compare and fabench.report.plots.
+# The work is in fabench.results.archive_store, .archive_read, .compare, .compare_markdown and
+# fabench.report.plots.
 
 
 rule plots:

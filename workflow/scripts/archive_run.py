@@ -5,7 +5,8 @@ import logging
 import sys
 from pathlib import Path
 
-from fabench.results.archive import ArchiveError, archive_run, write_receipt
+from fabench.results.archive_layout import ArchiveError
+from fabench.results.archive_store import archive_run, write_receipt
 from fabench.results.collect import result_schema
 
 sm = snakemake  # noqa: F821

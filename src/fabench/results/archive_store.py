@@ -1,0 +1,238 @@
+"""Storing a finished run as a new archive entry (the layout: archive_layout).
+
+The label is the platform version the results were measured with: rocm-<hip version> on ROCm,
+cuda-<CUDA version> on CUDA, cpu-torch<version> on a CPU; a caller may choose another. The run id
+is <number>-<hash>: the number counts up per label from 0001 (as pytest-benchmark numbers its
+saved runs) and is never given twice, even after an entry is deleted, because each number is
+claimed by creating label/.ids/<number> exclusively; the hash is the first 8 hex digits of the
+sha256 over the run's files, so the same run archived twice shows the same hash under two numbers.
+
+An entry is written into a staging directory beside it (every file through write_atomic) and
+renamed into place when complete, so a reader sees a whole entry or none; the rename fails if the
+entry exists, and no code here opens a file of an existing entry for writing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Iterable, Mapping
+
+from fabench.files import write_atomic, write_json
+from fabench.results.archive_layout import (IDS_DIR, LABEL_PATTERN, RECORD, RECORD_FORMAT, RUN_ID_PATTERN,
+                                            STAGING_PREFIX, SUMS, ArchiveError, sha256_hex, sums_text)
+from fabench.results.archive_read import load_entry
+from fabench.results.archive_run_check import IncompleteRun, check_run, read_json
+
+# What of a run directory is kept: the per-job files are left out, results.json holds them all.
+RUN_FILES = ("results.json", "report.md", "config.json")
+# The resolved config is kept as config.json: the run's own, else the one frozen for the report.
+CONFIG_SOURCES = ("config.json", "report-config.json")
+RUN_GLOBS = ("aiter-config/*.json", "*.png", "plots/*.png")
+VERSION_KEYS = ("driver", "cuda", "hip", "rocm", "cudnn", "torch", "triton", "aiter", "aiter_commit",
+                "runtime", "image", "image_id")
+
+
+# ---------------------------------------------------------------- naming
+
+def _common(values: Iterable):
+    """One value when every result agrees, else the distinct values in order of appearance."""
+    distinct = list(dict.fromkeys(json.dumps(v, sort_keys=True) for v in values))
+    decoded = [json.loads(v) for v in distinct]
+    return decoded[0] if len(decoded) == 1 else decoded
+
+
+def platform_version(results: list[dict]) -> str:
+    """rocm-<hip>, cuda-<cuda> or cpu-torch<torch>, from the results' provenance."""
+    platforms = {r["platform"] for r in results}
+    if len(platforms) != 1:
+        raise ArchiveError(f"results from several platforms ({', '.join(sorted(platforms))}): name a label")
+    platform = platforms.pop()
+    key, prefix = {"rocm": ("hip", "rocm-"), "cuda": ("cuda", "cuda-"), "cpu": ("torch", "cpu-torch")}[platform]
+    versions = {r["provenance"].get("rocm") or r["provenance"].get(key) if platform == "rocm"
+                else r["provenance"].get(key) for r in results}
+    if None in versions or "" in versions:
+        raise ArchiveError(f"provenance.{key} is not recorded: cannot name the {platform} version; name a label")
+    if len(versions) != 1:
+        raise ArchiveError(f"the results disagree on provenance.{key} ({', '.join(sorted(versions))}): name a label")
+    return check_label(prefix + versions.pop())
+
+
+def check_label(label: str) -> str:
+    if not re.fullmatch(LABEL_PATTERN, label or ""):
+        raise ArchiveError(f"label {label!r}: use letters, digits and . _ + - (not starting with a symbol)")
+    return label
+
+
+# ---------------------------------------------------------------- files of an entry
+
+def _safe_name(name: str) -> str:
+    path = PurePosixPath(name)
+    if (path.is_absolute() or not path.parts or any(p in ("", ".", "..") for p in path.parts)
+            or not re.fullmatch(r"[A-Za-z0-9._+/-]+", name) or name in (RECORD, SUMS)):
+        raise ArchiveError(f"file name {name!r} cannot be stored in an archive entry")
+    return path.as_posix()
+
+
+def run_files(run_dir: Path) -> dict[str, Path]:
+    files = {name: run_dir / name for name in RUN_FILES if (run_dir / name).is_file()}
+    for pattern in RUN_GLOBS:
+        for path in sorted(run_dir.glob(pattern)):
+            if path.is_file():
+                files[path.relative_to(run_dir).as_posix()] = path
+    return files
+
+
+def _read_files(run_dir: Path, extra_files: Mapping[str, os.PathLike | str]) -> dict[str, bytes]:
+    contents = {name: path.read_bytes() for name, path in run_files(run_dir).items()}
+    for name, path in extra_files.items():
+        name = _safe_name(name)
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise ArchiveError(f"extra file {name}: cannot read {path}: {err.strerror}") from None
+        if name in contents and contents[name] != data:
+            raise ArchiveError(f"extra file {name} ({path}) differs from the run's {run_dir / name}")
+        contents[name] = data
+    return contents
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def make_record(collected: dict, label: str, run_id: str, content_sha256: str, files: Mapping[str, bytes],
+                archived_at: str | None = None) -> dict:
+    results = collected["results"]
+    prov = [r["provenance"] for r in results]
+    times = lambda key: sorted(p[key] for p in prov if p.get(key))  # noqa: E731
+    return {
+        "format": RECORD_FORMAT,
+        "label": label,
+        "run_id": run_id,
+        "number": int(run_id.split("-")[0]),
+        "content_sha256": content_sha256,
+        "run": collected["run"],
+        "archived_at": archived_at or _utc_now(),
+        "archived_on": socket.gethostname(),
+        "started": (times("started") or [None])[0],
+        "finished": (times("finished") or [None])[-1],
+        "platform": _common(r["platform"] for r in results),
+        "host": _common(p.get("host") for p in prov),
+        "device": _common(p.get("device") for p in prov),
+        "arch": _common(p.get("arch") for p in prov),
+        "versions": {key: _common(p.get(key) for p in prov) for key in VERSION_KEYS if any(key in p for p in prov)},
+        "config_sha256": _common(p.get("config_sha256") for p in prov),
+        "project_commit": _common(p.get("project_commit") for p in prov),
+        "schema_versions": sorted({r["schema_version"] for r in results}),
+        "variants": list(dict.fromkeys(r["variant"] for r in results)),
+        "shapes": list(dict.fromkeys(r["shape_id"] for r in results)),
+        "jobs": len(results),
+        "files": {name: {"bytes": len(files[name]), "sha256": sha256_hex(files[name])} for name in sorted(files)},
+    }
+
+
+# ---------------------------------------------------------------- writing
+
+def _claim_number(label_dir: Path, run_hash: str) -> int:
+    """The next number of this label, claimed by an exclusive create: two writers never get one number."""
+    ids = label_dir / IDS_DIR
+    ids.mkdir(parents=True, exist_ok=True)
+    used = [int(m.group(1)) for p in ids.iterdir() if (m := re.fullmatch(r"(\d{4,})", p.name))]
+    used += [int(m.group(1)) for p in label_dir.iterdir() if (m := re.fullmatch(RUN_ID_PATTERN, p.name))]
+    number = max(used, default=0) + 1
+    while True:
+        try:
+            fd = os.open(ids / f"{number:04d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            number += 1
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{number:04d}-{run_hash} {_utc_now()}\n")
+        return number
+
+
+def store_entry(entry_dir: Path, files: Mapping[str, bytes]) -> Path:
+    """Write a new entry: `files` plus SHA256SUMS, staged beside it, then renamed into place.
+
+    Refuses an entry that exists (nothing is changed); a failure leaves no entry and no staging."""
+    entry_dir = Path(entry_dir)
+    if entry_dir.exists() or entry_dir.is_symlink():
+        raise ArchiveError(f"archive entry {entry_dir} exists: an entry is written once and never changed")
+    names = {_safe_name(n) if n != RECORD else n: data for n, data in files.items()}
+    entry_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX + entry_dir.name + "-", dir=entry_dir.parent))
+    try:
+        for name, data in names.items():
+            write_atomic(staging / name, data)
+        write_atomic(staging / SUMS, sums_text(names))
+        for path in staging.rglob("*"):
+            os.chmod(path, 0o755 if path.is_dir() else 0o444)
+        os.chmod(staging, 0o755)
+        _fsync_dir(staging)
+        # rename() replaces an empty directory: check first, then let it fail on a non-empty one.
+        if entry_dir.exists():
+            raise ArchiveError(f"archive entry {entry_dir} appeared while writing: not overwritten")
+        try:
+            os.rename(staging, entry_dir)
+        except OSError as err:
+            raise ArchiveError(f"archive entry {entry_dir} exists ({err.strerror}): not overwritten") from None
+        _fsync_dir(entry_dir.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return entry_dir
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
+                extra_files: Mapping[str, os.PathLike | str] | None = None, *,
+                expected_jobs: Iterable[tuple[str, str]] | None = None, schema: dict | None = None) -> Path:
+    """Store the finished run in `run_dir` as a new entry archive_root/<label>/<run-id>/; its path.
+
+    Refuses (IncompleteRun, nothing written) a run whose results.json is missing or invalid, whose
+    report is missing, or that lacks a job of `expected_jobs` (default: every variant x shape of
+    its config.json, the run's or the one in `extra_files`)."""
+    run_dir, archive_root = Path(run_dir), Path(archive_root)
+    extra_files = dict(extra_files or {})
+    config = None
+    if "config.json" not in extra_files:
+        found = [run_dir / name for name in CONFIG_SOURCES if (run_dir / name).is_file()]
+        if found:
+            extra_files["config.json"] = found[0]
+    config_path = Path(extra_files.get("config.json") or run_dir / "config.json")
+    if expected_jobs is None and config_path.is_file():
+        config, error = read_json(config_path)
+        if error or not isinstance(config, dict):
+            raise IncompleteRun(run_dir, [error or f"{config_path}: not a config"])
+    collected = check_run(run_dir, expected_jobs, schema, config)
+    label = check_label(label) if label is not None else platform_version(collected["results"])
+    contents = _read_files(run_dir, extra_files)
+    run_hash = sha256_hex(sums_text(contents).encode())[:8]
+    label_dir = archive_root / label
+    label_dir.mkdir(parents=True, exist_ok=True)
+    run_id = f"{_claim_number(label_dir, run_hash):04d}-{run_hash}"
+    record = make_record(collected, label, run_id, sha256_hex(sums_text(contents).encode()), contents)
+    contents[RECORD] = (json.dumps(record, indent=2) + "\n").encode()
+    return store_entry(label_dir / run_id, contents)
+
+
+def write_receipt(path: Path, entry_dir: Path) -> None:
+    """A small file naming the entry a run was archived as (the archive rule's output)."""
+    entry = load_entry(entry_dir)
+    write_json(path, {"entry": entry.id, "path": str(entry_dir), "content_sha256": (entry.record or {}).get(
+        "content_sha256"), "sha256sums": sha256_hex((Path(entry_dir) / SUMS).read_bytes())})
+

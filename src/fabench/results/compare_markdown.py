@@ -1,0 +1,141 @@
+"""The comparison of archived entries (compare.compare_entries) as Markdown: one table per variant,
+the flagged cells, each entry's versions and the published-vs-reproduced flags, rendered through
+the template report/compare.md.j2.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+
+from fabench.results.compare import metric_of
+
+TEMPLATE = "compare.md.j2"
+REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
+PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "data"
+PUBLISHED_FLAGS = ("slower", "faster", "unstable", "matches", "not measured", "not comparable")
+VERSION_ORDER = ("hip", "rocm", "cuda", "cudnn", "driver", "torch", "triton", "aiter", "aiter_commit", "runtime",
+                 "image", "image_id")
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if value >= 0.1 else f"{value:.4f}"
+
+
+def shape_text(shape: dict) -> str:
+    return f"({shape['batch']}, {shape['seq']}, {shape['heads']}, {shape['head_dim']})"
+
+
+def value_text(cell: dict) -> str:
+    if cell["status"] is None:
+        return "—"
+    if cell["status"] != "ok":
+        return cell["status"] + (f" ({cell['failure_kind']})" if cell.get("failure_kind") else "")
+    metric = metric_of(cell)
+    if metric is None:
+        return "ok, no CI"
+    stat = cell[metric]
+    unit = "" if metric == "device_ms" else " wall"
+    return f"{fmt_ms(stat['median'])} [{fmt_ms(stat['ci95'][0])}, {fmt_ms(stat['ci95'][1])}]{unit}"
+
+
+def change_text(found: dict | None, prefix: str) -> str:
+    if not found:
+        return ""
+    ratio = f"{found['ratio'] - 1:+.1%}" if found["ratio"] is not None else ""
+    flag = found["flag"]
+    word = {"regression": "**regression**", "improvement": "**improvement**", "unstable": "*unstable*"}.get(flag, "")
+    text = " ".join(part for part in (prefix, ratio, word) if part)
+    return text if (ratio or word) else ""
+
+
+def cell_text(cell: dict) -> str:
+    parts = [value_text(cell), change_text(cell.get("vs_previous"), ""),
+             change_text(cell.get("vs_baseline"), "vs baseline")]
+    return " · ".join(p for p in parts if p)
+
+
+def markdown_context(comparison: dict) -> dict:
+    entries = comparison["entries"]
+    short = {e["id"]: e["id"] for e in entries}
+    tables = []
+    for variant in dict.fromkeys(r["variant"] for r in comparison["rows"]):
+        rows = [[shape_text(r["shape"]), r["label"], *(cell_text(c) for c in r["cells"])]
+                for r in comparison["rows"] if r["variant"] == variant]
+        tables.append({"variant": variant, "header": ["Config (B,S,H,D)", "Backend", *(short[e["id"]] for e in entries)],
+                       "rows": rows})
+    present = {k for e in entries for k, v in e["versions"].items() if v is not None}
+    versions = [k for k in VERSION_ORDER if k in present] + sorted(present - set(VERSION_ORDER))
+    entry_rows = [[e["id"], e["run"] or "", (e["finished"] or e["archived_at"] or "")[:19], e["device"] or "",
+                   *(version_text(e["versions"].get(k)) for k in versions)] for e in entries]
+    shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
+    flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
+                  for kind in ("regression", "improvement", "unstable")}
+    published = None
+    if comparison.get("published"):
+        pub = comparison["published"]
+        published = {"source": pub["source"], "rule": pub["rule"], "entries": []}
+        for section in pub["entries"]:
+            counts = Counter(c["flag"] for c in section["cells"])
+            shown = [c for c in section["cells"] if c["flag"] in ("slower", "faster", "unstable")]
+            rows = [[c["variant"], shape_text(c["shape"]), c["backend"], f"{c['published_ms']:g}",
+                     value_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
+                     f"**{c['flag']}**" if c["flag"] in ("slower", "faster") else f"*{c['flag']}*", c["why"]]
+                    for c in shown]
+            published["entries"].append({
+                "entry": section["entry"], "skipped": section["skipped"], "total": len(section["cells"]),
+                "counts": [(flag, counts[flag]) for flag in PUBLISHED_FLAGS if counts[flag]],
+                "header": ["Variant", "Config (B,S,H,D)", "Backend", "Published ms", "Ours: wall median [95% CI] ms",
+                           "Flag", "Why"],
+                "rows": rows})
+    return {
+        "rule": comparison["rule"],
+        "baseline": comparison["baseline"],
+        "entries": {"header": ["Entry", "Run", "Finished", "Device", *versions], "rows": entry_rows},
+        "count": len(entries),
+        "left_out": comparison["left_out"],
+        "flags": flag_lines,
+        "tables": tables,
+        "published": published,
+        "ci_methods": sorted({c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method")}),
+    }
+
+
+def flag_lines_of(flags: list[dict], shapes: dict) -> list[str]:
+    """One line per cell and entry: its comparisons with the previous run and with the baseline."""
+    grouped: dict[tuple, list[dict]] = {}
+    for f in flags:
+        grouped.setdefault((f["variant"], f["shape_id"], f["label"], f["entry"]), []).append(f)
+    return [f"{variant} {shape_text(shapes[sid])} {label} in `{entry}`: "
+            + "; ".join(f"vs {f['against_kind']} `{f['against']}`: {f['why']}" for f in found)
+            for (variant, sid, label, entry), found in grouped.items()]
+
+
+def version_text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return " / ".join(map(str, value))
+    text = str(value)
+    if text.startswith("sha256:"):
+        return text[:19]
+    return text[:12] if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else text
+
+
+def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
+    folder = Path(template_dir) if template_dir else (REPO_TEMPLATES if (REPO_TEMPLATES / TEMPLATE).is_file()
+                                                      else PACKAGE_TEMPLATES)
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+
+
+def render_markdown(comparison: dict, template_dir: str | Path | None = None,
+                    figures: Sequence[tuple[str, str]] = ()) -> str:
+    """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
+    context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures]}
+    return template_env(template_dir).get_template(TEMPLATE).render(**context)
