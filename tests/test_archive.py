@@ -20,7 +20,7 @@ from fabench.report.published import load_published
 from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries, load_entry, natural_key, resolve_entry, verify_entry
 from fabench.results.archive_run_check import IncompleteRun
-from fabench.results.archive_store import archive_run, store_entry
+from fabench.results.archive_store import AlreadyArchived, archive_run, store_entry
 from fabench.results.compare import V1_REASON, compare_cells, compare_entries, published_flags
 from fabench.results.compare_markdown import render_markdown
 from support.runs import (CPU, CUDA_13_0, ROCM_6_4, ROCM_7_0, edit_backend, make_run, read_results,
@@ -99,26 +99,32 @@ def test_plots_and_extra_files_are_kept(two_runs, tmp_path):
     assert verify_entry(entry) == []
 
 
-def test_archiving_twice_gives_two_ids_and_numbers_are_never_reused(two_runs):
+def test_archiving_a_run_twice_is_refused_and_numbers_are_never_reused(two_runs, tmp_path):
     old, _, root = two_runs
-    first, second = archive(old, root), archive(old, root)
+    first = archive(old, root)
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    with pytest.raises(AlreadyArchived, match=f"already archived as {OLD}/{first.name}"):
+        archive(old, root)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # nothing written
+    again = make_run(tmp_path / "again", "rocm64", versions=ROCM_6_4, seed=99)  # another run, same label
+    second = archive(again, root)
     assert (first.name[:4], second.name[:4]) == ("0001", "0002")
-    assert first.name[5:] == second.name[5:]  # same content, same hash
     shutil.rmtree(second)
-    assert archive(old, root).name.startswith("0003-")
+    assert archive(again, root).name.startswith("0003-")  # a deleted entry's number is not given again
 
 
-def test_concurrent_archiving_never_shares_a_number(two_runs):
-    old, _, root = two_runs
+def test_concurrent_archiving_never_shares_a_number(two_runs, tmp_path):
+    _, _, root = two_runs
+    runs = [make_run(tmp_path / f"r{i}", "rocm64", versions=ROCM_6_4, seed=100 + i) for i in range(6)]
     made, errors = [], []
 
-    def one():
+    def one(run):
         try:
-            made.append(archive(old, root).name)
+            made.append(archive(run, root).name)
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=one) for _ in range(6)]
+    threads = [threading.Thread(target=one, args=(run,)) for run in runs]
     for t in threads:
         t.start()
     for t in threads:
@@ -366,9 +372,10 @@ def test_published_section_skips_other_hardware(tmp_path):
     assert "Only one run: nothing to compare" in render_markdown(comparison)
 
 
-def test_resolve_entry_forms(two_runs):
+def test_resolve_entry_forms(two_runs, tmp_path):
     old, _, root = two_runs
-    first, second = archive(old, root), archive(old, root)
+    other = make_run(tmp_path / "other", "rocm64", versions=ROCM_6_4, seed=7)
+    first, second = archive(old, root), archive(other, root)
     assert resolve_entry(f"{OLD}/{first.name}", root) == first
     assert resolve_entry(f"{OLD}/2", root) == second
     assert resolve_entry(OLD, root) == second

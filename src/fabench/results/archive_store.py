@@ -140,6 +140,16 @@ def make_record(collected: dict, label: str, run_id: str, content_sha256: str, f
 
 # ---------------------------------------------------------------- writing
 
+def _refuse_archived_content(label_dir: Path, run_hash: str) -> None:
+    """A run is archived once: an entry of this label holding the same files (the same content
+    hash in its run id) refuses it. Deleting that entry allows it again; two archivers started
+    at the same moment on the same run can both pass this check."""
+    for entry in sorted(label_dir.iterdir()):
+        if re.fullmatch(RUN_ID_PATTERN, entry.name) and entry.name.endswith(f"-{run_hash}"):
+            raise AlreadyArchived(f"this run is already archived as {label_dir.name}/{entry.name} "
+                                  "(the same files): an archived run is kept once")
+
+
 def _claim_number(label_dir: Path, run_hash: str) -> int:
     """The next number of this label, claimed by an exclusive create: two writers never get one number."""
     ids = label_dir / IDS_DIR
@@ -198,6 +208,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class AlreadyArchived(ArchiveError):
+    """The same run (the same files) is already an entry of this label."""
+
+
 def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
                 extra_files: Mapping[str, os.PathLike | str] | None = None, *,
                 expected_jobs: Iterable[tuple[str, str]] | None = None, schema: dict | None = None) -> Path:
@@ -205,7 +219,8 @@ def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
 
     Refuses (IncompleteRun, nothing written) a run whose results.json is missing or invalid, whose
     report is missing, or that lacks a job of `expected_jobs` (default: every variant x shape of
-    its config.json, the run's or the one in `extra_files`)."""
+    its config.json, the run's or the one in `extra_files`); and (AlreadyArchived) a run that is
+    already an entry of its label."""
     run_dir, archive_root = Path(run_dir), Path(archive_root)
     extra_files = dict(extra_files or {})
     config = None
@@ -224,6 +239,7 @@ def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
     run_hash = sha256_hex(sums_text(contents).encode())[:8]
     label_dir = archive_root / label
     label_dir.mkdir(parents=True, exist_ok=True)
+    _refuse_archived_content(label_dir, run_hash)
     run_id = f"{_claim_number(label_dir, run_hash):04d}-{run_hash}"
     record = make_record(collected, label, run_id, sha256_hex(sums_text(contents).encode()), contents)
     contents[RECORD] = (json.dumps(record, indent=2) + "\n").encode()
