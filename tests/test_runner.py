@@ -28,7 +28,8 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32"):
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
     out = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "OMP_NUM_THREADS": "1",  # as Snakemake sets it for a job under --cores 1
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # this checkout's fabench
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text()), kernel_config
@@ -60,6 +61,8 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
     assert result["method"]["trials"] == 2 and result["method"]["repeats"] == 1
     assert result["method"]["process_exits"] == [{"index": 0, "exit_code": 0, "wrote_result": True}]
     assert result["reference"] == {"status": "ok", "failure_kind": None, "reason": None}
+    # every core of the host, whatever OMP_NUM_THREADS Snakemake set for the job
+    assert result["method"]["cpu_threads"] == len(os.sched_getaffinity(0))
     provenance = result["provenance"]
     assert provenance["project_commit"] == "abc123"
     assert provenance["torch"] == torch.__version__ and provenance["runtime"] == "local"

@@ -36,6 +36,7 @@ from fabench.measure.merge import PRIVATE_KEY
 from fabench.measure.runner import MEASURING_ENV
 from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import sha256_json
+from fabench.files import write_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
 from fabench.shapes import shape_id
 
@@ -74,6 +75,14 @@ def _textbook_attention(q, k, v, is_causal: bool) -> torch.Tensor:
     return torch.softmax(scores, dim=-1) @ v
 
 
+def use_cpu_threads(threads: int | None) -> None:
+    """A CPU job computes with `threads` threads, all of the host's cores when None. Snakemake sets
+    OMP_NUM_THREADS to a job's `threads` (1 under --cores 1), which would time a single core;
+    timed jobs never run side by side, so a CPU job may take every core. Recorded as
+    method.cpu_threads."""
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+
+
 def job_settings(config: dict, platform: str, shape: dict) -> dict:
     """What this process measures with: the run's settings, the CPU's smaller counts on a CPU."""
     timing = timing_settings(config, platform)
@@ -107,6 +116,8 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     started = provenance.now()
     config, variant, shape = spec["settings"], spec["variant"], spec["shape"]
     platform = plat.detect()
+    if platform == "cpu":
+        use_cpu_threads(config["cpu"].get("threads"))
     job = job_settings(config, platform, shape)
     kernel_config = _kernel_config(spec["triton"], kernel_config_path)
     cells = {name: Cell(backend_here(name, config, platform), None, None, job, process)
@@ -252,6 +263,7 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
         "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"]},
         "gpu_state": gpu_state.describe(),
         "environment": {key: os.environ.get(key) for key in MEASURING_ENV},
+        "cpu_threads": torch.get_num_threads(),
     }
 
 
@@ -285,13 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     from fabench.measure.runner import main as runner_main
 
     return runner_main(argv)
-
-
-def write_json(out: Path, result: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out)  # a reader never sees half a result
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fabench.files import write_json
 from fabench.measure.merge import merge
 from fabench.watchdog import watch_workflow
 
@@ -77,7 +78,7 @@ def coordinate(args: argparse.Namespace, commit: str | None) -> int:
         result["provenance"]["command"] = [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
     else:
         result = _without_result(args, commit, processes)
-    _write(args.out, result)
+    write_json(args.out, result)
     return 0
 
 
@@ -150,8 +151,3 @@ def _git_commit() -> str | None:
     return out or None
 
 
-def _write(out: Path, result: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, out)  # a reader never sees half a result
