@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.utils import validate
 
 from fabench.container import image as fc
 from fabench.container import job as fj
@@ -288,6 +289,8 @@ def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeyp
 
     monkeypatch.chdir(tmp_path)
     cfg = yaml.safe_load((ROOT / ".test" / "config-docker" / "config.yaml").read_text())
+    # the schema's defaults (the timing block, ...), as the workflow fills them in
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
     results = Path("results") / "t"
     config = results / "aiter-config" / "tuned.json"
     patch(cpu_image["manifest"], cfg["variants"]["tuned"]["triton"], config)
