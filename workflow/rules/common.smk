@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ min_version("9.0")
 from fabench import config as fabench_config
 from fabench.container import image as fabench_image
 from fabench.container import job as fabench_job
+from fabench.gitinfo import git_commit
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
@@ -82,20 +82,7 @@ def project_commit():
                 f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id"
             )
         return told
-    git = ["git", "-C", workflow.basedir]
-    try:
-        commit = subprocess.run(
-            git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            git + ["status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (subprocess.CalledProcessError, OSError):
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
+    return git_commit(workflow.basedir, mark_dirty=True) or "unknown"
 
 
 PROJECT_COMMIT = project_commit()

@@ -6,12 +6,12 @@ import importlib.metadata
 import os
 import platform as pyplatform
 import socket
-import subprocess
 import sys
 from datetime import datetime, timezone
 
 import torch
 
+from fabench.gitinfo import git_commit
 from fabench.measure import platform as plat
 
 
@@ -43,15 +43,6 @@ def aiter_commit() -> str | None:
 
     aiter_dir = installed_aiter_dir()
     return git_commit(aiter_dir.parent) if aiter_dir else None
-
-
-def git_commit(path) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-    except (subprocess.SubprocessError, OSError):
-        return None
-    return out or None
 
 
 def collect(platform: str, config_sha256: str, project_commit: str | None) -> dict:

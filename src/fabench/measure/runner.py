@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from fabench.files import write_json
+from fabench.gitinfo import git_commit
 from fabench.measure.merge import merge
 from fabench.watchdog import watch_workflow
 
@@ -44,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     watch_workflow()
-    commit = args.project_commit or _git_commit()
+    commit = args.project_commit or git_commit(Path(__file__).parent)
     if args.process_index is not None:
         from fabench.measure.job import measure_to_file
 
@@ -140,14 +141,3 @@ def _exit_text(code: int) -> str:
         hint = " (on Linux usually the out-of-memory killer)" if -code == signal.SIGKILL else ""
         return f"was killed by {name}{hint}"
     return f"exited with code {code}"
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-    except (subprocess.SubprocessError, OSError):
-        return None
-    return out or None
-
-
