@@ -89,6 +89,25 @@ def test_a_launch_bound_call_gets_its_kernel_time_and_a_large_host_overhead(meth
     assert "before the host had queued" not in (entry["stats"]["unstable_reason"] or ""), entry["stats"]
 
 
+def test_a_long_kernel_keeps_the_gpu_busy_while_it_is_timed():
+    """The sleep in front of a chunk is only as long as the host needs to stay ahead: a kernel far
+    longer than its launch keeps the GPU busy through the device loop (an idle GPU would run cooler
+    than in use, and a power-capped kernel would read faster than it runs)."""
+    from fabench.measure.timing import DeviceTimer
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
+    timer = DeviceTimer(lambda: a @ a, clear_l2=False)
+    timer.samples(8)  # the first chunk knows no device time yet and sleeps as if launch-bound
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    samples = timer.samples(100)
+    end.record()
+    end.synchronize()
+    busy = sum(samples) / start.elapsed_time(end)
+    assert busy > 0.9, (busy, timer.caught_up)
+    assert timer.caught_up == 0
+
+
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability(0) != (9, 0),
                     reason="the shared-memory limit checked is Hopper's (232448 bytes a block)")
 def test_flex_tiles_too_big_for_shared_memory_become_a_failed_cell():

@@ -16,7 +16,7 @@ import torch
 from fabench.measure import kernels, metrics, summary, timing
 from fabench.measure.backends import Backend, Prepared, Problem
 from fabench.measure.failures import classify_failure
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.gpu_state import GpuState, slowdown
 from fabench.measure.platform import synchronize
 from fabench.measure.merge import PRIVATE_KEY
 from fabench.results.contract import backend_entry
@@ -104,12 +104,16 @@ class Cell:
                 # The published warm-up count once per process, its first call being the checked one.
                 first = not self.entry["trials"]
                 calls = max(settings["warmup"] - 1, 0) if first else 0
-                warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls)
+                warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls,
+                                      gpu_state.sm_clock)
                 iters = timing.trial_iters(settings, warm["estimate_ms"])
-                wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
+                # Device loop and do_bench right after the warm-up, back to back, so both see the
+                # GPU in the state the warm-up settled; the published method's loop, which idles
+                # the GPU at every synchronize, last.
                 device = self._device_ms(iters, index)
                 self._cross_check_trial()
-                end = gpu_state.read()
+                end = gpu_state.read()  # the state the device figures were taken in
+                wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
         except Exception as err:
             self.fail(err, f"trial {index} of process {self.process}: ")
             return
@@ -120,6 +124,9 @@ class Cell:
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
             "device_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0),
             "gpu_state": {"start": start, "end": end} if self.gpu and (start or end) else None,
+            # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
+            # the capped clock whenever it is used for long; the record says so in words.
+            "clock_slowdown": slowdown(end),
         })
 
     def _device_ms(self, iters: int, index: int) -> float | None:
@@ -129,7 +136,8 @@ class Cell:
         samples = self.timer.samples(iters)
         if self.timer.caught_up > before:
             self.notes.append(f"process {self.process} trial {index}: the GPU reached "
-                              f"{self.timer.caught_up - before} chunk(s) before the host had queued them")
+                              f"{self.timer.caught_up - before} chunk(s) before the host had queued them "
+                              f"(not proven fed after {timing.MAX_RETRIES} longer sleeps)")
         return statistics.median(samples)
 
     # --- after the trials -----------------------------------------------------------------

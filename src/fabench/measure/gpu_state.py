@@ -34,8 +34,28 @@ class GpuState:
         except Exception as err:
             return {"error": f"{type(err).__name__}: {err}"}
 
+    def sm_clock(self) -> float | None:
+        """The SM clock now (MHz), None where it cannot be read: what the warm-up watches."""
+        state = self.read()
+        return state.get("sm_clock_mhz") if state else None
+
     def describe(self) -> dict:
         return {"source": self.source, "reason": self.reason}
+
+
+# NVML's clock-event reasons that hold the clocks below what the load asks for (nvml.h's
+# nvmlClocksEventReason* bits); idle, application-clock and sync-boost bits are not a slowdown.
+SLOWDOWN_REASONS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+                    0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+
+
+def slowdown(state: dict | None) -> str | None:
+    """What held the clocks down in a state read by GpuState, in words; None when nothing did."""
+    reasons = (state or {}).get("clock_event_reasons")
+    if not reasons:
+        return None
+    names = [name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit]
+    return ", ".join(names) or None
 
 
 def _nvml_reader():

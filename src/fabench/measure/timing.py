@@ -3,12 +3,15 @@
 Device time. Per-iteration events measure the GPU waiting for the CPU whenever a call's kernels
 are shorter than its host launch overhead (compiled FlexAttention at (4,512,8,256): 0.100 ms by
 events behind nothing, 0.041 ms by do_bench). So the calls are queued in chunks behind a short
-GPU sleep (torch.cuda._sleep), sized from the host's measured queueing time, and a chunk only
-counts when the GPU is still asleep after the host has queued all of it (the chunk's first event
-not yet reached): then the GPU never waited for the host inside it. A chunk the GPU caught up
-with is measured again with a longer sleep. Every iteration has its own pair of events; a trial's
-figure is the median of its iterations. Optionally the L2 is cleared before every iteration
-(outside the events), as triton.testing.do_bench does.
+GPU sleep (torch.cuda._sleep), and every iteration is proven fed: the host had queued all of it
+before the GPU could have reached it (see `_fed`). A chunk with an iteration the GPU may have
+waited for is measured again with a longer sleep. The sleep is only as long as the host needs to
+stay ahead: an idle GPU between chunks would run cooler than under sustained load, and a
+power-capped kernel (cuDNN at (4,4096,8,256) on an H200: 0.466 ms at 1980 MHz with 20% idle,
+0.51 ms at the 1710 MHz the 700 W cap holds it to when busy throughout) would then read faster than
+it runs in use. Every iteration has its own pair of events; a trial's figure is the median of its
+iterations. Optionally the L2 is cleared before every iteration (outside the events), as
+triton.testing.do_bench does.
 
 "queued" (the default) queues the eager call itself, so the figure is the time of exactly the
 kernels the published method launches. "graph" captures the call once in a CUDA/HIP graph and
@@ -16,8 +19,10 @@ queues replays; on an H200 that changed what was timed (native fp32 +3% at seq 4
 do_bench, -4% at seq 512: cuBLAS under capture, no launch gaps), so it is an option only. When
 capture fails, the eager call is queued instead and the fallback recorded.
 
-Warm-up. A GPU that idled runs at low clocks for its first kernels, so each trial warms up for
-the configured count and then in windows of device time until two consecutive windows agree.
+Warm-up. A GPU that idled runs at low clocks for its first kernels, and one that has been busy for
+a while may be held down by its power cap, so each trial warms up for the configured count, then
+for at least `min_warmup_ms` of back-to-back calls, in windows of device time, until two
+consecutive windows agree in time and in SM clock.
 """
 
 from __future__ import annotations
@@ -106,16 +111,17 @@ class DeviceTimer:
         self.chunk = max(1, MAX_QUEUED_OPS // ops_per_iter)
         self.cache = l2_buffer() if clear_l2 else None
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
+        self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
         self.sleep_factor = 2.0
-        self.caught_up = 0  # chunks the GPU caught up with even after MAX_RETRIES longer sleeps
+        self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
 
     def samples(self, n: int) -> list[float]:
         out: list[float] = []
         while len(out) < n:
             count = min(self.chunk, n - len(out))
             for attempt in range(MAX_RETRIES + 1):
-                times, queued_ahead = self._chunk(count)
-                if queued_ahead:
+                times, fed = self._chunk(count)
+                if fed:
                     break
                 self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
             else:
@@ -123,22 +129,46 @@ class DeviceTimer:
             out += times
         return out
 
+    def _sleep_ms(self, count: int) -> float:
+        """Long enough for the host to stay ahead of the GPU through `count` iterations: one call's
+        queueing time when the GPU takes longer per iteration than the host (the host gains on it),
+        else the host's deficit over the chunk; times sleep_factor, which grows when it was short."""
+        host, device = self.host_ms_per_iter, self.device_ms_per_iter
+        needed = max(host, count * host - (count - 1) * device)
+        return needed * self.sleep_factor + 0.05
+
     def _chunk(self, count: int) -> tuple[list[float], bool]:
+        marker = torch.cuda.Event(enable_timing=True)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        sleep_ms = self.host_ms_per_iter * count * self.sleep_factor + 0.05
-        torch.cuda._sleep(int(sleep_ms * sleep_cycles_per_ms()))
+        cycles = int(self._sleep_ms(count) * sleep_cycles_per_ms())
         began = time.perf_counter()
+        marker.record()
+        torch.cuda._sleep(cycles)
+        queued = []
         for start, end in zip(starts, ends):
             if self.cache is not None:
                 self.cache.zero_()
             start.record()
             self.run()
             end.record()
-        queued_ahead = not starts[0].query()  # the GPU had not reached the chunk's first event
-        self.host_ms_per_iter = (time.perf_counter() - began) * 1000.0 / count
+            queued.append(time.perf_counter())
+        self.host_ms_per_iter = (queued[-1] - began) * 1000.0 / count
         ends[-1].synchronize()
-        return [start.elapsed_time(end) for start, end in zip(starts, ends)], queued_ahead
+        self.device_ms_per_iter = starts[0].elapsed_time(ends[-1]) / count
+        fed = _fed([(q - began) * 1000.0 for q in queued], [marker.elapsed_time(start) for start in starts])
+        return [start.elapsed_time(end) for start, end in zip(starts, ends)], fed
+
+
+def _fed(queued_ms: list[float], reached_ms: list[float]) -> bool:
+    """Whether the GPU never waited for the host inside any iteration of a chunk.
+
+    queued_ms[j]: host time, from just before the chunk's marker event was recorded, by which all
+    of iteration j had been queued. reached_ms[j]: GPU time from the marker to iteration j's start
+    event. The GPU cannot run the marker before the host records it, so it reached iteration j no
+    earlier than reached_ms[j] after `began`; an iteration queued by then was fed. A proof, not an
+    estimate: it needs no clock shared by host and GPU."""
+    return all(queued <= reached for queued, reached in zip(queued_ms, reached_ms))
 
 
 def host_call_ms(fn: Callable[[], object], calls: int = 5) -> float:
@@ -175,13 +205,17 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
 
 
 def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: dict,
-            calls: int) -> dict:
+            calls: int, sm_clock: Callable[[], float | None] = lambda: None) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
-    before the others), then windows of `warmup_window_ms` device time until two consecutive
-    windows' medians agree within `warmup_tolerance` (or `max_warmup_ms` has passed).
+    before the others), then windows of device time, growing from `warmup_window_ms` to four times
+    that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
+    `warmup_tolerance`, in median time and in SM clock read after each (or `max_warmup_ms` has
+    passed). The clock check catches a power cap setting in: it lowers the clock step by step while
+    the windows' times still look alike.
 
-    Returns {iters, settled, estimate_ms}: estimate_ms is the per-iteration time the trial's
-    iteration count is sized by (the last window's median; the wall time per call without a timer).
+    Returns {iters, settled, estimate_ms, sm_clock_mhz}: estimate_ms is the per-iteration time the
+    trial's iteration count is sized by (the last window's median; the wall time per call without
+    a timer); sm_clock_mhz the clock after the last window (None where it cannot be read).
     """
     began = time.perf_counter()
     for _ in range(calls):
@@ -190,17 +224,26 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     iters = calls
     estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
     if timer is None or timing["max_warmup_ms"] <= 0:
-        return {"iters": iters, "settled": True, "estimate_ms": estimate}
+        return {"iters": iters, "settled": True, "estimate_ms": estimate, "sm_clock_mhz": None}
+    tolerance, window_ms = timing["warmup_tolerance"], timing["warmup_window_ms"]
     previous, count = None, 4
     while True:
-        current = statistics.median(timer.samples(count))
+        current = (statistics.median(timer.samples(count)), sm_clock())
         iters += count
-        if previous is not None and abs(current - previous) <= timing["warmup_tolerance"] * previous:
-            return {"iters": iters, "settled": True, "estimate_ms": current}
-        if (time.perf_counter() - began) * 1000.0 > timing["max_warmup_ms"]:
-            return {"iters": iters, "settled": False, "estimate_ms": current}
+        elapsed = (time.perf_counter() - began) * 1000.0
+        if (previous is not None and elapsed >= timing["min_warmup_ms"]
+                and all(_agree(now, before, tolerance) for now, before in zip(current, previous))):
+            return {"iters": iters, "settled": True, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
+        if elapsed > timing["max_warmup_ms"]:
+            return {"iters": iters, "settled": False, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
         previous = current
-        count = max(4, math.ceil(timing["warmup_window_ms"] / max(current, 1e-4)))
+        count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
+        window_ms = min(window_ms * 2, 4 * timing["warmup_window_ms"])
+
+
+def _agree(now: float | None, before: float | None, tolerance: float) -> bool:
+    """Within the tolerance of each other; a value that cannot be read (None) does not object."""
+    return now is None or before is None or abs(now - before) <= tolerance * before
 
 
 def trial_iters(timing: dict, estimate_ms: float | None) -> int:
