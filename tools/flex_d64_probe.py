@@ -61,7 +61,7 @@ def child() -> dict:
     old = old_pipeline_samples(torch, fn, 100)
     host = host_call_us(torch, fn, 50)
     timer = timing.DeviceTimer(fn, clear_l2=True, method="graph")
-    timing.warm_up(fn, "cuda", timer, {"warmup_window_ms": 10, "warmup_tolerance": 0.02, "min_warmup_ms": 0, "max_warmup_ms": 1000}, 10)
+    timing.warm_up(fn, "cuda", timer, {"warmup_window_ms": 10, "warmup_tolerance": 0.02, "warmup_clock_tolerance": 0.01, "min_warmup_ms": 0, "max_warmup_ms": 1000}, 10)
     graph_clear = statistics.median(timer.samples(1000))
     graph_warm = statistics.median(timing.DeviceTimer(fn, clear_l2=False, method="graph").samples(1000))
     eager_timer = timing.DeviceTimer(fn, clear_l2=True, kernels_per_call=len(described["names"]), method="queued")

@@ -257,7 +257,7 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
         "trials": timing["trials"], "min_trial_ms": timing["min_trial_ms"], "repeats": timing["repeats"],
         "clear_l2": bool(timing["clear_l2"]) if gpu else False,
         "warmup_settle": {"window_ms": timing["warmup_window_ms"], "tolerance": timing["warmup_tolerance"],
-                          "min_ms": timing["min_warmup_ms"], "max_ms": timing["max_warmup_ms"],
+                          "clock_tolerance": timing["warmup_clock_tolerance"], "min_ms": timing["min_warmup_ms"], "max_ms": timing["max_warmup_ms"],
                           "agree_on": ["window median", "SM clock"] if gpu else []},
         "stable_spread": timing["stable_spread"],
         "ci_method": stats.CI_METHOD,
