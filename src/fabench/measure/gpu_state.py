@@ -15,12 +15,12 @@ class GpuState:
     def __init__(self, platform: str):
         self.source: str | None = None
         self.reason: str | None = None
-        self._read = None
+        self._read = self._clock = None
         try:
             if platform == "cuda":
-                self._read, self.source = _nvml_reader()
+                self._read, self._clock, self.source = _nvml_reader()
             elif platform == "rocm":
-                self._read, self.source = _amdsmi_reader()
+                self._read, self._clock, self.source = _amdsmi_reader()
             else:
                 self.reason = f"no GPU (this host: {platform})"
         except Exception as err:  # a missing or broken library is recorded, never fatal
@@ -35,9 +35,15 @@ class GpuState:
             return {"error": f"{type(err).__name__}: {err}"}
 
     def sm_clock(self) -> float | None:
-        """The SM clock now (MHz), None where it cannot be read: what the warm-up watches."""
-        state = self.read()
-        return state.get("sm_clock_mhz") if state else None
+        """The SM clock now (MHz), None where it cannot be read: what the warm-up watches between
+        windows. One query only: reading power and temperature too idled the GPU long enough
+        between windows to keep a power-capped kernel above the clock it settles at under load."""
+        if self._clock is None:
+            return None
+        try:
+            return self._clock()
+        except Exception:
+            return None
 
     def describe(self) -> dict:
         return {"source": self.source, "reason": self.reason}
@@ -80,7 +86,10 @@ def _nvml_reader():
 
     from fabench.measure.provenance import package_version
 
-    return read, f"NVML (nvidia-ml-py {package_version('nvidia-ml-py')})"
+    def sm_clock() -> float:
+        return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+
+    return read, sm_clock, f"NVML (nvidia-ml-py {package_version('nvidia-ml-py')})"
 
 
 def _nvml_handle(pynvml, props):
@@ -120,7 +129,10 @@ def _amdsmi_reader():
         return {"sm_clock_mhz": gfx.get("clk"), "mem_clock_mhz": mem.get("clk"), "temperature_c": temp,
                 "power_w": watts, "clock_event_reasons": None}
 
-    return read, "amdsmi"
+    def sm_clock() -> float | None:
+        return amdsmi.amdsmi_get_clock_info(handle, amdsmi.AmdSmiClkType.GFX).get("clk")
+
+    return read, sm_clock, "amdsmi"
 
 
 def _amdsmi_handle(amdsmi, handles):
