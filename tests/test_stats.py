@@ -113,3 +113,20 @@ def test_merging_processes_pools_their_trials_and_sees_a_process_that_differs():
     assert not entry["stats"]["stable"]
     assert "the processes ran different kernels" in entry["stats"]["unstable_reason"]
     assert entry["cross_check"]["agrees"] is None  # do_bench saw the two processes differ too
+
+
+def test_the_ci_covers_the_processes_when_they_disagree_more_than_their_trials():
+    """Two processes, each tight, 3% apart: the pooled order-statistic interval is [min, max] of the
+    six trials, but the processes are the independent replicates, so the t-interval over their two
+    medians (t = 12.706 at one degree of freedom) sets the width."""
+    trials = [1.00, 1.00, 1.01, 1.03, 1.03, 1.04]
+    processes = [0, 0, 0, 1, 1, 1]
+    lo, hi = stats.summary(trials, processes)["ci95"]
+    half = 12.706 * math.sqrt(2 * 0.015**2) / math.sqrt(2)  # stdev of (1.00, 1.03) over sqrt(2)
+    assert lo == pytest.approx(1.015 - half) and hi == pytest.approx(1.015 + half)
+    # One process: the order-statistic interval alone, [min, max] of six trials.
+    assert stats.summary(trials)["ci95"] == [1.00, 1.04]
+    # Processes that agree exactly add nothing beyond the trials' own interval.
+    assert stats.summary([1.0, 1.02, 1.0, 1.02], [0, 0, 1, 1])["ci95"] == [1.0, 1.02]
+    assert "2 processes" in stats.trial_stats(
+        [{"wall_mean_ms": v, "device_ms": v, "process": p} for v, p in zip(trials, processes)], 0.03)["ci_method"]
