@@ -130,3 +130,19 @@ def test_the_ci_covers_the_processes_when_they_disagree_more_than_their_trials()
     assert stats.summary([1.0, 1.02, 1.0, 1.02], [0, 0, 1, 1])["ci95"] == [1.0, 1.02]
     assert "2 processes" in stats.trial_stats(
         [{"wall_mean_ms": v, "device_ms": v, "process": p} for v, p in zip(trials, processes)], 0.03)["ci_method"]
+
+
+def test_a_power_capped_cell_whose_clock_moved_is_not_judged_against_do_bench():
+    def trial(clock, slowdown="software power cap"):
+        return {"device_ms": 0.494, "clock_slowdown": slowdown,
+                "gpu_state": {"start": None, "end": {"sm_clock_mhz": clock}}}
+
+    moved = [trial(1680), trial(1785), trial(1710)]
+    got = summary.cross_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], moved)
+    assert got["agrees"] is None and "power-capped" in got["reason"] and "1680-1785 MHz" in got["reason"]
+    # Held down but steady: judged as usual (here: 3.6% apart, so it differs).
+    steady = [trial(1710), trial(1710), trial(1725)]
+    assert summary.cross_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], steady)["agrees"] is False
+    # Clocks that moved without any slowdown reported (idle clocks coming up) are not a cap.
+    free = [trial(1680, None), trial(1980, None)]
+    assert summary.cross_check([0.4950], 0.494, 0.03, None, [0.05], free)["agrees"] is True

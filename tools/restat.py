@@ -5,7 +5,7 @@ method changed (the trials themselves, every figure measured, stay as they are).
 
 Every per-job result under each folder (results/<run>/<variant>/<shape>.json) gets its backends'
 `stats` (median, CI, spread, verdict), figures and host overhead recomputed by the current
-fabench.measure.summary, and `method.ci_method` / `method.restated` saying so. The verdict's notes
+fabench.measure.summary, its do_bench verdict re-judged where the recorded values allow (recheck), and `method.ci_method` / `method.restated` saying so. The verdict's notes
 (warm-up that did not settle, kernels that differed between processes, ...) are not in a result on
 their own; they are taken back from the recorded verdict, and a recomputed verdict that differs
 from the recorded one stops the tool. Files are rewritten atomically. Then re-collect and re-render
@@ -38,12 +38,22 @@ def restat_entry(entry: dict, flops: float, stable_spread: float) -> None:
         raise SystemExit(f"verdict changed on recomputing: {before} -> {after}")
 
 
+def recheck(entry: dict, tolerance: float) -> None:
+    """The do_bench verdict with the current rules where the recorded values allow: a judged
+    verdict becomes not judged when the GPU was power-capped (summary.power_capped)."""
+    check = entry.get("cross_check")
+    capped = summary.power_capped(entry["trials"], tolerance)
+    if check and check["agrees"] is not None and capped:
+        check.update(agrees=None, reason=f"GPU power-capped: {capped}")
+
+
 def restat_file(path: Path, commit: str | None) -> None:
     result = json.loads(path.read_text())
     method = result["method"]
     for entry in result["backends"].values():
         if entry["trials"]:
             restat_entry(entry, result["flops"], method["stable_spread"])
+            recheck(entry, method["cross_check"]["tolerance"])
     method["ci_method"] = stats.CI_METHOD
     method["restated"] = {"by": "tools/restat.py", "project_commit": commit,
                           "what": "stats recomputed from the recorded trials; trials unchanged"}

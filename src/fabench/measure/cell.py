@@ -166,7 +166,7 @@ class Cell:
         reason = self.do_bench_reason or (None if settings["do_bench"] else "do_bench disabled in config")
         if self.gpu and entry["trials"]:
             entry["cross_check"] = summary.cross_check(self.do_bench, device, settings["cross_check_tolerance"],
-                                                       reason, self.host_call)
+                                                       reason, self.host_call, entry["trials"])
         # What the merge of the job's processes needs beyond the entry (fabench.measure.merge).
         entry[PRIVATE_KEY] = {"notes": list(self.notes), "do_bench": list(self.do_bench),
                               "host_call_ms": list(self.host_call), "do_bench_reason": reason if self.gpu else None}

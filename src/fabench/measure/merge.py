@@ -57,7 +57,7 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
         host = [value for p in private for value in p.get("host_call_ms", [])]
         why_not = next((p["do_bench_reason"] for p in private if p.get("do_bench_reason")), None)
         merged["cross_check"] = summary.cross_check(values, device, method["cross_check"]["tolerance"], why_not,
-                                                    host)
+                                                    host, merged["trials"])
     return merged
 
 

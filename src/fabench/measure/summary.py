@@ -36,14 +36,32 @@ def complete_entry(entry: dict, flops: float | None, stable_spread: float, notes
     return entry
 
 
+def power_capped(trials: list[dict], tolerance: float) -> str | None:
+    """Why no two measurements of this cell can be held to `tolerance`, when the GPU reported its
+    clocks held down (power cap, thermal) and the SM clock after the trials' device figures moved
+    by more than the tolerance: the kernel's time then depends on when in the cap's control cycle
+    it is taken, by any method (on an H200, cuDNN at (4,4096,8,256) read 0.46-0.55 ms between
+    consecutive takes of one process, by do_bench and by our timer alike, at 1545-1980 MHz)."""
+    held = sorted({t["clock_slowdown"] for t in trials if t.get("clock_slowdown")})
+    clocks = [((t.get("gpu_state") or {}).get("end") or {}).get("sm_clock_mhz") for t in trials]
+    clocks = [c for c in clocks if c]
+    if not held or len(clocks) < 2 or stats.spread(clocks) <= tolerance:
+        return None
+    return (f"clocks held down ({', '.join(held)}): SM clock {min(clocks)}-{max(clocks)} MHz across the trials "
+            f"(spread {stats.spread(clocks):.1%} > {tolerance:.0%}), so figures taken at different moments differ "
+            f"by more than the tolerance whichever method takes them")
+
+
 def cross_check(do_bench_values: list[float], device_median: float | None, tolerance: float,
-                why_not: str | None = None, host_call_ms: list[float] = ()) -> dict | None:
+                why_not: str | None = None, host_call_ms: list[float] = (), trials: list[dict] = ()) -> dict | None:
     """Our device median against triton.testing.do_bench's median (one value per trial).
 
     do_bench times each call with its own events, after clearing the L2; when the host needs
     longer to queue a call than the call's kernels take, those events time the host, and when its
     values spread more than the tolerance it disagrees with itself. In both cases `agrees` is
-    null and the reason says why; otherwise it is whether the medians are within the tolerance.
+    null and the reason says why; likewise when the GPU's clocks were held down and moved more
+    than the tolerance across the trials (power_capped). Otherwise it is whether the medians are
+    within the tolerance.
     """
     if not do_bench_values:
         return {"do_bench_ms": None, "agrees": None, "reason": why_not} if why_not else None
@@ -60,6 +78,9 @@ def cross_check(do_bench_values: list[float], device_median: float | None, toler
         return {"do_bench_ms": value, "agrees": None,
                 "reason": f"do_bench host-bound: a call takes {host:.4f} ms to queue on the host, its kernels "
                           f"{device_median:.4f} ms, so do_bench's per-call events time the host"}
+    capped = power_capped(list(trials), tolerance)
+    if capped:
+        return {"do_bench_ms": value, "agrees": None, "reason": f"GPU power-capped: {capped}"}
     off = stats.relative_difference(device_median, value)
     return {"do_bench_ms": value, "agrees": off <= tolerance,
             "reason": None if off <= tolerance else
