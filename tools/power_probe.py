@@ -24,8 +24,8 @@ from fabench.measure.backends import BACKENDS, Problem
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.job import make_inputs
 
-TIMING = {"warmup_window_ms": 10, "warmup_tolerance": 0.02, "warmup_clock_tolerance": 0.01, "min_warmup_ms": 100, "max_warmup_ms": 1000,
-          "min_trial_ms": 20, "iters": 100}
+TIMING = {"warmup_window_ms": 10, "warmup_tolerance": 0.02, "warmup_clock_tolerance": 0.01,
+          "min_warmup_ms": 100, "max_warmup_ms": 1000, "min_trial_ms": 20, "iters": 100}
 
 
 def series(fn, timer, state: GpuState, seconds: float) -> list[dict]:

@@ -5,7 +5,8 @@ method changed (the trials themselves, every figure measured, stay as they are).
 
 Every per-job result under each folder (results/<run>/<variant>/<shape>.json) gets its backends'
 `stats` (median, CI, spread, verdict), figures and host overhead recomputed by the current
-fabench.measure.summary, its do_bench verdict re-judged where the recorded values allow (recheck), and `method.ci_method` / `method.restated` saying so. The verdict's notes
+fabench.measure.summary, its do_bench verdict re-judged where the recorded values allow
+(recheck), and `method.ci_method` / `method.restated` saying so. The verdict's notes
 (warm-up that did not settle, kernels that differed between processes, ...) are not in a result on
 their own; they are taken back from the recorded verdict, and a recomputed verdict that differs
 from the recorded one stops the tool. Files are rewritten atomically. Then re-collect and re-render
