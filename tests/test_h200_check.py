@@ -28,14 +28,13 @@ def job(devices: list[float], do_bench: float, variant: str = "tuned") -> dict:
 
 
 def write_run(directory, *results) -> str:
+    directory.mkdir()
     for i, result in enumerate(results):
         (directory / f"{i}.json").write_text(json.dumps(result))
     return str(directory)
 
 
 def test_two_agreeing_runs_pass(tmp_path, capsys):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
     a = write_run(tmp_path / "a", job([0.100, 0.101, 0.102], 0.1005))
     b = write_run(tmp_path / "b", job([0.1008, 0.1012, 0.1009], 0.101))
     assert h200_check.main([a, b]) == 0
@@ -43,8 +42,6 @@ def test_two_agreeing_runs_pass(tmp_path, capsys):
 
 
 def test_a_second_run_outside_the_first_runs_interval_fails_unless_flagged(tmp_path, capsys):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
     a = write_run(tmp_path / "a", job([0.100, 0.1001, 0.1002], 0.1001))
     b = write_run(tmp_path / "b", job([0.1020, 0.1021, 0.1022], 0.1021))
     assert h200_check.main([a, b]) == 1
@@ -53,7 +50,6 @@ def test_a_second_run_outside_the_first_runs_interval_fails_unless_flagged(tmp_p
 
 
 def test_disagreeing_with_do_bench_fails(tmp_path, capsys):
-    (tmp_path / "a").mkdir()
     a = write_run(tmp_path / "a", job([0.100, 0.100, 0.100], 0.110))
     assert h200_check.main([a]) == 1
     assert "vs do_bench" in capsys.readouterr().out

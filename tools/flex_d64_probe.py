@@ -59,7 +59,7 @@ def child() -> dict:
         fn()
     torch.cuda.synchronize()
     old = old_pipeline_samples(torch, fn, 100)
-    host = host_call_us(torch, fn, 50)
+    host_us = timing.host_call_ms(fn, calls=50) * 1000.0
     timer = timing.DeviceTimer(fn, clear_l2=True, method="graph")
     timing.warm_up(fn, "cuda", timer, {"warmup_window_ms": 10, "warmup_tolerance": 0.02, "warmup_clock_tolerance": 0.01, "min_warmup_ms": 0, "max_warmup_ms": 1000}, 10)
     graph_clear = statistics.median(timer.samples(1000))
@@ -71,7 +71,7 @@ def child() -> dict:
     return {
         "pid": os.getpid(), "env": {k: v for k, v in os.environ.items() if k.startswith("TORCHINDUCTOR")},
         "old_events_median_ms": statistics.median(old), "old_events_p10_p90": [sorted(old)[10], sorted(old)[89]],
-        "host_call_us_median": statistics.median(host),
+        "host_call_us_median": host_us,
         "graph_replay_clear_l2_ms": graph_clear, "graph_replay_warm_l2_ms": graph_warm,
         "eager_behind_sleep_ms": eager_queued, "eager_caught_up_chunks": eager_timer.caught_up,
         "do_bench_ms": do_bench, "compile_s": compile_s, "inductor_cache_counters": cache, "kernels": described,
@@ -91,17 +91,6 @@ def old_pipeline_samples(torch, fn, iters: int) -> list[float]:
         pairs.append((start, end))
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in pairs]
-
-
-def host_call_us(torch, fn, iters: int) -> list[float]:
-    out = []
-    for _ in range(iters):
-        torch.cuda.synchronize()
-        began = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - began) * 1e6)
-    torch.cuda.synchronize()
-    return out
 
 
 def parent(processes: int, out: str, env_variants: list[dict]) -> None:
