@@ -13,12 +13,13 @@ with the clock at each step. Prints a summary; --out keeps every window as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
+from fabench.files import write_json
 from fabench.measure import timing
 from fabench.measure.backends import BACKENDS, Problem
 from fabench.measure.gpu_state import GpuState
@@ -91,8 +92,7 @@ def main() -> None:
                   f"wall {trial['wall_ms']:.4f}, do_bench {trial['do_bench_ms']:.4f}; clocks {clocks}")
         del prepared, fn, timer
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(report, handle)
+        write_json(Path(args.out), report)
 
 
 if __name__ == "__main__":
