@@ -94,15 +94,16 @@ def test_snakemake_stops_before_any_job_with_the_one_line(tmp_path):
     assert proc.returncode != 0
     errors = [line for line in output.splitlines() if line.startswith("invalid config:")]
     assert errors == ["invalid config: shapes.0.batch: 2.0 is not of type 'integer' (expected type integer and minimum 1)"], output
-    assert "rule benchmark" not in output  # nothing was scheduled
+    assert "rule benchmark" not in output and "rule measure" not in output  # nothing was scheduled
     assert not (tmp_path / "results").exists()
 
 
-def test_default_config_plans_one_benchmark_job_per_variant_and_shape(tmp_path):
+def test_default_config_plans_one_result_per_variant_and_shape_from_its_processes(tmp_path):
     proc = snakemake(tmp_path, "-n", "report", timeout=120)
     assert proc.returncode == 0, proc.stderr
     counts = planned_jobs(proc)
     assert counts["benchmark"] == 10 and counts["collect"] == 1 and counts["render_report"] == 1
+    assert counts["measure"] == 10 * default_config()["timing"]["repeats"]
 
 
 def test_variants_in_a_user_config_file_replace_the_defaults(tmp_path):

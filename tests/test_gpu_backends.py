@@ -118,3 +118,35 @@ def test_flex_tiles_too_big_for_shared_memory_become_a_failed_cell():
     assert "shared memory" in entry["reason"]
     after = measure_backend(BACKENDS["sdpa_cudnn"], p, reference_output(p.q, p.k, p.v, True), JOB)
     assert after["status"] == "ok"  # the process goes on measuring
+
+
+def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
+    """provenance.gpu: the card (NVML's UUID and PCI bus) and the power limit in force, read from
+    NVML, in the result the runner writes (its own processes, merged)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from fabench.config import job_spec
+    from fabench.measure.gpu_state import GpuState
+    from workflow_util import REPO
+
+    pytest.importorskip("pynvml", reason="the GPU's identity is read through nvidia-ml-py (the gpu extra)")
+    identity = GpuState("cuda").identity()
+    assert identity["uuid"].startswith("GPU-"), identity
+    assert identity["pci_bus_id"], identity
+    assert identity["power_limit_w"] > 0, identity
+    assert identity["name"] == torch.cuda.get_device_name(), identity
+
+    config = tiny_config(backends=["native", "sdpa"])
+    config["timing"].update({"trials": 2, "repeats": 1, "min_trial_ms": 5, "max_warmup_ms": 200})
+    spec = job_spec(config, "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["backends"]["native"]["status"] == "ok", result["backends"]["native"]["reason"]
+    assert result["provenance"]["gpu"] == identity  # the same card, read by the measuring process

@@ -9,12 +9,12 @@ import jsonschema
 import pytest
 import torch
 
-from fabench.measure import metrics
+from fabench.measure import merge, metrics
 from fabench.container.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.config import job_spec
 from fabench.shapes import parse_shape_id
-from fabench.measure.job import classify_failure, job_settings, measure_backend
+from fabench.measure.job import classify_failure, failed_result, job_settings, measure_backend
 from workflow_util import REPO, tiny_config
 
 RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
@@ -22,12 +22,13 @@ TUNED = {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True, "waves_per_eu": 2, "nu
          "num_stages": 1}
 
 
-def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32"):
+def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32", extra=(), name="result.json"):
     spec = job_spec(config, variant, parse_shape_id(shape))
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
-    out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config), "--out", str(out), "--project-commit", "abc123"]
+    out = tmp_path / name
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config),
+           "--out", str(out), "--project-commit", "abc123", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1",  # as Snakemake sets it for a job under --cores 1
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # this checkout's fabench
@@ -59,7 +60,9 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
                                        "values": TUNED}
     assert result["method"]["reduced"] is True  # the tiny config's CPU block asks for fewer trials
     assert result["method"]["trials"] == 2 and result["method"]["repeats"] == 1
-    assert result["method"]["process_exits"] == [{"index": 0, "exit_code": 0, "wrote_result": True}]
+    [ended] = result["method"]["process_exits"]
+    assert ended["index"] == 0 and ended["exit_code"] == 0 and ended["wrote_result"] is True
+    assert ended["host"] == result["provenance"]["host"] and ended["started"] <= ended["finished"]
     assert result["reference"] == {"status": "ok", "failure_kind": None, "reason": None}
     # every core of the host, whatever OMP_NUM_THREADS Snakemake set for the job
     assert result["method"]["cpu_threads"] == len(os.sched_getaffinity(0))
@@ -67,6 +70,39 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
     assert provenance["project_commit"] == "abc123"
     assert provenance["torch"] == torch.__version__ and provenance["runtime"] == "local"
     assert len(provenance["config_sha256"]) == 64
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="counts the processes a CPU measures in")
+def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tmp_path):
+    """The workflow's path: each process its own `--process N` run, then the merge. A process that
+    wrote no result leaves its exit in the job's method and the other processes' figures stand; a
+    process beyond the CPU's count (cpu.repeats 1) writes a marker the merge skips."""
+    config = tiny_config(backends=["native", "sdpa"], roles={p: {"baseline": "native", "vendor": "sdpa",
+                                                                 "triton": "native"} for p in ("cpu", "cuda", "rocm")})
+    measured, kernel_config = run_job(tmp_path, config, extra=["--process", "0"], name="process-0.json")
+    skipped, _ = run_job(tmp_path, config, extra=["--process", "1"], name="process-1.json")
+    assert set(skipped) == {merge.SKIPPED_KEY} and "not needed" in skipped[merge.SKIPPED_KEY]
+    assert "_merge" in measured["backends"]["native"]  # the process's data for the merge
+    killed = failed_result(job_spec(config, "tuned", parse_shape_id("b1-s64-h2-d32")), kernel_config, "abc123",
+                           "no process of the job wrote a result: process 2 was killed by SIGKILL")
+    killed.update({merge.PROCESS_FAILED_KEY: True})
+    killed["provenance"]["process"] = 2
+    killed["method"]["process_exits"] = [{"index": 2, "exit_code": -9, "wrote_result": False}]
+    (tmp_path / "process-2.json").write_text(json.dumps(killed))
+
+    files = [tmp_path / f"process-{i}.json" for i in (2, 1, 0)]
+    job = merge.merge_files(files)
+    jsonschema.validate(job, RESULT_SCHEMA)
+    assert [(p["index"], p["wrote_result"]) for p in job["method"]["process_exits"]] == [(0, True), (2, False)]
+    native = job["backends"]["native"]
+    assert native["status"] == "ok" and {t["process"] for t in native["trials"]} == {0} and "_merge" not in native
+
+    alone = merge.merge_files([tmp_path / "process-2.json"])
+    jsonschema.validate(alone, RESULT_SCHEMA)
+    assert alone["backends"]["native"]["status"] == "failed" and "SIGKILL" in alone["backends"]["native"]["reason"]
+    assert merge.PROCESS_FAILED_KEY not in alone
+    with pytest.raises(ValueError, match="no process file"):
+        merge.merge_files([tmp_path / "process-1.json"])
 
 
 def test_wrong_numbers_become_a_failed_cell_and_the_job_goes_on(tmp_path):

@@ -146,3 +146,17 @@ def test_a_power_capped_cell_whose_clock_moved_is_not_judged_against_do_bench():
     # Clocks that moved without any slowdown reported (idle clocks coming up) are not a cap.
     free = [trial(1680, None), trial(1980, None)]
     assert summary.cross_check([0.4950], 0.494, 0.03, None, [0.05], free)["agrees"] is True
+
+
+def test_a_power_capped_cell_whose_device_loop_ran_at_another_clock_than_do_bench_is_not_judged():
+    """Steady after do_bench, but the device loops ran faster: the two methods met the cap at
+    different clocks, so their difference is the clock's, not the method's."""
+    def trial(device_loop, end):
+        return {"device_ms": 0.4932, "clock_slowdown": "software power cap",
+                "gpu_state": {"start": None, "device_loop_sm_clock_mhz": device_loop, "end": {"sm_clock_mhz": end}}}
+
+    apart = [trial(1830, 1710), trial(1845, 1710), trial(1830, 1695)]
+    got = summary.cross_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], apart)
+    assert got["agrees"] is None and "1695-1845 MHz" in got["reason"] and "device loops" in got["reason"]
+    together = [trial(1710, 1710), trial(1695, 1710), trial(1710, 1695)]
+    assert summary.cross_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], together)["agrees"] is False

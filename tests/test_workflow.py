@@ -68,7 +68,8 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
     config["shapes"].append({"batch": 1, "seq": 96, "heads": 2, "head_dim": 32})
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc) == {"benchmark": 2, "collect": 1, "plots": 1, "render_report": 1, "report": 1}
+    assert planned_jobs(proc) == {"measure": 4, "benchmark": 2, "collect": 1, "plots": 1, "render_report": 1,
+                                  "report": 1}
     new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
     assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
         f"results/tiny/{v}/b1-s96-h2-d32.json" for v in ("default", "tuned")}
@@ -78,20 +79,54 @@ def test_changing_the_iterations_plans_every_benchmark_job(tiny_run):
     directory, config = tiny_run
     proc = snakemake(directory, "-n", "report", config={**config, "iters": 3})
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc)["benchmark"] == 4
+    assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 8
 
 
-def test_a_deleted_result_is_measured_again_and_the_report_rebuilt(tiny_run):
+def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(tiny_run):
     directory, config = tiny_run
     result = directory / "results" / "tiny" / "tuned" / "b1-s64-h2-d32.json"
-    kept = result.read_bytes()
-    result.unlink()
+    process = directory / "results" / "tiny" / "tuned" / "b1-s64-h2-d32" / "process-0.json"
+    kept = {path: path.read_bytes() for path in (result, process)}
     try:
+        result.unlink()
         proc = snakemake(directory, "-n", "report", config=config)
         assert proc.returncode == 0, proc.stderr
+        # The processes' measurements are kept: only the merge, and what reads its result, re-run.
         assert planned_jobs(proc) == {"benchmark": 1, "collect": 1, "plots": 1, "render_report": 1, "report": 1}
+        process.unlink()
+        proc = snakemake(directory, "-n", "report", config=config)
+        assert proc.returncode == 0, proc.stderr
+        assert planned_jobs(proc) == {"measure": 1, "benchmark": 1, "collect": 1, "plots": 1, "render_report": 1,
+                                      "report": 1}
     finally:
-        result.write_bytes(kept)  # the module's later tests need the finished run
+        for path, data in kept.items():
+            path.write_bytes(data)  # the module's later tests need the finished run
+
+
+def test_the_processes_of_a_job_run_in_rounds_across_the_run(tmp_path):
+    """Process 0 of every job before process 1 of any: the processes of one cell lie apart in time.
+    On a CPU with cpu.repeats 1, process 1 measures nothing and the merge leaves it out."""
+    config = tiny_config(shapes=[{"batch": 1, "seq": 64, "heads": 2, "head_dim": 32},
+                                 {"batch": 1, "seq": 128, "heads": 2, "head_dim": 64}])
+    config["cpu"] = {**config["cpu"], "repeats": 2}
+    proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    order = [line.split("process=")[1].strip() for line in proc.stdout.splitlines() + proc.stderr.splitlines()
+             if "wildcards:" in line and "process=" in line]
+    assert order == ["0"] * 4 + ["1"] * 4, order
+    result = json.loads((tmp_path / "results" / "tiny" / "tuned" / "b1-s64-h2-d32.json").read_text())
+    assert [p["index"] for p in result["method"]["process_exits"]] == [0, 1]
+    assert sorted({t["process"] for t in result["backends"]["native"]["trials"]}) == [0, 1]
+
+    config["cpu"] = {**config["cpu"], "repeats": 1}
+    config["run"] = "tiny-one"
+    proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "results" / "tiny-one" / "tuned" / "b1-s64-h2-d32.json").read_text())
+    assert [p["index"] for p in result["method"]["process_exits"]] == [0]
+    assert {t["process"] for t in result["backends"]["native"]["trials"]} == {0}
+    skipped = json.loads((tmp_path / "results" / "tiny-one" / "tuned" / "b1-s64-h2-d32" / "process-1.json").read_text())
+    assert "not needed" in skipped["_skipped"]
 
 
 def test_a_failing_backend_leaves_the_run_and_report_whole(tmp_path):

@@ -1,15 +1,23 @@
-# One job per (variant, shape): one process, one GPU, one JSON result.
-# The job's spec is its params: a job re-runs when what it measures changes, and only then.
+# One result per (variant, shape), from `repeats` measuring processes, each a job of its own:
+# one process, one GPU, one JSON file. The job's spec is its params: a job re-runs when what it
+# measures changes, and only then.
+#
+# The processes run in rounds across the run (priority: process 0 of every job first, then
+# process 1, ...), so the processes of one cell lie minutes apart. Back to back, both processes
+# of a job shared the machine's state of that minute: on an H200 every backend of one job moved
+# together by up to 0.9% between two runs while its two processes agreed within 0.1%, and the
+# interval over the processes could not show it.
 
 
-rule benchmark:
+rule measure:
     input:
         kernel_config="results/{run}/aiter-config/{variant}.json",
         manifest=docker_manifest,
     output:
-        "results/{run}/{variant}/{shape}.json",
+        "results/{run}/{variant}/{shape}/process-{process}.json",
     log:
-        "logs/{run}/{variant}/{shape}.log",
+        "logs/{run}/{variant}/{shape}/process-{process}.log",
+    priority: process_priority
     resources:
         gpu=1,
     params:
@@ -17,5 +25,19 @@ rule benchmark:
         spec=job_spec_json,
         commit=PROJECT_COMMIT,
     shell:
-        "{params.launch} --spec {params.spec:q} --out {output:q} "
-        "--project-commit {params.commit:q} > {log:q} 2>&1"
+        "{params.launch} --spec {params.spec:q} --process {wildcards.process} "
+        "--out {output:q} --project-commit {params.commit:q} > {log:q} 2>&1"
+
+
+rule benchmark:
+    input:
+        process_paths,
+    output:
+        "results/{run}/{variant}/{shape}.json",
+    log:
+        "logs/{run}/{variant}/{shape}/merge.log",
+    localrule: True
+    params:
+        python=PYTHON,
+    shell:
+        "{params.python:q} -m fabench.measure.merge --out {output:q} {input:q} > {log:q} 2>&1"

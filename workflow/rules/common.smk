@@ -61,12 +61,16 @@ RUNS = {f"{RUN}-{label}": label for label in config["platforms"]} or {RUN: None}
 PYTHON = sys.executable
 SHAPES = {shape_id(shape): shape for shape in config["shapes"]}
 VARIANTS = list(config["variants"])
+# Measuring processes per job: as many as the most any platform asks for (a GPU timing.repeats, a
+# CPU cpu.repeats); one beyond its own platform's count measures nothing (fabench.measure.job).
+PROCESSES = max(config["timing"]["repeats"], config["cpu"]["repeats"])
 
 
 wildcard_constraints:
     run="|".join(map(re.escape, RUNS)),
     variant="|".join(map(re.escape, VARIANTS)),
     shape=SHAPE_ID_PATTERN,
+    process=r"\d+",
 
 
 def project_commit():
@@ -95,6 +99,22 @@ def result_paths(run):
         variant=VARIANTS,
         shape=list(SHAPES),
     )
+
+
+def process_paths(wildcards):
+    """The process files a job's result is merged from."""
+    return expand(
+        "results/{run}/{variant}/{shape}/process-{process}.json",
+        run=wildcards.run,
+        variant=wildcards.variant,
+        shape=wildcards.shape,
+        process=range(PROCESSES),
+    )
+
+
+def process_priority(wildcards):
+    """Process 0 of every job first, then process 1, ...: the processes of a cell lie apart in time."""
+    return PROCESSES - int(wildcards.process)
 
 
 def report_path(run):

@@ -22,6 +22,8 @@ rule patch_config:
         meta="results/{run}/aiter-config/{variant}.meta.json",
     log:
         "logs/{run}/patch_config/{variant}.log",
+    # Before any measuring process, so that the rounds of processes span every variant.
+    priority: PROCESSES + 1
     params:
         overrides=lambda wildcards: config["variants"][wildcards.variant]["triton"],
     script:

@@ -111,6 +111,9 @@ class Cell:
                 # GPU in the state the warm-up settled; the published method's loop, which idles
                 # the GPU at every synchronize, last.
                 device = self._device_ms(iters, index)
+                # One query, so do_bench follows without a pause: under a power cap the two methods
+                # are comparable only when they ran at one clock (summary.power_capped).
+                after_device = gpu_state.sm_clock()
                 self._cross_check_trial()
                 end = gpu_state.read()  # the state the device figures were taken in
                 wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
@@ -123,7 +126,8 @@ class Cell:
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
             "device_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0),
-            "gpu_state": {"start": start, "end": end} if self.gpu and (start or end) else None,
+            "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
+            if self.gpu and (start or end) else None,
             # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
             # the capped clock whenever it is used for long; the record says so in words.
             "clock_slowdown": slowdown(end),

@@ -32,7 +32,7 @@ from fabench.measure.backends import BACKENDS, Backend, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
-from fabench.measure.merge import PRIVATE_KEY
+from fabench.measure.merge import PRIVATE_KEY, SKIPPED_KEY
 from fabench.measure.runner import MEASURING_ENV
 from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import sha256_json
@@ -184,7 +184,7 @@ def _result(spec: dict, platform: str, job: dict, kernel_config: dict, reference
         "reference": reference_status,
         "kernel_config": kernel_config,
         "backends": results,
-        "provenance": {**provenance_fields, "finished": provenance.now()},
+        "provenance": {**provenance_fields, "gpu": gpu_state.identity(), "finished": provenance.now()},
     }
 
 
@@ -291,7 +291,14 @@ def _summary(entry: dict) -> str:
 
 def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
                     out: Path) -> None:
-    """One process of the job (fabench.measure.runner starts it): measure, write for the merge."""
+    """One process of the job (fabench.measure.runner starts it): measure, write for the merge.
+    A process beyond its platform's repeats (the workflow starts as many as the most any platform
+    asks for) writes only a marker that the merge skips."""
+    wanted = timing_settings(spec["settings"], plat.detect())["repeats"]
+    if process >= wanted:
+        write_json(out, {SKIPPED_KEY: f"process {process} not needed: {plat.detect()} jobs measure in "
+                                      f"{wanted} process(es)"})
+        return
     write_json(out, run_job(spec, kernel_config_path, project_commit, process))
 
 

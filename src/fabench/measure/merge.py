@@ -5,16 +5,30 @@ tagged with its process, and its statistics are recomputed over all of them, so 
 moves between processes widens the CI or makes the entry unstable instead of hiding. Kernels that
 differ between processes (names or generated source) are named in the verdict.
 
-Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU.
+Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU, and the
+workflow merges the process files of a job on the host:
+
+    python -m fabench.measure.merge --out JOB.json PROCESS-0.json PROCESS-1.json ...
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
+import sys
+from pathlib import Path
 
+from fabench.files import write_json
 from fabench.measure import summary
 
 PRIVATE_KEY = "_merge"  # per-process data a process leaves for the merge; never in a job's result
+# A process file that is no measurement: a process beyond its platform's repeats (a CPU's
+# cpu.repeats), which measured nothing and is left out of the merge.
+SKIPPED_KEY = "_skipped"
+# A process file made for a process that wrote no result (killed, crashed): every backend failed
+# with why. Kept only when no process of the job measured; otherwise only its exit is recorded.
+PROCESS_FAILED_KEY = "_process_failed"
 
 
 def merge(results: list[dict], processes: list[dict]) -> dict:
@@ -24,7 +38,7 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     ids = [r["provenance"].get("process", i) for i, r in enumerate(results)]
     for name in merged["backends"]:
         merged["backends"][name] = merge_entry([r["backends"][name] for r in results], merged, ids)
-    method["process_exits"] = processes
+    method["process_exits"] = [dict(p, **_where(results, p["index"])) for p in processes]
     method["device_fallbacks"] = _fallbacks(results)
     failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
     if failed_reference:
@@ -32,6 +46,44 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     merged["provenance"]["finished"] = results[-1]["provenance"]["finished"]
     merged["provenance"].pop("process", None)
     return merged
+
+
+def _where(results: list[dict], index: int) -> dict:
+    """Where and when process `index` measured (its processes may run on different hosts or GPUs
+    when the workflow runs them as jobs of their own); nothing for a process without a result."""
+    for i, result in enumerate(results):
+        prov = result["provenance"]
+        if prov.get("process", i) == index:
+            gpu = prov.get("gpu") or {}
+            return {"host": prov.get("host"), "gpu_uuid": gpu.get("uuid"), "started": prov.get("started"),
+                    "finished": prov.get("finished")}
+    return {}
+
+
+def merge_files(paths: list[Path]) -> dict:
+    """The job's result from its process files (written by `python -m fabench.measure --process N`)."""
+    loaded = [json.loads(Path(path).read_text()) for path in paths]
+    results = sorted((r for r in loaded if SKIPPED_KEY not in r), key=lambda r: r["provenance"].get("process", 0))
+    if not results:
+        raise ValueError(f"no process file among {[str(p) for p in paths]} holds a measurement")
+    exits = sorted((e for r in results for e in r["method"].get("process_exits", [])), key=lambda e: e["index"])
+    measured = [r for r in results if not r.get(PROCESS_FAILED_KEY)]
+    if measured:
+        return merge(measured, exits)
+    failed = copy.deepcopy(results[0])
+    failed.pop(PROCESS_FAILED_KEY)
+    failed["method"]["process_exits"] = exits
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fabench.measure.merge",
+                                     description="Merge a job's process files into the job's result.")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("processes", nargs="+", type=Path, help="the job's process files, any order")
+    args = parser.parse_args(argv)
+    write_json(args.out, merge_files(args.processes))
+    return 0
 
 
 def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
@@ -81,3 +133,7 @@ def _fallbacks(results: list[dict]) -> dict:
         for name, reason in (result["method"].get("device_fallbacks") or {}).items():
             fallbacks.setdefault(name, reason)
     return fallbacks
+
+
+if __name__ == "__main__":
+    sys.exit(main())

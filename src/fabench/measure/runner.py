@@ -1,12 +1,20 @@
-"""The runner's command line: one job, measured in `repeats` processes one after another.
+"""The runner's command line: one job, measured in `repeats` processes.
 
     python -m fabench.measure --spec '<job spec JSON>' --out OUT.json [--aiter-config F] [--project-commit C]
+    python -m fabench.measure --spec '<job spec JSON>' --out PROCESS.json --process N [...]
 
 Some figures differ from process to process (a compiled kernel, the host's launch path), which
 no number of trials inside one process can show. So this coordinating process, which never
 touches the GPU (and does not import torch), starts `python -m fabench.measure.job` once per
 repeat, sequentially, never concurrently, and merges their results (fabench.measure.merge). The
 first process reports how many repeats apply on its platform (a CPU has its own count).
+
+With --process N it runs only the job's process N and writes that process's result for a later
+merge (`python -m fabench.measure.merge`): the workflow runs a job's processes as jobs of their
+own, in rounds across the run, so that the processes of one cell lie minutes apart and a drift
+of the machine over minutes shows in the spread between them (see workflow/rules/benchmark.smk).
+A process beyond its platform's count (a CPU measures in cpu.repeats processes) writes a marker
+that the merge skips.
 
 A process that writes no result (killed, crashed) is recorded in the result's method; when none
 writes one, the job's result says so for every backend instead of the job ending without one.
@@ -26,7 +34,7 @@ from pathlib import Path
 
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
-from fabench.measure.merge import merge
+from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -38,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    parser.add_argument("--process", type=int, metavar="N",
+                        help="run only the job's process N (0-based) and write its result for the merge")
     parser.add_argument("--process-index", type=int, help="internal: measure in this process, as repeat N")
     return parser.parse_args(argv)
 
@@ -55,7 +65,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    if args.process is not None:
+        return one_process(args, commit)
     return coordinate(args, commit)
+
+
+def one_process(args: argparse.Namespace, commit: str | None) -> int:
+    """The job's process N alone: its result, with how it ended, for the merge. When it writes
+    none, a result that says so for every backend (the merge keeps the other processes' figures)."""
+    with tempfile.TemporaryDirectory(prefix="fabench-process-") as tmp:
+        out = Path(tmp) / "process.json"
+        code = run_process(args, commit, args.process, out)
+        ended = {"index": args.process, "exit_code": code, "wrote_result": out.is_file()}
+        if out.is_file():
+            result = json.loads(out.read_text())
+        else:
+            result = _without_result(args, commit, [ended])
+            result[PROCESS_FAILED_KEY] = True
+            result["provenance"]["process"] = args.process
+        if SKIPPED_KEY not in result:
+            result["method"]["process_exits"] = [ended]
+            result["provenance"]["command"] = [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
+    write_json(args.out, result)
+    return 0
 
 
 def coordinate(args: argparse.Namespace, commit: str | None) -> int:

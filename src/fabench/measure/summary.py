@@ -38,18 +38,23 @@ def complete_entry(entry: dict, flops: float | None, stable_spread: float, notes
 
 def power_capped(trials: list[dict], tolerance: float) -> str | None:
     """Why no two measurements of this cell can be held to `tolerance`, when the GPU reported its
-    clocks held down (power cap, thermal) and the SM clock after the trials' device figures moved
-    by more than the tolerance: the kernel's time then depends on when in the cap's control cycle
-    it is taken, by any method (on an H200, cuDNN at (4,4096,8,256) read 0.46-0.55 ms between
-    consecutive takes of one process, by do_bench and by our timer alike, at 1545-1980 MHz)."""
+    clocks held down (power cap, thermal) and the SM clock, read right after each trial's device
+    loop and right after its do_bench call, moved by more than the tolerance: the kernel's time
+    then depends on when in the cap's control cycle it is taken, by any method (on an H200, cuDNN
+    at (4,4096,8,256) read 0.46-0.55 ms between consecutive takes of one process, by do_bench and
+    by our timer alike, at 1545-1980 MHz)."""
     held = sorted({t["clock_slowdown"] for t in trials if t.get("clock_slowdown")})
-    clocks = [((t.get("gpu_state") or {}).get("end") or {}).get("sm_clock_mhz") for t in trials]
-    clocks = [c for c in clocks if c]
+    clocks = [clock for t in trials for clock in _sm_clocks(t.get("gpu_state") or {}) if clock]
     if not held or len(clocks) < 2 or stats.spread(clocks) <= tolerance:
         return None
-    return (f"clocks held down ({', '.join(held)}): SM clock {min(clocks)}-{max(clocks)} MHz across the trials "
-            f"(spread {stats.spread(clocks):.1%} > {tolerance:.0%}), so figures taken at different moments differ "
-            f"by more than the tolerance whichever method takes them")
+    return (f"clocks held down ({', '.join(held)}): SM clock {min(clocks)}-{max(clocks)} MHz across the trials' "
+            f"device loops and do_bench calls (spread {stats.spread(clocks):.1%} > {tolerance:.0%}), so figures "
+            f"taken at different moments differ by more than the tolerance whichever method takes them")
+
+
+def _sm_clocks(state: dict) -> tuple:
+    """The SM clock after the device loop (recorded since this rule) and after do_bench (the end)."""
+    return state.get("device_loop_sm_clock_mhz"), (state.get("end") or {}).get("sm_clock_mhz")
 
 
 def cross_check(do_bench_values: list[float], device_median: float | None, tolerance: float,

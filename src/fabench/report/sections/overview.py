@@ -8,7 +8,11 @@ from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
 from fabench.results.collect import shape_key
 
-HARDWARE_FIELDS = (("Device", "device"), ("Architecture", "arch"), ("Host", "host"), ("Driver", "driver"))
+# "gpu.<key>" reads the GPU's identity (provenance.gpu): which card, and the power limit it ran
+# under; results written before it was recorded lack it, and the line is then left out.
+HARDWARE_FIELDS = (("Device", "device"), ("GPU UUID", "gpu.uuid"), ("Power limit", "gpu.power_limit_w"),
+                   ("Architecture", "arch"), ("Host", "host"), ("Driver", "driver"))
+UNITS = {"gpu.power_limit_w": " W"}
 # os, python and cudnn are extras the runner records beyond the design's list; shown when present.
 SOFTWARE_FIELDS = (("OS", "os"), ("Python", "python"), ("CUDA", "cuda"), ("cuDNN", "cudnn"), ("HIP", "hip"),
                    ("PyTorch", "torch"), ("Triton", "triton"),
@@ -17,13 +21,22 @@ SOFTWARE_FIELDS = (("OS", "os"), ("Python", "python"), ("CUDA", "cuda"), ("cuDNN
                    ("Config SHA-256", "config_sha256"))
 
 
+def values(run: Run, key: str) -> list:
+    """A provenance field's distinct recorded values; "gpu.uuid" is the uuid in provenance.gpu."""
+    if not key.startswith("gpu."):
+        return run.provenance_values(key)
+    found = ((r["provenance"].get("gpu") or {}).get(key[4:]) for r in run.results)
+    return [v for v in dict.fromkeys(found) if v is not None]
+
+
 def fields(run: Run, names) -> list[dict]:
     """The recorded provenance fields; several values mean the jobs did not all run alike."""
     found = []
     for name, key in names:
-        values = run.provenance_values(key)
-        if values:
-            found.append({"name": name, "shown": [md_text(v) for v in values], "differs": len(values) > 1})
+        recorded = values(run, key)
+        if recorded:
+            shown = [md_text(f"{v:g}{UNITS[key]}" if key in UNITS else v) for v in recorded]
+            found.append({"name": name, "shown": shown, "differs": len(recorded) > 1})
     return found
 
 
