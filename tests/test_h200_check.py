@@ -53,3 +53,25 @@ def test_disagreeing_with_do_bench_fails(tmp_path, capsys):
     a = write_run(tmp_path / "a", job([0.100, 0.100, 0.100], 0.110))
     assert h200_check.main([a]) == 1
     assert "vs do_bench" in capsys.readouterr().out
+
+
+def test_a_results_directory_reads_the_merged_results_not_the_process_files(tmp_path, capsys):
+    """The workflow leaves each job's process files beside its result; only the result counts."""
+    a = write_run(tmp_path / "a", job([0.100, 0.101, 0.102], 0.1005))
+    process_dir = tmp_path / "a" / "b4-s512-h8-d256"
+    process_dir.mkdir()
+    (process_dir / "process-0.json").write_text(json.dumps(job([0.200, 0.200, 0.200], 0.1005)))
+    assert h200_check.main([a]) == 0
+    assert "0.1010 [" in capsys.readouterr().out
+
+
+def test_a_power_capped_cell_is_judged_when_it_agrees_and_excused_when_it_does_not(tmp_path, capsys):
+    def capped(devices, do_bench):
+        result = job(devices, do_bench)
+        result["backends"]["sdpa_cudnn"]["cross_check"].update(agrees=None, reason="GPU power-capped: clocks held down")
+        return result
+
+    assert h200_check.main([write_run(tmp_path / "near", capped([0.100, 0.100, 0.100], 0.101))]) == 0
+    assert "power cap" not in capsys.readouterr().out.split("|---|")[-1].split("\n")[1]
+    assert h200_check.main([write_run(tmp_path / "far", capped([0.100, 0.100, 0.100], 0.110))]) == 0
+    assert "do_bench at another clock, power cap" in capsys.readouterr().out

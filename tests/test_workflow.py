@@ -111,9 +111,11 @@ def test_the_processes_of_a_job_run_in_rounds_across_the_run(tmp_path):
     config["cpu"] = {**config["cpu"], "repeats": 2}
     proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    order = [line.split("process=")[1].strip() for line in proc.stdout.splitlines() + proc.stderr.splitlines()
+    order = [line.split("variant=")[1].strip() for line in proc.stdout.splitlines() + proc.stderr.splitlines()
              if "wildcards:" in line and "process=" in line]
-    assert order == ["0"] * 4 + ["1"] * 4, order
+    assert [job.split("process=")[1] for job in order] == ["0"] * 4 + ["1"] * 4, order
+    # Each round in the same order of jobs: a cell's processes are a whole round apart.
+    assert [job.split(",")[:2] for job in order[:4]] == [job.split(",")[:2] for job in order[4:]], order
     result = json.loads((tmp_path / "results" / "tiny" / "tuned" / "b1-s64-h2-d32.json").read_text())
     assert [p["index"] for p in result["method"]["process_exits"]] == [0, 1]
     assert sorted({t["process"] for t in result["backends"]["native"]["trials"]}) == [0, 1]

@@ -112,9 +112,20 @@ def process_paths(wildcards):
     )
 
 
+@functools.lru_cache(maxsize=None)
+def job_order():
+    """Every (run, variant, shape) in one fixed order, the order of each round of processes."""
+    jobs = [(run, v, s) for run in RUNS for v in VARIANTS for s in SHAPES]
+    return {job: i for i, job in enumerate(jobs)}
+
+
 def process_priority(wildcards):
-    """Process 0 of every job first, then process 1, ...: the processes of a cell lie apart in time."""
-    return PROCESSES - int(wildcards.process)
+    """Process 0 of every job first, then process 1, ..., each round in the same order of jobs, so
+    that the processes of one cell lie a whole round apart (never back to back across rounds).
+    """
+    order = job_order()
+    position = order[(wildcards.run, wildcards.variant, wildcards.shape)]
+    return (PROCESSES - int(wildcards.process)) * len(order) - position
 
 
 def report_path(run):
