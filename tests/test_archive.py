@@ -497,3 +497,25 @@ def test_console_script_is_declared():
     assert 'fabench = "fabench.cli:main"' in text and '"matplotlib==' in text
 
 
+
+
+def test_the_record_and_the_comparison_name_the_card_where_the_results_do(tmp_path):
+    """Runs on two cards of one model differ more than runs on one card: the comparison says which
+    card each run measured on, and shows no GPU column for archives that never recorded it."""
+    root = tmp_path / "archive"
+    other_card = {**CUDA_13_0, "gpu_uuid": "GPU-0f0e0d0c-0000-4000-8000-000000000001"}
+    first = archive(make_run(tmp_path / "a", "h200-a", versions=CUDA_13_0), root)
+    second = archive(make_run(tmp_path / "b", "h200-b", versions=other_card, seed=3), root)
+    assert json.loads((first / "record.json").read_text())["gpu"] == CUDA_13_0["gpu_uuid"]
+    markdown = render_markdown(compare_entries(list_entries(root)))
+    header = next(line for line in markdown.splitlines() if line.startswith("| Entry |"))
+    assert "| Device | GPU |" in header
+    assert CUDA_13_0["gpu_uuid"] in markdown and other_card["gpu_uuid"] in markdown
+
+    rocm_root = tmp_path / "rocm-archive"
+    archive(make_run(tmp_path / "c", "mi300x", versions=ROCM_7_0), rocm_root)
+    rocm_record = json.loads(next(rocm_root.glob("*/*/record.json")).read_text())
+    assert rocm_record["gpu"] is None
+    header = next(line for line in render_markdown(compare_entries(list_entries(rocm_root))).splitlines()
+                  if line.startswith("| Entry |"))
+    assert "GPU" not in header.split("|")[5]

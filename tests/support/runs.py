@@ -71,7 +71,7 @@ ROCM_7_0 = {**ROCM_6_4, "driver": "6.12.12", "hip": "7.0.51831", "torch": "2.8.0
             "aiter": "0.1.5", "aiter_commit": "bfe8107fa6c0ebf90f365e0c992a59afd73875ee"}
 CUDA_13_0 = {"platform": "cuda", "device": "NVIDIA H200", "arch": "sm_90", "driver": "580.159.04", "hip": None,
              "cuda": "13.0", "cudnn": 91900, "torch": "2.11.0+cu130", "triton": "3.6.0", "aiter": None,
-             "aiter_commit": None}
+             "aiter_commit": None, "gpu_uuid": "GPU-4c4c66c3-764a-4e84-d5b9-ced8f82aea6f"}
 CPU = {"platform": "cpu", "device": "cpu", "arch": "x86_64", "driver": None, "hip": None, "cuda": None,
        "cudnn": None, "torch": "2.13.0+cpu", "triton": None, "aiter": None, "aiter_commit": None}
 
@@ -207,6 +207,8 @@ def make_result(run: str, variant: str, shape: dict, versions: dict, seed: int =
         "project_commit": "50a5654c3b1f0e2d4a6b8c9d0e1f2a3b4c5d6e7f",
         "config_sha256": hashlib.sha256(run.encode()).hexdigest(),
         "command": ["python", "-m", "fabench.measure", "--spec", "..."],
+        # Only some fixtures name their card, as archives made before provenance.gpu do not.
+        **({"gpu": {"uuid": versions["gpu_uuid"], "power_limit_w": 700.0}} if versions.get("gpu_uuid") else {}),
     }
     return {
         "schema_version": 2, "run": run, "variant": variant, "shape": dict(shape), "shape_id": shape_id(shape),

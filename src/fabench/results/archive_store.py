@@ -126,6 +126,9 @@ def make_record(collected: dict, label: str, run_id: str, content_sha256: str, f
         "platform": _common(r["platform"] for r in results),
         "host": _common(p.get("host") for p in prov),
         "device": _common(p.get("device") for p in prov),
+        # Which card (provenance.gpu, since it was recorded): two runs of one model on two cards
+        # differ by more than two runs on one card.
+        "gpu": _common((p.get("gpu") or {}).get("uuid") for p in prov),
         "arch": _common(p.get("arch") for p in prov),
         "versions": {key: _common(p.get(key) for p in prov) for key in VERSION_KEYS if any(key in p for p in prov)},
         "config_sha256": _common(p.get("config_sha256") for p in prov),

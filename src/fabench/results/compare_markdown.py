@@ -71,8 +71,11 @@ def markdown_context(comparison: dict) -> dict:
                        "rows": rows})
     present = {k for e in entries for k, v in e["versions"].items() if v is not None}
     versions = [k for k in VERSION_ORDER if k in present] + sorted(present - set(VERSION_ORDER))
+    # The GPU column only where an entry recorded its card (archives made before it was recorded lack it).
+    gpu = ["GPU"] if any(e.get("gpu") for e in entries) else []
     entry_rows = [[e["id"], e["run"] or "", (e["finished"] or e["archived_at"] or "")[:19], e["device"] or "",
-                   *(version_text(e["versions"].get(k)) for k in versions)] for e in entries]
+                   *(version_text(e.get("gpu")) for _ in gpu), *(version_text(e["versions"].get(k)) for k in versions)]
+                  for e in entries]
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
     flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
                   for kind in ("regression", "improvement", "unstable")}
@@ -96,7 +99,7 @@ def markdown_context(comparison: dict) -> dict:
     return {
         "rule": comparison["rule"],
         "baseline": comparison["baseline"],
-        "entries": {"header": ["Entry", "Run", "Finished", "Device", *versions], "rows": entry_rows},
+        "entries": {"header": ["Entry", "Run", "Finished", "Device", *gpu, *versions], "rows": entry_rows},
         "count": len(entries),
         "left_out": comparison["left_out"],
         "flags": flag_lines,
