@@ -104,7 +104,7 @@ def result_paths(run):
 def process_paths(wildcards):
     """The process files a job's result is merged from."""
     return expand(
-        "results/{run}/{variant}/{shape}/process-{process}.json",
+        rules.measure.output[0],
         run=wildcards.run,
         variant=wildcards.variant,
         shape=wildcards.shape,

@@ -294,9 +294,10 @@ def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit:
     """One process of the job (fabench.measure.runner starts it): measure, write for the merge.
     A process beyond its platform's repeats (the workflow starts as many as the most any platform
     asks for) writes only a marker that the merge skips."""
-    wanted = timing_settings(spec["settings"], plat.detect())["repeats"]
+    platform = plat.detect()
+    wanted = timing_settings(spec["settings"], platform)["repeats"]
     if process >= wanted:
-        write_json(out, {SKIPPED_KEY: f"process {process} not needed: {plat.detect()} jobs measure in "
+        write_json(out, {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in "
                                       f"{wanted} process(es)"})
         return
     write_json(out, run_job(spec, kernel_config_path, project_commit, process))

@@ -73,19 +73,14 @@ def main(argv: list[str] | None = None) -> int:
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
     """The job's process N alone: its result, with how it ended, for the merge. When it writes
     none, a result that says so for every backend (the merge keeps the other processes' figures)."""
-    with tempfile.TemporaryDirectory(prefix="fabench-process-") as tmp:
-        out = Path(tmp) / "process.json"
-        code = run_process(args, commit, args.process, out)
-        ended = {"index": args.process, "exit_code": code, "wrote_result": out.is_file()}
-        if out.is_file():
-            result = json.loads(out.read_text())
-        else:
-            result = _without_result(args, commit, [ended])
-            result[PROCESS_FAILED_KEY] = True
-            result["provenance"]["process"] = args.process
-        if SKIPPED_KEY not in result:
-            result["method"]["process_exits"] = [ended]
-            result["provenance"]["command"] = [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
+    result, ended = measured(args, commit, args.process)
+    if result is None:
+        result = _without_result(args, commit, [ended])
+        result[PROCESS_FAILED_KEY] = True
+        result["provenance"]["process"] = args.process
+    if SKIPPED_KEY not in result:
+        result["method"]["process_exits"] = [ended]
+        result["provenance"]["command"] = runner_command()
     write_json(args.out, result)
     return 0
 
@@ -93,26 +88,38 @@ def one_process(args: argparse.Namespace, commit: str | None) -> int:
 def coordinate(args: argparse.Namespace, commit: str | None) -> int:
     results, processes = [], []
     wanted = 1  # until the first process says how many its platform asks for
-    with tempfile.TemporaryDirectory(prefix="fabench-job-") as tmp:
-        index = 0
-        while index < wanted:
-            out = Path(tmp) / f"process-{index}.json"
-            code = run_process(args, commit, index, out)
-            processes.append({"index": index, "exit_code": code, "wrote_result": out.is_file()})
-            if out.is_file():
-                results.append(json.loads(out.read_text()))
-                if len(results) == 1:
-                    wanted = max(wanted, int(results[0]["method"]["repeats"]))
-            elif index == 0:
-                wanted = max(wanted, int(args.spec["settings"]["timing"]["repeats"]))
-            index += 1
+    index = 0
+    while index < wanted:
+        result, ended = measured(args, commit, index)
+        processes.append(ended)
+        if result is not None:
+            results.append(result)
+            if len(results) == 1:
+                wanted = max(wanted, int(results[0]["method"]["repeats"]))
+        elif index == 0:
+            wanted = max(wanted, int(args.spec["settings"]["timing"]["repeats"]))
+        index += 1
     if results:
         result = merge(results, processes)
-        result["provenance"]["command"] = [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
+        result["provenance"]["command"] = runner_command()
     else:
         result = _without_result(args, commit, processes)
     write_json(args.out, result)
     return 0
+
+
+def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[dict | None, dict]:
+    """Run measuring process `index`: its result (None when it wrote none) and how it ended."""
+    with tempfile.TemporaryDirectory(prefix="fabench-process-") as tmp:
+        out = Path(tmp) / "process.json"
+        code = run_process(args, commit, index, out)
+        result = json.loads(out.read_text()) if out.is_file() else None
+    return result, {"index": index, "exit_code": code, "wrote_result": result is not None}
+
+
+def runner_command() -> list[str]:
+    """How this runner was started, for the result's provenance (each process records its own)."""
+    return [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
 
 
 def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> int:

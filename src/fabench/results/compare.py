@@ -127,8 +127,8 @@ def entry_info(entry: Entry) -> dict:
     versions = entry.get("versions", {})
     return {"id": entry.id, "label": entry.label, "run_id": entry.run_id, "path": str(entry.path),
             "run": entry.get("run"), "archived_at": entry.get("archived_at"), "finished": entry.get("finished"),
-            "platform": entry.get("platform"), "device": entry.get("device"), "gpu": entry.get("gpu"), "arch": entry.get("arch"),
-            "versions": versions}
+            "platform": entry.get("platform"), "device": entry.get("device"), "gpu": entry.get("gpu"),
+            "arch": entry.get("arch"), "versions": versions}
 
 
 def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
