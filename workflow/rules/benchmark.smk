@@ -25,7 +25,7 @@ rule measure:
         spec=job_spec_json,
         commit=PROJECT_COMMIT,
     shell:
-        "{params.launch} --spec {params.spec:q} --process {wildcards.process} "
+        "{params.launch} --spec {params.spec:q} --process {wildcards.process:q} "
         "--out {output:q} --project-commit {params.commit:q} > {log:q} 2>&1"
 
 
