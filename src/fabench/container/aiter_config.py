@@ -16,28 +16,86 @@ imports docker at module level, and nothing outside the standard library and fab
 
 from __future__ import annotations
 
+import ast
 import copy
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 from pathlib import Path
 
 from fabench.files import write_json
 
-# Newest layout first: configs/{arch}/triton/attention/mha/DEFAULT.json, then the flat
-# configs/{arch}-MHA-DEFAULT.json of aiter around the end of 2025.
-_MHA_CONFIG_GLOBS = ("ops/triton/configs/{arch}/**/mha/DEFAULT.json", "ops/triton/configs/{arch}-MHA-DEFAULT.json")
+# aiter's MHA forward config has lived under three names (all relative to its package directory):
+#   configs/{arch}/triton/attention/mha/DEFAULT.json   aiter after PR #5019 (Aug 2026), per arch
+#   configs/{arch}-MHA-DEFAULT.json                    aiter at the report's commit (Dec 2025)
+#   configs/{device}-MHA-DEFAULT.json                  amd-aiter 0.1.7 on the package index (Nov 2025),
+#                                                      named by device: aiter's arch_info maps arch -> device
+# The runner does not rely on these names: it asks the installed aiter's own loader which file it
+# opens (fabench.measure.aiter_kernel). The patch step needs the packaged file to merge into.
+_MHA_CONFIG_GLOBS = ("ops/triton/configs/{arch}/**/mha/DEFAULT.json", "ops/triton/configs/{arch}-MHA-DEFAULT.json",
+                     "ops/triton/configs/{device}-MHA-DEFAULT.json")
+_ARCH_INFO = "ops/triton/utils/_triton/arch_info.py"
 SKELETON = {"fwd": {"default": {}}}
 DEFAULT_ARCH = "gfx942"
+
+
+class MhaConfigNotFound(LookupError):
+    """An aiter is installed but none of its files is the MHA forward config for the arch."""
+
+
+def device_name(package_dir: str | Path, arch: str) -> str | None:
+    """The device name aiter's own arch_info gives `arch` (gfx942 -> MI300X), read from its source.
+
+    Read, not imported: arch_info imports Triton, which the patch step's host may not have.
+    None when this aiter names its files by arch (no such mapping, or arch not in it).
+    """
+    source = Path(package_dir) / _ARCH_INFO
+    if not source.is_file():
+        return None
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_ARCH_TO_DEVICE" for t in node.targets):
+            try:
+                return ast.literal_eval(node.value).get(arch)
+            except (ValueError, AttributeError):
+                return None
+    return None
 
 
 def find_mha_config(package_dir: str | Path, arch: str = DEFAULT_ARCH) -> Path | None:
     """Path of the MHA forward config for `arch` inside an aiter package directory, if any."""
     root = Path(package_dir)
+    device = device_name(root, arch)
     for pattern in _MHA_CONFIG_GLOBS:
-        hits = sorted(root.glob(pattern.format(arch=arch)))
+        if "{device}" in pattern and not device:
+            continue
+        hits = sorted(root.glob(pattern.format(arch=arch, device=device)))
         if hits:
             return hits[0]
+    return None
+
+
+def require_mha_config(package_dir: str | Path, arch: str = DEFAULT_ARCH) -> Path:
+    """find_mha_config, or one line naming the aiter version and the names looked for."""
+    found = find_mha_config(package_dir, arch)
+    if found is None:
+        device = device_name(package_dir, arch)
+        names = [p.format(arch=arch, device=device) for p in _MHA_CONFIG_GLOBS if device or "{device}" not in p]
+        raise MhaConfigNotFound(
+            f"{aiter_version(package_dir) or 'aiter (version unknown)'} at {package_dir} has no MHA forward config "
+            f"for {arch}: looked for {', '.join(names)}")
+    return found
+
+
+def aiter_version(package_dir: str | Path) -> str | None:
+    """The installed distribution's version (amd-aiter from the index or a git build), if recorded."""
+    for dist in ("amd-aiter", "aiter"):
+        try:
+            found = importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if Path(found.locate_file("aiter")).resolve() == Path(package_dir).resolve():
+            return f"{dist} {found.version}"
     return None
 
 
@@ -89,7 +147,7 @@ def patch_local(overrides: dict, out: Path, meta_out: Path, *, arch: str = DEFAU
     Raises ValueError naming the unknown keys, before anything is written.
     """
     aiter_dir = installed_aiter_dir()
-    base_path = find_mha_config(aiter_dir, arch) if aiter_dir else None
+    base_path = require_mha_config(aiter_dir, arch) if aiter_dir else None
     raw = base_path.read_bytes() if base_path else None
     info = {**_patch(raw, str(base_path) if base_path else None, overrides, Path(out)), "mount_target": None}
     write_json(meta_out, info)

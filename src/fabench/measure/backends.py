@@ -8,17 +8,22 @@ the published report does.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import importlib
 import importlib.util
 import math
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, ContextManager
 
 import torch
 import torch.nn.functional as F
 
-from fabench.container.aiter_config import find_mha_config, forward_config, installed_aiter_dir
+from fabench.measure import aiter_kernel
 
 
 class FallbackError(RuntimeError):
@@ -37,6 +42,7 @@ class Problem:
     causal: bool
     platform: str
     kernel_config: dict  # the variant's patched aiter fwd.default entry
+    kernel_config_path: Path | None = None  # the variant's patched aiter config file (what aiter's loader reads)
 
 
 @dataclass
@@ -46,6 +52,8 @@ class Prepared:
     context: Callable[[], ContextManager] = contextlib.nullcontext
     verify: Callable[[], None] | None = None  # after the first call: raise if it ran the wrong thing
     kernel_config: dict | None = None
+    # What ran, for the report's columns: kernel, package and version, compiler (None: precompiled).
+    implementation: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -76,12 +84,17 @@ def _cuda_only(platform: str) -> str | None:
     return None if platform == "cuda" else f"needs CUDA (this host: {platform})"
 
 
-def _aiter(platform: str) -> str | None:
+def _aiter_ck(platform: str) -> str | None:
     if platform != "rocm":
-        return f"needs ROCm and AMD's aiter (this host: {platform})"
-    if importlib.util.find_spec("aiter") is None:
-        return "AMD's aiter is not installed (build the container, or install aiter from git)"
-    return None
+        return f"needs ROCm: aiter's CK kernels are HIP code (this host: {platform})"
+    return aiter_kernel.unavailable_reason()
+
+
+def _aiter_triton(platform: str) -> str | None:
+    # aiter's Triton kernel is plain Triton: it runs wherever Triton drives a GPU (ROCm or CUDA).
+    if platform not in ("cuda", "rocm"):
+        return f"needs a GPU that Triton compiles for (this host: {platform})"
+    return aiter_kernel.unavailable_reason()
 
 
 def _flex(platform: str) -> str | None:
@@ -107,7 +120,9 @@ def native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
 def _prepare_native(p: Problem) -> Prepared:
     q, k, v = (_bhsd(t).float() for t in (p.q, p.k, p.v))
-    return Prepared(fn=lambda: native_attention(q, k, v, p.causal), layout="bhsd")
+    return Prepared(fn=lambda: native_attention(q, k, v, p.causal), layout="bhsd",
+                    implementation={"kernel": "eager fp32 matmul, mask, softmax, matmul (the report's native path)",
+                                    "package": f"torch {torch.__version__}", "compiler": None})
 
 
 # --- torch SDPA, free to choose its kernel or pinned to one ------------------------------------
@@ -122,7 +137,19 @@ def _prepare_sdpa(p: Problem, pinned: str | None = None) -> Prepared:
         layout="bhsd",
         context=context,
         kernel_config={"sdpa_backend": pinned or "torch's choice"},
+        implementation={"kernel": f"torch scaled_dot_product_attention ({_SDPA_NAMES.get(pinned, pinned)})",
+                        "package": _torch_package(pinned), "compiler": None},
     )
+
+
+_SDPA_NAMES = {None: "torch's choice of kernel", "CUDNN_ATTENTION": "pinned to cuDNN",
+               "FLASH_ATTENTION": "pinned to its flash-attention kernel"}
+
+
+def _torch_package(pinned: str | None) -> str:
+    if pinned == "CUDNN_ATTENTION" and torch.backends.cudnn.is_available():
+        return f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
+    return f"torch {torch.__version__}"
 
 
 # --- FlexAttention, compiled by Inductor into a Triton kernel ---------------------------------
@@ -155,7 +182,17 @@ def _prepare_flex(p: Problem) -> Prepared:
         verify=lambda: _require_compiled_code(lambda: compiled(q, k, v, block_mask=block_mask,
                                                                       kernel_options=options), p.platform),
         kernel_config={"kernel_options": options, "ignored": ignored},
+        implementation={"kernel": "FlexAttention compiled by torch.compile (Inductor)",
+                        "package": f"torch {torch.__version__}",
+                        "compiler": "Inductor C++ (CPU)" if p.platform == "cpu" else _triton_compiler()},
     )
+
+
+def _triton_compiler() -> str:
+    try:
+        return aiter_kernel.compiler_description()
+    except Exception:  # no Triton driver: say so rather than guess
+        return "Inductor Triton (backend unknown)"
 
 
 def _require_compiled_code(fn: Callable[[], torch.Tensor], platform: str) -> None:
@@ -192,71 +229,65 @@ def _cpu_profile_names(fn: Callable[[], torch.Tensor]) -> set[str]:
     return {event.name for event in prof.events()}
 
 
-# --- aiter: CK and Triton flash attention (ROCm only) ------------------------------------------
-
-TRITON_MHA_MODULES = ("aiter.ops.triton.mha", "aiter.ops.triton.attention.mha")
-
-
-def aiter_triton_module():
-    """aiter's Triton MHA module, wherever this aiter version keeps it."""
-    for name in TRITON_MHA_MODULES:
-        if importlib.util.find_spec(name.rsplit(".", 1)[0]) and importlib.util.find_spec(name):
-            return importlib.import_module(name)
-    raise ImportError(f"none of {', '.join(TRITON_MHA_MODULES)} in the installed aiter")
-
+# --- aiter: CK (ROCm) and its Triton kernel (ROCm and CUDA) -----------------------------------------
 
 def _prepare_ck(p: Problem) -> Prepared:
+    aiter_kernel.load_aiter(p.platform)
     from aiter import flash_attn_func
 
     q, k, v = p.q, p.k, p.v
-    return Prepared(fn=lambda: flash_attn_func(q, k, v, causal=p.causal, return_lse=True)[0])
-
-
-def _packaged_forward_config() -> dict | None:
-    aiter_dir = installed_aiter_dir()
-    path = find_mha_config(aiter_dir) if aiter_dir else None
-    if path is None:
-        return None
-    import json
-
-    return forward_config(json.loads(path.read_text()))
+    return Prepared(fn=lambda: flash_attn_func(q, k, v, causal=p.causal, return_lse=True)[0],
+                    implementation={"kernel": "aiter CK flash attention forward (aiter.flash_attn_func)",
+                                    "package": _aiter_package(), "compiler": "CK (HIP), built by aiter"})
 
 
 def _prepare_aiter_triton(p: Problem) -> Prepared:
-    module = aiter_triton_module()
+    """aiter's Triton MHA forward with the variant's patched config file, read by aiter's own loader.
+
+    The values aiter's loader returns go to the launch (config=), less the options this platform's
+    Triton refuses, which are recorded as not applied. A loader that returns anything but the
+    patched values fails the cell (config_mismatch): the kernel would run another config.
+    """
+    if p.kernel_config_path is None:
+        raise ConfigMismatchError("no patched aiter config file was given to the job (--aiter-config): "
+                                  "aiter's loader would read its packaged config, not the variant's")
+    module = aiter_kernel.api_module(p.platform)
+    loader, placed = aiter_kernel.load_patched(p.platform, p.kernel_config_path, p.q.dtype, process_configs_dir())
+    loaded = placed.pop("read_back")
+    if loaded != p.kernel_config:
+        raise ConfigMismatchError(f"aiter's loader read {loaded} from {placed['asked_for']}, "
+                                  f"the patched config is {p.kernel_config}")
+    applied, not_applied = aiter_kernel.launch_options(loaded, aiter_kernel.forward_kernel(loader))
     q, k, v = p.q, p.k, p.v
-    # In the container the patched JSON is mounted over aiter's own file, and aiter reads it, as in
-    # the report. Elsewhere the same values go in through the config= argument, which bypasses it.
-    mounted = _packaged_forward_config() == p.kernel_config
-    extra = {} if mounted else {"config": dict(p.kernel_config)}
-    kernel_config = {"source": "aiter's config JSON (patched file in place)" if mounted else "config= argument",
-                     "values": dict(p.kernel_config), "module": module.__name__}
     return Prepared(
-        fn=lambda: module.flash_attn_func(q, k, v, causal=p.causal, return_lse=True, **extra)[0],
-        kernel_config=kernel_config,
-        verify=(lambda: _check_aiter_read(module, p.kernel_config, q.dtype, kernel_config)) if mounted else None,
+        fn=lambda: module.flash_attn_func(q, k, v, causal=p.causal, return_lse=True, config=applied)[0],
+        kernel_config={"source": "aiter's config loader reading the patched file", "module": module.__name__,
+                       **placed, "values": loaded, "launch": applied, "not_applied": not_applied},
+        implementation={"kernel": f"aiter Triton MHA forward ({module.__name__}.flash_attn_func)",
+                        "package": _aiter_package(), "compiler": aiter_kernel.compiler_description()},
     )
 
 
-def _check_aiter_read(module, expected: dict, dtype: torch.dtype, record: dict) -> None:
-    """Ask aiter which forward config it loaded (its _get_config, cached per process) and compare."""
-    get_config = getattr(module, "_get_config", None)
-    if get_config is None:
-        record["effective"] = None
-        record["note"] = f"{module.__name__} has no _get_config: the config aiter read could not be checked"
-        return
-    effective = dict(get_config(False, dtype))
-    record["effective"] = effective
-    if effective != expected:
-        raise ConfigMismatchError(f"aiter's kernel read {effective}, the patched config is {expected}")
+def _aiter_package() -> str | None:
+    from fabench.container.aiter_config import aiter_version, installed_aiter_dir
+
+    return aiter_version(installed_aiter_dir())
+
+
+@functools.lru_cache(maxsize=1)
+def process_configs_dir() -> str:
+    """This process's own directory for aiter's configs: the installed package is never written."""
+    directory = tempfile.mkdtemp(prefix="fabench-aiter-configs-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("native", "Native", _anywhere, _prepare_native),
-        Backend("ck", "CK", _aiter, _prepare_ck),
-        Backend("triton", "Triton", _aiter, _prepare_aiter_triton, compiled=True),
+        Backend("ck", "CK", _aiter_ck, _prepare_ck),
+        Backend("triton", "Triton", _aiter_triton, _prepare_aiter_triton, compiled=True),
         Backend("sdpa", "SDPA", _anywhere, _prepare_sdpa),
         Backend("sdpa_cudnn", "SDPA (cuDNN)", _cuda_only, lambda p: _prepare_sdpa(p, "CUDNN_ATTENTION")),
         Backend("sdpa_flash", "SDPA (flash)", _gpu_only, lambda p: _prepare_sdpa(p, "FLASH_ATTENTION")),

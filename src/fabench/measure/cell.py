@@ -51,6 +51,7 @@ class Cell:
         try:
             self.prepared = self.backend.prepare(self.problem)
             self.entry["kernel_config"] = self.prepared.kernel_config
+            self.entry["implementation"] = self.prepared.implementation
             with self.prepared.context():
                 self._first_call()
                 if self.gpu:

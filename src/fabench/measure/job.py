@@ -119,7 +119,7 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     if platform == "cpu":
         use_cpu_threads(config["cpu"].get("threads"))
     job = job_settings(config, platform, shape)
-    kernel_config = _kernel_config(spec["triton"], kernel_config_path)
+    kernel_config = _kernel_config(spec["triton"], kernel_config_path, platform, config["dtype"])
     cells = {name: Cell(backend_here(name, config, platform), None, None, job, process)
              for name in config["backends"]}
     gpu_state = GpuState(platform)
@@ -127,7 +127,8 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     if inputs is None:
         _fail_all(cells, platform, reference_status)
     else:
-        problem = Problem(*inputs[:3], config["causal"], platform, kernel_config["values"])
+        problem = Problem(*inputs[:3], config["causal"], platform, kernel_config["values"],
+                          Path(kernel_config["path"]) if kernel_config["path"] else None)
         _measure(cells, problem, inputs[3], job, variant, shape, gpu_state)
     del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
@@ -269,11 +270,30 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
     }
 
 
-def _kernel_config(triton: dict, path: Path | None) -> dict:
-    """The Triton-role config this job measures: from the patched file when given (what aiter reads)."""
+def _kernel_config(triton: dict, path: Path | None, platform: str | None = None, dtype: str = "float16") -> dict:
+    """The Triton-role config this job measures: from the patched file when given (what aiter reads),
+    with what aiter's own loader read from that file wherever aiter is installed (CPU included)."""
     if path is None:
         return {"path": None, "sha256": None, "values": dict(triton)}
-    return {"path": str(path), "sha256": file_sha256(path), "values": forward_config(json.loads(path.read_text()))}
+    record = {"path": str(path), "sha256": file_sha256(path), "values": forward_config(json.loads(path.read_text()))}
+    if platform is not None:
+        record["aiter_loader"] = _aiter_loader_read(path, platform, dtype)
+    return record
+
+
+def _aiter_loader_read(path: Path, platform: str, dtype: str) -> dict:
+    """aiter's loader run on the patched file: what it asked for and returned, or why it could not run."""
+    from fabench.measure import aiter_kernel
+    from fabench.measure.backends import process_configs_dir
+
+    reason = aiter_kernel.unavailable_reason()
+    if reason:
+        return {"read_back": None, "reason": reason}
+    try:
+        _, placed = aiter_kernel.load_patched(platform, path, getattr(torch, dtype), process_configs_dir())
+    except Exception as err:  # recorded: the Triton backend fails its cell on the same cause
+        return {"read_back": None, "reason": f"aiter's loader failed: {type(err).__name__}: {err}"}
+    return placed
 
 
 def _summary(entry: dict) -> str:

@@ -61,8 +61,9 @@ def collect(platform: str, config_sha256: str, project_commit: str | None) -> di
         "cudnn": torch.backends.cudnn.version() if platform == "cuda" else None,
         "torch": torch.__version__,
         "triton": triton_version(),
-        "aiter": (package_version("amd-aiter") or package_version("aiter")) if platform == "rocm" else None,
-        "aiter_commit": aiter_commit() if platform == "rocm" else None,
+        # AMD's aiter wherever it is installed: its Triton kernel runs on CUDA too.
+        "aiter": package_version("amd-aiter"),
+        "aiter_commit": aiter_commit() if package_version("amd-aiter") else None,
         "runtime": os.environ.get("FABENCH_RUNTIME", "local"),
         "image": os.environ.get("FABENCH_IMAGE"),
         "image_id": os.environ.get("FABENCH_IMAGE_ID"),
