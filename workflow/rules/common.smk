@@ -14,6 +14,7 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config as fabench_config
+from fabench.container import aiter_config as fabench_aiter
 from fabench.container import image as fabench_image
 from fabench.container import job as fabench_job
 from fabench.gitinfo import git_commit
@@ -178,6 +179,24 @@ def use_docker():
     return fabench_job.rocm_devices_present() and fabench_image.engine_answers(
         timeout=5
     )
+
+
+def check_local_aiter():
+    """Locally, an installed aiter whose MHA config is not found is refused before any job, in one
+    line naming its version and the names looked for (in docker, the image build refuses it).
+    """
+    if use_docker():
+        return
+    package = fabench_aiter.installed_aiter_dir()
+    if package is None or not (package / "ops" / "triton").is_dir():
+        return  # no AMD aiter: the Triton backend says so per cell
+    try:
+        fabench_aiter.require_mha_config(package)
+    except fabench_aiter.MhaConfigNotFound as err:
+        raise WorkflowError(f"invalid setup: {err}") from None
+
+
+check_local_aiter()
 
 
 @functools.lru_cache(maxsize=None)

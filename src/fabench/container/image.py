@@ -307,6 +307,8 @@ def _manifest(cli, spec: _BuildSpec, image, build_seconds: float | None) -> dict
     base_ref = effective.get("BASE_IMAGE")
     base = _image_or_none(cli, base_ref) if base_ref else None
     inside = probe_image(cli, image.id)
+    if inside.get("aiter_mha_config_missing"):  # an aiter whose config the jobs could not patch
+        raise ContainerError(f"image {spec.tag}: {inside['aiter_mha_config_missing']}")
     env = inside.pop("env", {})
     aiter_commit = env.get("FABENCH_AITER_COMMIT") or None
     return {

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fabench.container.aiter_config import DEFAULT_ARCH, find_mha_config
+from fabench.container.aiter_config import DEFAULT_ARCH, MhaConfigNotFound, require_mha_config
 from fabench.files import write_json
 
 _ROCM_VERSION_FILES = ("/opt/rocm/.info/version", "/opt/rocm/.info/version-dev")
@@ -75,7 +75,12 @@ def aiter_paths() -> dict:
     spec = importlib.util.find_spec("aiter")
     locations = list(spec.submodule_search_locations or []) if spec else []
     aiter_dir = locations[0] if locations else None
-    config = find_mha_config(aiter_dir, os.environ.get("FABENCH_GPU_ARCHS") or DEFAULT_ARCH) if aiter_dir else None
+    # GPU_ARCHS may list several ("gfx942;gfx950"): the first names the config the jobs patch.
+    arch = (os.environ.get("FABENCH_GPU_ARCHS") or DEFAULT_ARCH).split(";")[0]
+    try:
+        config = require_mha_config(aiter_dir, arch) if aiter_dir else None
+    except MhaConfigNotFound as err:
+        return {"aiter_dir": aiter_dir, "aiter_mha_config": None, "aiter_mha_config_missing": str(err)}
     return {"aiter_dir": aiter_dir, "aiter_mha_config": str(config) if config else None}
 
 

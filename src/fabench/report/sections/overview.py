@@ -83,6 +83,44 @@ def configuration(run: Run) -> dict:
     }
 
 
+def columns(run: Run) -> list[list[str]]:
+    """Per role, the backend that filled it and what ran: kernel, package and version, compiler.
+
+    From the results: a column whose backend ran differently between jobs lists each way.
+    """
+    rows = []
+    for role, name in run.first["roles"].items():
+        seen = [r["backends"][name].get("implementation") for r in run.results if name in r["backends"]]
+        ways = [dict(t) for t in dict.fromkeys(tuple(sorted(i.items())) for i in seen if i)]
+        for way in ways or [None]:
+            rows.append([md_text(run.label(role)), md_code(name),
+                         md_text(way["kernel"]) if way else "did not run here",
+                         md_text(way.get("package") or "-") if way else "-",
+                         md_text(way.get("compiler") or "none: torch's prebuilt kernels") if way else "-"])
+    return rows
+
+
+def triton_config_reads(run: Run) -> list[dict]:
+    """Per variant: the file aiter's own loader read the patched config from, whether what it returned
+    is the patched entry, and the launch options this platform's Triton did not apply."""
+    reads = []
+    for variant in run.variants:
+        records = [(r.get("kernel_config") or {}).get("aiter_loader") for r in run.of(variant)]
+        loaded = [rec for rec in records if rec and rec.get("read_back") is not None]
+        matches = all(rec["read_back"] == r["kernel_config"]["values"]
+                      for r, rec in zip(run.of(variant), records) if rec and rec.get("read_back") is not None)
+        not_applied = {}
+        for result in run.of(variant):
+            triton = result["backends"].get(result["roles"].get("triton", ""), {})
+            not_applied.update((triton.get("kernel_config") or {}).get("not_applied") or {})
+        if loaded or not_applied:
+            reads.append({"variant": md_text(variant), "jobs": len(loaded), "total": len(records),
+                          "asked_for": md_code(loaded[0]["asked_for"]) if loaded else None,
+                          "aiter": md_text(loaded[0].get("aiter")) if loaded else None, "matches": matches,
+                          "not_applied": [md_text(f"{k}: {why}") for k, why in sorted(not_applied.items())]})
+    return reads
+
+
 def context(run: Run, published: dict | None) -> dict:
     started, finished = run.provenance_values("started"), run.provenance_values("finished")
     return {
@@ -97,4 +135,6 @@ def context(run: Run, published: dict | None) -> dict:
         "period": md_text(f"{min(started)} to {max(finished)}") if started and finished else None,
         "reduced": reduced(run, published),
         "configuration": configuration(run),
+        "columns": columns(run),
+        "triton_config_reads": triton_config_reads(run),
     }
