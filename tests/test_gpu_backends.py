@@ -150,3 +150,43 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
     result = json.loads(out.read_text())
     assert result["backends"]["native"]["status"] == "ok", result["backends"]["native"]["reason"]
     assert result["provenance"]["gpu"] == identity  # the same card, read by the measuring process
+
+
+def _patched_aiter_file(tmp_path, overrides):
+    from fabench.container.aiter_config import patch_local
+
+    out = tmp_path / "aiter.json"
+    patch_local(overrides, out, tmp_path / "aiter.meta.json")
+    return out
+
+
+@pytest.mark.parametrize("overrides", [{"BLOCK_M": 128, "BLOCK_N": 64, "PRELOAD_V": False},
+                                       {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True}])
+def test_aiters_triton_kernel_runs_on_cuda_with_the_config_its_loader_read(tmp_path, overrides):
+    """AMD's aiter Triton MHA forward through Triton's CUDA backend, configured by the patched file
+    that aiter's own loader read; waves_per_eu left out of the launch and said so."""
+    import json
+
+    from fabench.container.aiter_config import forward_config
+
+    path = _patched_aiter_file(tmp_path, overrides)
+    values = forward_config(json.loads(path.read_text()))
+    p = problem(256, values, seq=1024)
+    p.kernel_config_path = path
+    entry = measure_backend(BACKENDS["triton"], p, reference_output(p.q, p.k, p.v, True), JOB)
+    assert entry["status"] == "ok", entry["reason"]
+    assert entry["correctness"]["max_abs_err"] < 0.02
+    record = entry["kernel_config"]
+    assert record["values"] == values and {k: record["launch"][k] for k in overrides} == overrides
+    assert set(record["not_applied"]) == {"waves_per_eu"} and "cuda" in record["not_applied"]["waves_per_eu"]
+    assert "attn_fwd" in " ".join(entry["kernels"]["names"]), entry["kernels"]
+    assert entry["implementation"]["package"].startswith("amd-aiter")
+    assert "cuda backend" in entry["implementation"]["compiler"]
+
+
+def test_a_loader_that_reads_another_config_fails_the_cell_as_config_mismatch(tmp_path):
+    path = _patched_aiter_file(tmp_path, {"BLOCK_M": 64})
+    p = problem(64, {"BLOCK_M": 32})  # the job believes it measures another entry than the file holds
+    p.kernel_config_path = path
+    entry = measure_backend(BACKENDS["triton"], p, reference_output(p.q, p.k, p.v, True), JOB)
+    assert entry["status"] == "failed" and entry["failure_kind"] == "config_mismatch", entry["reason"]
