@@ -5,9 +5,9 @@
 # Built by the workflow through fabench.container.image.build_image, which also writes a manifest;
 # by hand:
 #   docker build --network host -t fabench:dev .
-# CPU-only image for CI/tests (no aiter, keep the base's torch and Triton):
+# CPU image for CI/tests, with AMD's aiter from the package index (its config loader runs there):
 #   docker build --network host --build-arg BASE_IMAGE=fabench-cpu-base:bookworm-torch2.13 \
-#       --build-arg AITER_COMMIT= --build-arg TRITON_VERSION= -t fabench:cpu .
+#       --build-arg AITER_COMMIT= --build-arg AITER_FROM_INDEX=1 --build-arg TRITON_VERSION=3.6.0 -t fabench:cpu .
 #
 # Written for the legacy builder: no RUN --mount, no heredocs, no COPY --chmod.
 
@@ -67,23 +67,38 @@ RUN set -eux; \
     python3 -m pip install "triton==${TRITON_VERSION}"; \
     python3 -c "import triton; print('triton', triton.__version__)"
 
+# --- or AMD's aiter from the package index ----------------------------------------------------
+# AITER_FROM_INDEX=1 (with AITER_COMMIT empty): amd-aiter at the version pyproject.toml's `aiter`
+# extra pins, with its pinned requirements (one source for the pin). Its Triton kernels and config
+# loader are the same Python as in a git build; it carries no compiled CK modules.
+ARG AITER_FROM_INDEX=
+COPY pyproject.toml /opt/fabench/pyproject.toml
+RUN set -eux; \
+    if [ -z "${AITER_FROM_INDEX}" ]; then exit 0; fi; \
+    if [ -n "${AITER_COMMIT}" ]; then echo "AITER_FROM_INDEX and AITER_COMMIT both set: choose one aiter" >&2; exit 1; fi; \
+    python3 -c "import tomllib; print(chr(10).join(tomllib.load(open('/opt/fabench/pyproject.toml', 'rb'))['project']['optional-dependencies']['aiter']))" > /tmp/aiter-requirements.txt; \
+    python3 -m pip install -r /tmp/aiter-requirements.txt; \
+    rm /tmp/aiter-requirements.txt; \
+    python3 -c "import importlib.metadata as m; print('amd-aiter', m.version('amd-aiter'))"
+
 # Recorded for the runner's provenance and the image manifest.
 ENV FABENCH_BASE_IMAGE=${BASE_IMAGE} \
     FABENCH_AITER_REPO=${AITER_REPO} \
     FABENCH_AITER_COMMIT=${AITER_COMMIT} \
+    FABENCH_AITER_FROM_INDEX=${AITER_FROM_INDEX} \
     FABENCH_GPU_ARCHS=${GPU_ARCHS} \
     FABENCH_TRITON_VERSION=${TRITON_VERSION} \
     GPU_ARCHS=${GPU_ARCHS}
 LABEL org.opencontainers.image.title="fabench" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
       fabench.aiter.commit="${AITER_COMMIT}" \
+      fabench.aiter.from_index="${AITER_FROM_INDEX}" \
       fabench.gpu_archs="${GPU_ARCHS}" \
       fabench.triton.version="${TRITON_VERSION}"
 
 # --- this project's package, last --------------------------------------------------------
 # --no-deps: the runner needs only torch (from the base) and the standard library; the
 # report's dependencies (Jinja2, jsonschema, PyYAML) stay on the host.
-COPY pyproject.toml /opt/fabench/pyproject.toml
 COPY src /opt/fabench/src
 RUN set -eux; \
     python3 -m pip install --no-deps /opt/fabench; \

@@ -8,7 +8,7 @@ Docker fixtures (tests marked ``docker``): a real engine, no mocks.
   sets ``FABENCH_REQUIRE_DOCKER=1`` (CI does).
 * ``cpu_base_image``: the local Debian + CPU torch base (tools/make-cpu-base-image.sh), made
   once and then reused from the engine's image store.
-* ``cpu_image``: this project's Dockerfile built on that base without aiter; its manifest.
+* ``cpu_image``: this project's Dockerfile built on that base with the package-index aiter; its manifest.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ CPU_BASE_IMAGE = os.environ.get("FABENCH_CPU_BASE_IMAGE", "fabench-cpu-base:book
 # test reuses the image the fixture built.
 OLDER_CPU_BASE_IMAGE = "fabench-cpu-base:bookworm-debian-torch"
 CPU_IMAGE_NAME = "fabench-test"
-CPU_BUILD_ARGS = {"BASE_IMAGE": CPU_BASE_IMAGE, "AITER_COMMIT": "", "TRITON_VERSION": ""}
+# AMD's aiter from the package index and a Triton to import its loader: the config is patched and
+# read back inside the image by aiter's own loader.
+CPU_BUILD_ARGS = {"BASE_IMAGE": CPU_BASE_IMAGE, "AITER_COMMIT": "", "AITER_FROM_INDEX": "1", "TRITON_VERSION": "3.6.0"}
 
 
 def docker_unavailable(reason: str) -> None:

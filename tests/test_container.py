@@ -130,9 +130,11 @@ def test_dockerfile_pins_and_legacy_builder():
     assert "<<" not in text
     assert not re.search(r"COPY\s+--chmod", text)
     assert "ENV FABENCH_BASE_IMAGE" in text and "FABENCH_AITER_COMMIT=${AITER_COMMIT}" in text
-    # our package is copied last: everything after the first COPY is about it
-    first_copy = text.index("\nCOPY ")
-    assert "aiter" not in text[first_copy:].lower()
+    # our package's source is copied last: a change to src/ rebuilds no aiter layer
+    source_copy = text.index("\nCOPY src ")
+    assert "aiter" not in text[source_copy:].lower()
+    # the package-index aiter is pinned in one place: pyproject's `aiter` extra, read in the build
+    assert "amd-aiter==" not in text and "['optional-dependencies']['aiter']" in text
 
 
 def test_probe_module_writes_what_the_manifest_needs(tmp_path):
@@ -164,7 +166,9 @@ def test_manifest_is_complete(cpu_image, cpu_base_image, docker_client):
         assert key in m
     v = m["versions"]
     assert v["python"].startswith("3.11.") and v["torch"].startswith("2.13.0")
-    assert v["aiter"] is None and m["aiter_commit"] is None and m["aiter_mha_config"] is None
+    # AMD's aiter from the package index, its config found under its device name (0.1.7's layout)
+    assert v["aiter"] == "0.1.7.post2.dev18" and m["aiter_commit"] is None and v["triton"] == "3.6.0"
+    assert m["aiter_mha_config"].endswith("/aiter/ops/triton/configs/MI300X-MHA-DEFAULT.json")
     assert set(v) >= {"rocm", "hip", "torch", "triton", "aiter", "python"}
     assert m["build"]["build_args"]["AITER_COMMIT"] == ""
     assert m["build"]["effective_build_args"]["GPU_ARCHS"] == "gfx942"
@@ -196,12 +200,17 @@ def test_failed_build_raises_with_the_log_tail(cpu_base_image, tmp_path):
 
 
 @pytest.mark.docker
-def test_patch_config_without_aiter(cpu_image, tmp_path):
+def test_patch_config_from_the_package_index_aiter_in_the_image(cpu_image, tmp_path):
     out = tmp_path / "aiter-config" / "tuned.json"
     info = patch(cpu_image["manifest"], {"BLOCK_M": 64, "PRELOAD_V": True}, out)
-    assert json.loads(out.read_text()) == {"fwd": {"default": {"BLOCK_M": 64, "PRELOAD_V": True}}}
+    patched = json.loads(out.read_text())
+    # merged over aiter's packaged file: the other entries and keys are aiter's own
+    assert patched["fwd"]["default"] == {"BLOCK_M": 64, "BLOCK_N": 64, "PRELOAD_V": True, "waves_per_eu": 2,
+                                         "num_warps": 4, "num_ctas": 1, "num_stages": 1}
+    assert set(patched["fwd"]) >= {"dropout_or_fp32", "pe"} and "bkwd_fused" in patched
     side = json.loads((tmp_path / "aiter-config" / "tuned.meta.json").read_text())
-    assert side == info and side["mount_target"] is None and side["base_sha256"] is None
+    assert side == info and side["mount_target"] == cpu_image["data"]["aiter_mha_config"]
+    assert side["base_sha256"] and side["base_sha256"] != side["patched_sha256"]
     assert side["patched_sha256"] == sha256(out) and side["image_id"] == cpu_image["data"]["image_id"]
 
 
@@ -421,8 +430,16 @@ def test_workflow_end_to_end_in_docker(cpu_image, tmp_path):
         assert r["provenance"]["image"] == manifest["tag"]
         assert r["provenance"]["image_id"] == manifest["image_id"]
         # the hash the runner computed inside the container is the patched file's
-        assert r["kernel_config"]["sha256"] == sha256(run / "aiter-config" / f"{path.parent.name}.json")
+        patched = run / "aiter-config" / f"{path.parent.name}.json"
+        assert r["kernel_config"]["sha256"] == sha256(patched)
         assert r["kernel_config"]["path"] == fj.CONTAINER_AITER_CONFIG
+        # aiter's own loader, inside the image, read the patched file back: the variant's entry
+        loader = r["kernel_config"]["aiter_loader"]
+        assert loader["read_back"] == json.loads(patched.read_text())["fwd"]["default"], loader
+        assert loader["asked_for"] == "MI300X-MHA-DEFAULT.json" and loader["aiter"] == "amd-aiter 0.1.7.post2.dev18"
+        assert {k: loader["read_back"][k] for k in config["variants"][path.parent.name]["triton"]} == \
+            config["variants"][path.parent.name]["triton"]
+        assert r["provenance"]["aiter"] == "0.1.7.post2.dev18"
     assert (run / "report.md").is_file()
 
 
