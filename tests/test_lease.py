@@ -204,3 +204,16 @@ def test_a_container_with_its_gpus_nodes_gets_no_visibility_variable(tmp_path):
     recorded = json.loads(env[lease.LEASE_ENV])
     assert recorded["gpu"] == "3" and recorded["device_nodes"] == ["/dev/dri/renderD152"]
     assert recorded["visible_devices"] == dict.fromkeys(devices.VISIBLE_VARS)
+
+
+def test_the_workflow_on_two_declared_gpus_runs_two_jobs_at_once_each_on_its_own(tmp_path, monkeypatch):
+    for key, value in lease_env(tmp_path, "0,1").items():
+        monkeypatch.setenv(key, value)
+    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "multi-gpu"), "report", "--cores", "2",
+                     "--resources", "gpu=2", config=tiny_config(), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    held = [json.loads(p.read_text())["provenance"]["device_lease"]
+            for p in (tmp_path / "results" / "tiny").glob("*/*/process-0.json")]
+    assert len(held) == 4 and {h["gpu"] for h in held} == {"0", "1"}
+    assert all(h["source"] == "lease" and h["visible_devices"]["CUDA_VISIBLE_DEVICES"] == h["gpu"] for h in held)
+    assert (tmp_path / "results" / "tiny" / "report.md").is_file()
