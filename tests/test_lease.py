@@ -159,6 +159,17 @@ def test_the_schedulers_gpu_is_taken_as_given_and_nothing_is_locked(tmp_path):
     assert not (tmp_path / "leases").exists()
 
 
+def test_several_gpus_of_one_slurm_allocation_are_leased_one_per_job(tmp_path):
+    env = {**lease_env(tmp_path, "0"), "SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "2,5"}
+    env.pop(devices.DECLARED_ENV)
+    with lease.acquire(env) as first, lease.acquire(env) as second:
+        assert (first.source, second.source) == ("lease", "lease")
+        assert [first.visible_devices["CUDA_VISIBLE_DEVICES"], second.visible_devices["CUDA_VISIBLE_DEVICES"]] == \
+            ["2", "5"]
+        assert first.visible_devices["ROCR_VISIBLE_DEVICES"] is None  # set only where Slurm set it
+        assert Path(first.lock).name == "gpu-slurm42-2.lock"
+
+
 def test_a_visibility_variable_narrows_the_pool_and_a_bad_one_is_one_line(tmp_path):
     env = {**lease_env(tmp_path, "0,1,2"), "CUDA_VISIBLE_DEVICES": "2"}
     with lease.acquire(env) as taken:

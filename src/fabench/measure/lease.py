@@ -7,7 +7,9 @@ a lease:
 
 * Where a scheduler already chose (Slurm sets CUDA_VISIBLE_DEVICES and the like for a job that
   asked for a GPU), its choice is taken as it is: Slurm keeps jobs apart, and may number every
-  job's GPU 0, so a lock by that name would serialise jobs on different GPUs.
+  job's GPU 0, so a lock by that name would serialise jobs on different GPUs. An allocation of
+  several GPUs (a local run inside `salloc --gpus=N`) is leased among its GPUs, with locks named
+  by the Slurm job, each set the way Slurm sets them.
 * Otherwise a lock per GPU (fcntl.flock on ``<lease dir>/gpu-<id>.lock``, one directory for the
   whole host): the first free GPU of the pool (fabench.measure.devices) is taken; when every GPU
   is held the job waits, saying who holds them, and never measures on a shared one. The kernel
@@ -96,8 +98,11 @@ def acquire(env: dict[str, str] | None = None, say=print, poll_s: float = 0.5) -
     if env.get(LEASE_ENV):
         return inherited(env[LEASE_ENV])
     if scheduler_chose(env):
-        return scheduler_given(env)
-    pool, found_by = gpu_pool(env)
+        pool, found_by = scheduler_pool(env)
+        if len(pool) == 1:
+            return scheduler_given(env)
+    else:
+        pool, found_by = gpu_pool(env)
     if not pool:
         return Lease(source="none", gpu=None, visible_devices={v: env.get(v) for v in VISIBLE_VARS},
                      found_by=found_by)
@@ -118,6 +123,15 @@ def scheduler_chose(env: dict[str, str]) -> bool:
 def inherited(text: str) -> Lease:
     fields = json.loads(text)
     return Lease(**{k: v for k, v in fields.items() if not k.startswith("_")})
+
+
+def scheduler_pool(env: dict[str, str]) -> tuple[list[Gpu], str]:
+    """The GPUs of the scheduler's allocation, named by its job (they are no other job's)."""
+    given = {var: env[var] for var in VISIBLE_VARS if env.get(var) is not None}
+    values = [v.strip() for v in next(iter(given.values())).split(",") if v.strip()]
+    job = env[SCHEDULER_ENV]
+    pool = [Gpu(id=f"slurm{job}-{v}", visible=dict.fromkeys(given, v)) for v in values]
+    return pool, f"Slurm job {job} ({', '.join(f'{k}={v}' for k, v in given.items())})"
 
 
 def scheduler_given(env: dict[str, str]) -> Lease:
@@ -177,8 +191,11 @@ def try_lock(gpu: Gpu, directory: Path, found_by: str, say) -> Lease | None:
     if stale and stale.get("host") == socket.gethostname():
         say(f"[fabench] GPU {gpu.id}: taking over the lease left by pid {stale.get('pid')}, "
             f"which is gone", flush=True)
-    write_json(holder_path(path), {"pid": os.getpid(), "host": socket.gethostname(), "gpu": gpu.id,
-                                   "since": time.time(), "command": sys.argv})
+    # Who holds it, for the messages of those waiting. Only informative: where another user's holder
+    # file cannot be replaced (the sticky directory), the lease holds all the same.
+    with contextlib.suppress(OSError):
+        write_json(holder_path(path), {"pid": os.getpid(), "host": socket.gethostname(), "gpu": gpu.id,
+                                       "since": time.time(), "command": sys.argv})
     return Lease(source="lease", gpu=gpu.id, visible_devices={v: gpu.visible.get(v) for v in VISIBLE_VARS},
                  device_nodes=list(gpu.device_nodes), found_by=found_by, lock=str(path),
                  taken_over_from=stale.get("pid") if stale else None, _fd=fd)
