@@ -79,6 +79,7 @@ def _planned_gpus(plan: str) -> dict[str, list[int]]:
 @pytest.mark.slurm
 def test_a_run_on_slurm_measures_every_job_as_a_slurm_job_each_on_its_own_gpu(tmp_path, slurm):
     config = tiny_config(run="slurm")
+    config["cpu"]["repeats"] = 2  # every measure job measures (and records its GPU)
     proc = snakemake(tmp_path, "--profile", str(SLURM_PROFILE), *CLUSTER_ARGS, "report", config=config,
                      timeout=1200)
     assert proc.returncode == 0, proc.stderr[-5000:] + slurm.logs()
@@ -89,17 +90,16 @@ def test_a_run_on_slurm_measures_every_job_as_a_slurm_job_each_on_its_own_gpu(tm
     assert submitted and all(job["Comment"].startswith("rule_measure_") for job in submitted), submitted
     assert len(submitted) == len(measure_files)  # one Slurm job per measure job, none for host steps
 
-    measured = [json.loads(p.read_text()) for p in measure_files]
-    measured = [r for r in measured if "provenance" in r]  # a process the CPU does not need leaves a marker
-    assert measured
-    slurm_ids = {job["JobId"] for job in submitted}
-    spans = []
-    for result in measured:
+    by_id = {job["JobId"]: job for job in submitted}
+    spans = []  # (GPU, start, end) of each Slurm job: how long Slurm held its GPU for it
+    for path in measure_files:
+        result = json.loads(path.read_text())
         lease = result["provenance"]["device_lease"]
-        assert lease["source"] == "scheduler" and lease["found_by"].split()[-1] in slurm_ids, lease
+        job = by_id.get(lease["found_by"].split()[-1])
+        assert lease["source"] == "scheduler" and job, (lease, submitted)
         visible = lease["visible_devices"]["CUDA_VISIBLE_DEVICES"]
         assert visible in ("0", "1") and result["provenance"]["visible_devices"] == visible
-        spans.append((visible, _time(result["provenance"]["started"]), _time(result["provenance"]["finished"])))
+        spans.append((visible, _time(job["StartTime"]), _time(job["EndTime"])))
     overlapping = [(a, b) for a, b in itertools.combinations(spans, 2) if a[1] < b[2] and b[1] < a[2]]
     assert overlapping, f"no two measure jobs ran at once: {spans}"
     assert all(a[0] != b[0] for a, b in overlapping), overlapping
