@@ -14,6 +14,19 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
 
 
+# Host steps run where Snakemake runs, never as cluster jobs and never waiting for a GPU: under a
+# cluster executor (profiles/slurm) only the measure jobs, one GPU each, are submitted.
+localrules:
+    build_image,
+    patch_config,
+    collect,
+    plots,
+    render_report,
+    resolved_config,
+    archive_run,
+    compare,
+
+
 report: "workflow/report/workflow.rst"
 
 

@@ -18,6 +18,8 @@ from fabench.container import aiter_config as fabench_aiter
 from fabench.container import image as fabench_image
 from fabench.container import job as fabench_job
 from fabench.gitinfo import git_commit
+from fabench.measure import lease as fabench_lease
+from fabench.measure.devices import DeviceError
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
@@ -51,8 +53,17 @@ def check_config():
     validate(config, schema=str(SCHEMAS / "config.schema.yaml"), set_default=True)
 
 
+def check_devices():
+    """A bad FABENCH_GPUS or visibility variable stops the run before any job starts."""
+    try:
+        fabench_lease.check_environment()
+    except DeviceError as err:
+        raise WorkflowError(f"invalid environment: {err}") from None
+
+
 replace_keys_from_user_configfiles()
 check_config()
+check_devices()
 # Jobs on this host stop when this Snakemake is gone (see fabench.watchdog).
 os.environ[WORKFLOW_ENV] = workflow_marker()
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fabench.container.image import ContainerError
 from fabench.container.job import RUNNER_MODULE, Terminated, run_job, sigterm_raises
+from fabench.measure.devices import DeviceError
 from fabench.watchdog import watch_workflow
 
 
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     except ContainerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except DeviceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, Terminated):
         print("interrupted", file=sys.stderr)
         return 130

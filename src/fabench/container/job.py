@@ -8,7 +8,9 @@ The job container gets:
 * the variant's patched aiter config at a fixed path (the runner is given it) and, read-only,
   over aiter's packaged file (what aiter's own lookup reads);
 * a host cache directory for Triton kernels, aiter's JIT modules and a HOME;
-* /dev/kfd and /dev/dri when this host has them (an AMD GPU).
+* the job's GPU alone (fabench.measure.lease, taken here on the host before the container starts):
+  /dev/kfd and that GPU's render node on an AMD host (/dev/dri whole when the GPU's node is not
+  known), and the lease in FABENCH_DEVICE_LEASE for the result.
 
 The container is removed however the job ends: success, failure, SIGTERM or Ctrl-C.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import grp
 import json
 import os
@@ -29,6 +32,7 @@ from typing import Iterator
 
 from fabench.container.aiter_config import sidecar_path
 from fabench.container.image import TAIL_LINES, ContainerError, client, last_lines, load_manifest, write_now
+from fabench.measure import lease as device_lease
 
 # Where the job container sees the variant's patched config (the runner is given this path)
 # and its caches (Triton kernels, aiter's JIT modules, a HOME for the calling uid).
@@ -36,8 +40,8 @@ CONTAINER_AITER_CONFIG = "/fabench/aiter-config.json"
 CONTAINER_CACHE = "/fabench/cache"
 RUNNER_MODULE = "fabench.measure"
 JOB_LABEL = "fabench.job"
-# Passed through from the caller: which GPUs the job may use, and its CPU threads.
-_PASS_ENV = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+# Passed through from the caller: its CPU threads (which GPU comes from the job's lease).
+_PASS_ENV = ("OMP_NUM_THREADS",)
 _CACHE_SUBDIRS = ("home", "triton", "aiter-jit", "inductor", "xdg")
 
 
@@ -46,21 +50,24 @@ def rocm_devices_present() -> bool:
     return os.path.exists("/dev/kfd") and os.path.isdir("/dev/dri")
 
 
-def rocm_device_options() -> dict:
-    """docker run options for AMD GPUs, only when this host has them (/dev/kfd and /dev/dri).
+def rocm_device_options(device_nodes: list[str] | tuple[str, ...] = ()) -> dict:
+    """docker run options for AMD GPUs, only when this host has them (/dev/kfd and /dev/dri):
+    /dev/kfd and the given render nodes (the job's GPU alone), or all of /dev/dri when none given.
 
     The caller's uid in the container needs the device nodes' groups (video, render) to open them.
     """
     if not rocm_devices_present():
         return {}
+    nodes = [Path(n) for n in device_nodes] or list(Path("/dev/dri").iterdir())
     gids = {os.stat("/dev/kfd").st_gid}
-    for node in Path("/dev/dri").iterdir():
+    for node in nodes:
         with contextlib.suppress(OSError):
             gids.add(node.stat().st_gid)
     with contextlib.suppress(KeyError):
         gids.add(grp.getgrnam("video").gr_gid)
+    shown = [f"{n}:{n}:rwm" for n in device_nodes] or ["/dev/dri:/dev/dri:rwm"]
     return {
-        "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+        "devices": ["/dev/kfd:/dev/kfd:rwm", *shown],
         "group_add": sorted(str(g) for g in gids if g != 0),
         "ipc_mode": "host",
         "security_opt": ["seccomp=unconfined"],
@@ -104,16 +111,25 @@ def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | P
     mount_target = _mount_target(m, aiter_config)
     results_dir.mkdir(parents=True, exist_ok=True)
     cache = _job_cache(m, cache_dir)
-    options = {
+    with device_lease.acquire() as lease:  # held until the container is gone
+        options = {
+            **_job_options(m, mount_target, results_dir, aiter_config, cache, workdir, lease),
+            **rocm_device_options(lease.device_nodes),
+        }
+        command = ["python3", "-m", module, *runner_args, "--aiter-config", CONTAINER_AITER_CONFIG]
+        return _run_container(m, command, options, log)
+
+
+def _job_options(m: dict, mount_target: str | None, results_dir: Path, aiter_config: Path, cache: Path,
+                 workdir: str | Path | None, lease: device_lease.Lease) -> dict:
+    return {
         "user": f"{os.getuid()}:{os.getgid()}",  # files in results/ belong to the caller
-        "environment": _job_environment(m, mount_target),
+        "environment": _job_environment(m, mount_target, lease),
         "mounts": _job_mounts(results_dir, aiter_config, cache, mount_target),
         "working_dir": str(Path(workdir).resolve() if workdir else Path.cwd()),
         "network_mode": "host",  # the engine may run with --bridge=none
         "labels": {JOB_LABEL: "1", "fabench.image": m["tag"]},
     }
-    command = ["python3", "-m", module, *runner_args, "--aiter-config", CONTAINER_AITER_CONFIG]
-    return _run_container(m, command, options, log)
 
 
 def _check_job_args(aiter_config: Path, runner_args: list[str]) -> None:
@@ -166,7 +182,7 @@ def _job_mounts(results_dir: Path, aiter_config: Path, cache: Path, mount_target
     return mounts
 
 
-def _job_environment(m: dict, mount_target: str | None) -> dict[str, str]:
+def _job_environment(m: dict, mount_target: str | None, lease: device_lease.Lease) -> dict[str, str]:
     env = {
         "FABENCH_RUNTIME": "docker",  # recorded in the result's provenance, with the image
         "FABENCH_IMAGE": m["tag"],
@@ -180,6 +196,9 @@ def _job_environment(m: dict, mount_target: str | None) -> dict[str, str]:
     if m.get("aiter_dir"):
         env["AITER_JIT_DIR"] = f"{CONTAINER_CACHE}/aiter-jit"
     env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
+    if lease.device_nodes:  # the container has this GPU's nodes alone: it needs no visibility variable
+        lease = dataclasses.replace(lease, visible_devices=dict.fromkeys(lease.visible_devices))
+    env = lease.environment(env)
     if mount_target:  # the runner may check that aiter's packaged file is the patched one
         env["FABENCH_AITER_CONFIG_MOUNT"] = mount_target
     return env
@@ -198,8 +217,7 @@ def _run_container(m: dict, command: list[str], options: dict, log: str | Path |
     with sigterm_raises(), logf as out:
         write_now(out, f"# {m['tag']} ({m['image_id']}): {shlex.join(command)}\n")
         try:
-            container = cli.containers.create(m["image_id"], command, name=name, **options,
-                                              **rocm_device_options())
+            container = cli.containers.create(m["image_id"], command, name=name, **options)
             container.start()
             tail = _follow_output(container, out)
             code = int(container.wait().get("StatusCode", -1))

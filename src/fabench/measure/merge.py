@@ -55,8 +55,9 @@ def _where(results: list[dict], index: int) -> dict:
         prov = result["provenance"]
         if prov.get("process", i) == index:
             gpu = prov.get("gpu") or {}
-            return {"host": prov.get("host"), "gpu_uuid": gpu.get("uuid"), "started": prov.get("started"),
-                    "finished": prov.get("finished")}
+            lease = prov.get("device_lease") or {}
+            return {"host": prov.get("host"), "gpu_uuid": gpu.get("uuid"), "gpu_lease": lease.get("gpu"),
+                    "started": prov.get("started"), "finished": prov.get("finished")}
     return {}
 
 

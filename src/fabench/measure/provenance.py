@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform as pyplatform
 import socket
@@ -13,6 +14,7 @@ import torch
 
 from fabench.gitinfo import git_commit
 from fabench.measure import platform as plat
+from fabench.measure.lease import LEASE_ENV
 
 
 def now() -> str:
@@ -45,6 +47,12 @@ def aiter_commit() -> str | None:
     return git_commit(aiter_dir.parent) if aiter_dir else None
 
 
+def device_lease() -> dict | None:
+    """How the job got its GPU, as its runner handed it down (None: no runner leased one)."""
+    text = os.environ.get(LEASE_ENV)
+    return json.loads(text) if text else None
+
+
 def collect(platform: str, config_sha256: str, project_commit: str | None) -> dict:
     return {
         "host": socket.gethostname(),
@@ -55,6 +63,7 @@ def collect(platform: str, config_sha256: str, project_commit: str | None) -> di
         "arch": plat.device_arch(platform),
         "device_count": torch.cuda.device_count() if platform != "cpu" else 0,
         "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"),
+        "device_lease": device_lease(),
         "driver": plat.driver_version(platform),
         "cuda": torch.version.cuda if platform == "cuda" else None,
         "hip": torch.version.hip if platform == "rocm" else None,

@@ -18,6 +18,9 @@ that the merge skips.
 
 A process that writes no result (killed, crashed) is recorded in the result's method; when none
 writes one, the job's result says so for every backend instead of the job ending without one.
+
+Before its first measuring process starts, the runner takes the job's GPU (fabench.measure.lease):
+its processes see that GPU alone and inherit the lease, which ends when the last of them does.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from pathlib import Path
 
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
+from fabench.measure import lease as device_lease
+from fabench.measure.devices import DeviceError
 from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
 from fabench.watchdog import watch_workflow
 
@@ -65,9 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    if args.process is not None:
-        return one_process(args, commit)
-    return coordinate(args, commit)
+    try:
+        lease = device_lease.acquire()
+    except DeviceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if lease.source == "none":
+        print(f"[fabench] no GPU to lease ({lease.found_by}): measuring without one", flush=True)
+    else:
+        print(f"[fabench] GPU {lease.gpu} ({lease.source}): {lease.visible_devices}", flush=True)
+    with lease:
+        args.lease = lease
+        if args.process is not None:
+            return one_process(args, commit)
+        return coordinate(args, commit)
 
 
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
@@ -131,7 +147,7 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
     if commit:
         cmd += ["--project-commit", commit]
     print(f"[fabench] process {index}: {JOB_MODULE}", flush=True)
-    child = subprocess.Popen(cmd, env=measuring_environment())
+    child = subprocess.Popen(cmd, env=measuring_environment(args.lease), pass_fds=args.lease.inheritable_fds())
 
     stopped = []
 
@@ -160,8 +176,9 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
 MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
-def measuring_environment() -> dict:
-    return {**MEASURING_ENV, **os.environ}
+def measuring_environment(lease: device_lease.Lease) -> dict:
+    """The measuring process's environment: the job's GPU alone, and the lease it records."""
+    return lease.environment({**MEASURING_ENV, **os.environ})
 
 
 def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:

@@ -1,0 +1,216 @@
+"""One GPU per timed job: a lease on a device, held while the job measures.
+
+Snakemake's local executor counts `gpu` resources but assigns no device (snakemake issue #281), so
+two concurrent jobs would both time on device 0. Before any process of a job touches a GPU, the
+job's first fabench process (the runner, or the container launcher in the docker runtime) takes
+a lease:
+
+* Where a scheduler already chose (Slurm sets CUDA_VISIBLE_DEVICES and the like for a job that
+  asked for a GPU), its choice is taken as it is: Slurm keeps jobs apart, and may number every
+  job's GPU 0, so a lock by that name would serialise jobs on different GPUs. An allocation of
+  several GPUs (a local run inside `salloc --gpus=N`) is leased among its GPUs, with locks named
+  by the Slurm job, each set the way Slurm sets them.
+* Otherwise a lock per GPU (fcntl.flock on ``<lease dir>/gpu-<id>.lock``, one directory for the
+  whole host): the first free GPU of the pool (fabench.measure.devices) is taken; when every GPU
+  is held the job waits, saying who holds them, and never measures on a shared one. The kernel
+  drops a flock when the last process holding its file closes, so a lease ends with its holders
+  however they end (exit, exception, SIGKILL); the processes the job starts inherit the lock's
+  file so that an orphaned measuring process still holds its GPU. Beside each lock a holder file
+  names the holder; one left behind by a dead process is reported when its lock is taken over.
+* On a host without GPUs nothing is leased (the job measures on the CPU) and the result says so.
+
+The lease is passed to the job's processes in FABENCH_DEVICE_LEASE (JSON); a process that finds
+it adopts it instead of taking another, and records it in its result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fabench.files import write_json
+from fabench.measure.devices import VISIBLE_VARS, Gpu, gpu_pool
+
+LEASE_ENV = "FABENCH_DEVICE_LEASE"
+LEASE_DIR_ENV = "FABENCH_LEASE_DIR"
+DEFAULT_LEASE_DIR = "/tmp/fabench-gpu-leases"  # host-wide: every user's and workflow's jobs meet here
+SCHEDULER_ENV = "SLURM_JOB_ID"
+# Where Slurm names the GPUs it gave (the node's gres indices), before the visibility variables.
+SCHEDULER_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", *VISIBLE_VARS)
+REMIND_EVERY_S = 60.0
+
+
+@dataclass
+class Lease:
+    """The device a job measures on, how it got it, and what its processes must be given."""
+
+    source: str  # "lease" (a lock of ours), "scheduler" (Slurm chose) or "none" (no GPU here)
+    gpu: str | None
+    visible_devices: dict[str, str | None]  # each visibility variable: its value, None = unset
+    device_nodes: list[str] = field(default_factory=list)
+    found_by: str | None = None
+    waited_s: float = 0.0
+    taken_at: float | None = None  # epoch seconds
+    lock: str | None = None
+    taken_over_from: int | None = None
+    _fd: int | None = field(default=None, repr=False, compare=False)
+
+    def record(self) -> dict:
+        """What the result keeps (provenance.device_lease)."""
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        """`base` with this lease's visibility (set, or unset where None) and the lease itself."""
+        env = {k: v for k, v in base.items() if k not in VISIBLE_VARS}
+        env.update({k: v for k, v in self.visible_devices.items() if v is not None})
+        env[LEASE_ENV] = json.dumps(self.record(), sort_keys=True)
+        return env
+
+    def inheritable_fds(self) -> tuple[int, ...]:
+        """The lock's descriptor, for the job's processes: the GPU stays held while any lives."""
+        return (self._fd,) if self._fd is not None else ()
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            holder_path(Path(self.lock)).unlink()
+        os.close(self._fd)  # the flock goes with the last descriptor of its open file
+        self._fd = None
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def acquire(env: dict[str, str] | None = None, say=print, poll_s: float = 0.5) -> Lease:
+    """The job's device: inherited, given by the scheduler, leased (waiting while all are held), or none."""
+    env = dict(os.environ if env is None else env)
+    if env.get(LEASE_ENV):
+        return inherited(env[LEASE_ENV])
+    if scheduler_chose(env):
+        pool, found_by = scheduler_pool(env)
+        if len(pool) == 1:
+            return scheduler_given(env)
+    else:
+        pool, found_by = gpu_pool(env)
+    if not pool:
+        return Lease(source="none", gpu=None, visible_devices={v: env.get(v) for v in VISIBLE_VARS},
+                     found_by=found_by)
+    return wait_for_gpu(pool, found_by, lease_dir(env), say, poll_s)
+
+
+def check_environment(env: dict[str, str] | None = None) -> None:
+    """What acquire would refuse (DeviceError), checked before any job starts; locks nothing."""
+    env = dict(os.environ if env is None else env)
+    if not env.get(LEASE_ENV) and not scheduler_chose(env):
+        gpu_pool(env)
+
+
+def scheduler_chose(env: dict[str, str]) -> bool:
+    return bool(env.get(SCHEDULER_ENV)) and any(env.get(var) is not None for var in VISIBLE_VARS)
+
+
+def inherited(text: str) -> Lease:
+    fields = json.loads(text)
+    return Lease(**{k: v for k, v in fields.items() if not k.startswith("_")})
+
+
+def scheduler_pool(env: dict[str, str]) -> tuple[list[Gpu], str]:
+    """The GPUs of the scheduler's allocation, named by its job (they are no other job's)."""
+    given = {var: env[var] for var in VISIBLE_VARS if env.get(var) is not None}
+    values = [v.strip() for v in next(iter(given.values())).split(",") if v.strip()]
+    job = env[SCHEDULER_ENV]
+    pool = [Gpu(id=f"slurm{job}-{v}", visible=dict.fromkeys(given, v)) for v in values]
+    return pool, f"Slurm job {job} ({', '.join(f'{k}={v}' for k, v in given.items())})"
+
+
+def scheduler_given(env: dict[str, str]) -> Lease:
+    gpu = next(env[var] for var in SCHEDULER_GPU_VARS if env.get(var) is not None)
+    return Lease(source="scheduler", gpu=gpu, visible_devices={v: env.get(v) for v in VISIBLE_VARS},
+                 found_by=f"Slurm job {env[SCHEDULER_ENV]}")
+
+
+def lease_dir(env: dict[str, str]) -> Path:
+    """The host-wide lock directory, open to every user (sticky, like /tmp)."""
+    path = Path(env.get(LEASE_DIR_ENV) or DEFAULT_LEASE_DIR)
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            path.chmod(0o1777)
+    return path
+
+
+def lock_path(directory: Path, gpu: Gpu) -> Path:
+    return directory / f"gpu-{gpu.id}.lock"
+
+
+def holder_path(lock: Path) -> Path:
+    return lock.with_suffix(".holder.json")
+
+
+def wait_for_gpu(pool: list[Gpu], found_by: str, directory: Path, say, poll_s: float) -> Lease:
+    """Take the first free GPU of the pool; while none is free, wait and say who holds them."""
+    started = time.monotonic()
+    reminded = None
+    while True:
+        for gpu in pool:
+            lease = try_lock(gpu, directory, found_by, say)
+            if lease is not None:
+                lease.waited_s = round(time.monotonic() - started, 3)
+                lease.taken_at = time.time()
+                return lease
+        now = time.monotonic()
+        if reminded is None or now - reminded >= REMIND_EVERY_S:
+            say(f"[fabench] waiting for a GPU: all {len(pool)} held ({holders(pool, directory)}); "
+                f"lock directory {directory}", flush=True)
+            reminded = now
+        time.sleep(poll_s)
+
+
+def try_lock(gpu: Gpu, directory: Path, found_by: str, say) -> Lease | None:
+    path = lock_path(directory, gpu)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    with contextlib.suppress(PermissionError):
+        os.fchmod(fd, 0o666)  # another user's jobs lock it too
+    stale = read_holder(path)
+    if stale and stale.get("host") == socket.gethostname():
+        say(f"[fabench] GPU {gpu.id}: taking over the lease left by pid {stale.get('pid')}, "
+            f"which is gone", flush=True)
+    # Who holds it, for the messages of those waiting. Only informative: where another user's holder
+    # file cannot be replaced (the sticky directory), the lease holds all the same.
+    with contextlib.suppress(OSError):
+        write_json(holder_path(path), {"pid": os.getpid(), "host": socket.gethostname(), "gpu": gpu.id,
+                                       "since": time.time(), "command": sys.argv})
+    return Lease(source="lease", gpu=gpu.id, visible_devices={v: gpu.visible.get(v) for v in VISIBLE_VARS},
+                 device_nodes=list(gpu.device_nodes), found_by=found_by, lock=str(path),
+                 taken_over_from=stale.get("pid") if stale else None, _fd=fd)
+
+
+def read_holder(lock: Path) -> dict | None:
+    try:
+        return json.loads(holder_path(lock).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def holders(pool: list[Gpu], directory: Path) -> str:
+    parts = []
+    for gpu in pool:
+        holder = read_holder(lock_path(directory, gpu)) or {}
+        parts.append(f"GPU {gpu.id} by pid {holder.get('pid', '?')}")
+    return ", ".join(parts)

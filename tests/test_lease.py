@@ -1,0 +1,230 @@
+"""One GPU per timed job (fabench.measure.lease): real runner processes, real locks, real signals.
+
+This host has no GPU: the tests declare GPUs in FABENCH_GPUS, which the lease reads like a found
+GPU, and give every test its own lock directory (FABENCH_LEASE_DIR).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fabench.config import job_spec
+from fabench.container import job as container_job
+from fabench.measure import devices, lease
+from fabench.shapes import parse_shape_id
+from workflow_util import REPO, snakemake, tiny_config
+
+SHAPES = ("b1-s64-h2-d32", "b1-s128-h2-d64", "b1-s64-h2-d64")
+
+
+def lease_env(tmp_path: Path, gpus: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*devices.VISIBLE_VARS, lease.LEASE_ENV, lease.SCHEDULER_ENV, "FABENCH_WORKFLOW")}
+    return {**env, devices.DECLARED_ENV: gpus, lease.LEASE_DIR_ENV: str(tmp_path / "leases"),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+
+
+def start_job(tmp_path: Path, env: dict, shape: str, name: str) -> tuple[subprocess.Popen, Path, Path]:
+    """A real measure job (the runner, as rule measure starts it) on the CPU test experiment."""
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
+    out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--process", "0",
+           "--out", str(out), "--project-commit", "abc123"]
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, out, log
+
+
+def exit_times(procs: list[subprocess.Popen]) -> dict[int, float]:
+    """Each process's exit, seen by a thread waiting on it (at most milliseconds after the fact)."""
+    ended: dict[int, float] = {}
+
+    def wait(proc):
+        proc.wait(timeout=600)
+        ended[proc.pid] = time.time()
+
+    threads = [threading.Thread(target=wait, args=(p,)) for p in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ended
+
+
+def lock_is_held(path: Path) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def wait_for(condition, timeout: float = 120, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_concurrent_measure_jobs_never_share_a_gpu(tmp_path):
+    env = lease_env(tmp_path, "0,1")
+    jobs = [start_job(tmp_path, env, shape, f"job{i}") for i, shape in enumerate(SHAPES)]
+    ended = exit_times([proc for proc, _, _ in jobs])
+    spans = []
+    for proc, out, log in jobs:
+        assert proc.returncode == 0, log.read_text()
+        result = json.loads(out.read_text())
+        held = result["provenance"]["device_lease"]
+        assert held["source"] == "lease" and held["gpu"] in ("0", "1")
+        assert held["visible_devices"]["CUDA_VISIBLE_DEVICES"] == held["gpu"]
+        # what the measuring process itself saw, read from its own environment
+        assert result["provenance"]["visible_devices"] == held["gpu"]
+        spans.append((held["gpu"], held["taken_at"], ended[proc.pid], held["waited_s"], log))
+    assert {gpu for gpu, *_ in spans} == {"0", "1"}
+    for i, (gpu, start, end, *_) in enumerate(spans):
+        for other_gpu, other_start, other_end, *_ in spans[i + 1:]:
+            if gpu == other_gpu:  # one after the other: the later lease taken when the earlier job ended
+                overlap = min(end, other_end) - max(start, other_start)
+                assert overlap < 0.3, (spans, overlap)
+    waited = [s for s in spans if "waiting for a GPU: all 2 held" in s[4].read_text()]
+    assert len(waited) == 1, "three jobs on two GPUs: one waits"
+    assert waited[0][3] > 0.5  # until a job ended, seconds later
+
+
+def test_a_killed_job_releases_its_gpu_and_the_next_takes_it_over(tmp_path):
+    env = lease_env(tmp_path, "0")
+    lock = tmp_path / "leases" / "gpu-0.lock"
+    first, _, _ = start_job(tmp_path, env, SHAPES[0], "killed")
+    holder = lock.with_suffix(".holder.json")
+    wait_for(lambda: holder.is_file() and lock_is_held(lock), what="the first job's lease")
+    measuring = _children(first.pid)
+    wait_for(lambda: measuring or _children(first.pid), what="the measuring process")
+    measuring = _children(first.pid)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    # Its measuring process inherited the lease: an orphan still measuring still holds the GPU.
+    assert measuring and lock_is_held(lock)
+    for pid in measuring:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not lock_is_held(lock), timeout=30, what="the lock to be released")
+
+    second, out, log = start_job(tmp_path, env, SHAPES[0], "next")
+    assert second.wait(timeout=600) == 0, log.read_text()
+    held = json.loads(out.read_text())["provenance"]["device_lease"]
+    assert held["gpu"] == "0" and held["taken_over_from"] == first.pid
+    assert f"taking over the lease left by pid {first.pid}" in log.read_text()
+    assert not holder.exists() and not lock_is_held(lock)  # released on a normal exit
+
+
+def _children(pid: int) -> list[int]:
+    proc = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in proc.stdout.split()]
+
+
+def test_a_stale_lease_of_a_dead_process_is_taken_over(tmp_path):
+    env = lease_env(tmp_path, "0")
+    # A real process takes GPU 0 and ends without releasing it (os._exit: no clean-up at all).
+    code = "import os; from fabench.measure import lease; lease.acquire(); os._exit(0)"
+    dead = subprocess.Popen([sys.executable, "-c", code], env=env)
+    assert dead.wait(timeout=60) == 0
+    said = []
+    with lease.acquire(env, say=lambda text, **_: said.append(text)) as taken:
+        assert (taken.source, taken.gpu, taken.taken_over_from) == ("lease", "0", dead.pid)
+        assert taken.waited_s < 1
+        assert said == [f"[fabench] GPU 0: taking over the lease left by pid {dead.pid}, which is gone"]
+    assert not (tmp_path / "leases" / "gpu-0.holder.json").exists()
+
+
+def test_the_schedulers_gpu_is_taken_as_given_and_nothing_is_locked(tmp_path):
+    env = {**lease_env(tmp_path, "0,1"), "SLURM_JOB_ID": "42", "SLURM_STEP_GPUS": "1",
+           "CUDA_VISIBLE_DEVICES": "0"}
+    taken = lease.acquire(env)
+    assert (taken.source, taken.gpu) == ("scheduler", "1")
+    assert taken.visible_devices["CUDA_VISIBLE_DEVICES"] == "0" and taken.lock is None
+    assert not (tmp_path / "leases").exists()
+
+
+def test_several_gpus_of_one_slurm_allocation_are_leased_one_per_job(tmp_path):
+    env = {**lease_env(tmp_path, "0"), "SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "2,5"}
+    env.pop(devices.DECLARED_ENV)
+    with lease.acquire(env) as first, lease.acquire(env) as second:
+        assert (first.source, second.source) == ("lease", "lease")
+        assert [first.visible_devices["CUDA_VISIBLE_DEVICES"], second.visible_devices["CUDA_VISIBLE_DEVICES"]] == \
+            ["2", "5"]
+        assert first.visible_devices["ROCR_VISIBLE_DEVICES"] is None  # set only where Slurm set it
+        assert Path(first.lock).name == "gpu-slurm42-2.lock"
+
+
+def test_a_visibility_variable_narrows_the_pool_and_a_bad_one_is_one_line(tmp_path):
+    env = {**lease_env(tmp_path, "0,1,2"), "CUDA_VISIBLE_DEVICES": "2"}
+    with lease.acquire(env) as taken:
+        assert taken.gpu == "2" and "narrowed by CUDA_VISIBLE_DEVICES" in taken.found_by
+    with pytest.raises(devices.DeviceError, match=r"^CUDA_VISIBLE_DEVICES='5': 5 is no GPU of this host \(ids: 0, 1, 2\)$"):
+        lease.acquire({**env, "CUDA_VISIBLE_DEVICES": "5"})
+    with pytest.raises(devices.DeviceError, match="FABENCH_GPUS='0,,0': expected distinct GPU ids"):
+        lease.acquire({**env, devices.DECLARED_ENV: "0,,0"})
+
+
+def test_a_bad_declaration_stops_the_workflow_before_any_job(tmp_path, monkeypatch):
+    monkeypatch.setenv(devices.DECLARED_ENV, "0;1")
+    proc = snakemake(tmp_path, "-n", "report", config=tiny_config(), timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    errors = [line for line in output.splitlines() if line.startswith("invalid environment:")]
+    assert errors == ["invalid environment: FABENCH_GPUS='0;1': expected distinct GPU ids separated by commas, "
+                      "e.g. 0,1"], output
+    assert "rule measure" not in output
+
+
+def test_amd_gpus_are_read_from_the_kfd_topology_in_rocr_order(tmp_path):
+    nodes = tmp_path / "nodes"
+    for node, props in {"0": "cpu_cores_count 64\nsimd_count 0\n",
+                        "2": "simd_count 304\ndrm_render_minor 136\n",
+                        "1": "simd_count 304\ndrm_render_minor 128\n",
+                        "10": "simd_count 304\ndrm_render_minor 200\n"}.items():
+        (nodes / node).mkdir(parents=True)
+        (nodes / node / "properties").write_text(props)
+    gpus = devices.amd_gpus(nodes)
+    assert [g.id for g in gpus] == ["0", "1", "2"]
+    assert [g.device_nodes for g in gpus] == [("/dev/dri/renderD128",), ("/dev/dri/renderD136",),
+                                              ("/dev/dri/renderD200",)]
+    assert gpus[2].visible == {"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "0"}
+
+
+def test_a_container_with_its_gpus_nodes_gets_no_visibility_variable(tmp_path):
+    held = lease.Lease(source="lease", gpu="3", device_nodes=["/dev/dri/renderD152"],
+                       visible_devices={"CUDA_VISIBLE_DEVICES": None, "HIP_VISIBLE_DEVICES": "0",
+                                        "ROCR_VISIBLE_DEVICES": "3"})
+    env = container_job._job_environment({"tag": "t", "image_id": "sha256:0"}, None, held)
+    assert not set(devices.VISIBLE_VARS) & set(env)
+    recorded = json.loads(env[lease.LEASE_ENV])
+    assert recorded["gpu"] == "3" and recorded["device_nodes"] == ["/dev/dri/renderD152"]
+    assert recorded["visible_devices"] == dict.fromkeys(devices.VISIBLE_VARS)
+
+
+def test_the_workflow_on_two_declared_gpus_runs_two_jobs_at_once_each_on_its_own(tmp_path, monkeypatch):
+    for key, value in lease_env(tmp_path, "0,1").items():
+        monkeypatch.setenv(key, value)
+    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles" / "multi-gpu"), "report", "--cores", "2",
+                     "--resources", "gpu=2", config=tiny_config(), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    held = [json.loads(p.read_text())["provenance"]["device_lease"]
+            for p in (tmp_path / "results" / "tiny").glob("*/*/process-0.json")]
+    assert len(held) == 4 and {h["gpu"] for h in held} == {"0", "1"}
+    assert all(h["source"] == "lease" and h["visible_devices"]["CUDA_VISIBLE_DEVICES"] == h["gpu"] for h in held)
+    assert (tmp_path / "results" / "tiny" / "report.md").is_file()
