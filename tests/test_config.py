@@ -60,6 +60,25 @@ BAD_CONFIGS = {
     "published missing": (_set("published", "null"), "published: no file at"),
     "published not yaml": (_set("published", "README.md"), "is not YAML"),
     "published wrong shape": (_set("published", "config.yaml"), "published: "),
+    "published whole text": (_set("published", "README.md"), "line 5, column 1: could not find expected ':'"),
+    "run name with a newline": (_set("run", "x\n"), "run: 'x\\n' does not match"),
+    "variant name with a newline": (lambda c: c["variants"].update({"mine\n": {"triton": {}}}),
+                                    "variants: the name 'mine\\n' does not match"),
+    "platform label with a newline": (_set("platforms", {"rocm64\n": {}}), "platforms: the name 'rocm64\\n'"),
+    "archive label with a newline": (_set("archive", {"label": "rocm\n"}), "archive.label: 'rocm\\n' does not"),
+    "image name with a newline": (_set("image", {"name": "fabench\n"}), "image.name: 'fabench\\n' does not"),
+    "title of two lines": (_set("variants.tuned.title", "After\nTuning"), "variants.tuned.title: 'After\\nTuning'"),
+    "run name too long": (_set("run", "r" * 300), "run: 'rrrrrrrrrr"),
+    "variant name too long": (lambda c: c["variants"].update({"v" * 120: {"triton": {}}}),
+                              "variants: the name 'vvvv"),
+    "platform label too long": (_set("platforms", {"p" * 120: {}}), "(120 characters) is too long"),
+    "build arg beside build_args": (_set("platforms", {"rocm64": {"BASE_IMAGE": "rocm/pytorch:x"}}),
+                                    "build arguments such as BASE_IMAGE go under platforms.rocm64.build_args"),
+    "image setting under image:": (_set("platforms", {"rocm64": {"image": {"name": "x"}}}),
+                                   "platforms.rocm64: Additional properties are not allowed ('image' was unexpected)"),
+    "build arg under image": (_set("image", {"AITER_COMMIT": "abc"}), "go under image.build_args"),
+    "misspelt block": (lambda c: c.update(platform={}), "did you mean 'platforms' instead of 'platform'?"),
+    "misspelt key": (_set("timing.trails", 3), "did you mean 'trials' instead of 'trails'?"),
 }
 
 
@@ -71,6 +90,38 @@ def test_bad_config_is_named_in_one_line(case):
     message = str(err.value)
     assert "\n" not in message
     assert expected in message
+
+
+def test_a_long_value_is_quoted_by_its_start_only():
+    message = _error(_set("run", "r" * 5000))
+    assert len(message) < 300 and "(5000 characters) is too long" in message
+
+
+def _error(mutate) -> str:
+    with pytest.raises(ConfigError) as err:
+        check(_mutated(mutate), SCHEMAS, REPO)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"\x00\x01\xff\xfe binary", "is not a text file"),
+    (b"- 1\n- 2\n", "(top level): [1, 2] is not of type 'object'"),
+    pytest.param(("word " * 2000).encode(), "(9999 characters) is not of type 'object'", id="long text"),
+    (b"source: [unclosed\n", "is not YAML: line 2, column 1: expected ',' or ']'"),
+])
+def test_a_published_file_that_is_binary_or_of_another_shape_is_named_in_one_line(tmp_path, content, expected):
+    (tmp_path / "numbers.yaml").write_bytes(content)
+    message = _error(_set("published", str(tmp_path / "numbers.yaml")))
+    assert message.startswith(f"published: {tmp_path / 'numbers.yaml'}")
+    assert expected in message and "\n" not in message and len(message) < 400, message
+
+
+def test_published_roles_must_name_a_labelled_backend(tmp_path):
+    numbers = yaml.safe_load((REPO / "report/published/mi300x-2025-12-30.yaml").read_text())
+    numbers["roles"]["vendor"] = "cudnn"
+    (tmp_path / "numbers.yaml").write_text(yaml.safe_dump(numbers, sort_keys=False))
+    assert "roles.vendor: 'cudnn' has no entry in labels (native, ck, triton)" in \
+        _error(_set("published", str(tmp_path / "numbers.yaml")))
 
 
 def test_the_default_config_passes():

@@ -6,8 +6,10 @@ this module holds only what the schema cannot say.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from fabench.shapes import shape_id
@@ -24,20 +26,36 @@ JOB_SETTINGS_KEYS = ("dtype", "causal", "seed", "warmup", "iters", "cpu", "backe
 
 
 def _strict_validator(schema: dict):
-    """Draft 2020-12, except that 2.0 is not an integer: JSON Schema counts an integral float as
-    one, but a shape of batch 2.0 or 2.0 iterations would only fail later, inside a job."""
+    """Draft 2020-12, with two corrections:
+
+    - 2.0 is not an integer: JSON Schema counts an integral float as one, but a shape of batch 2.0
+      or 2.0 iterations would only fail later, inside a job;
+    - a pattern's $ is the end of the text, as in JSON Schema's regexes (ECMA 262): Python's $ also
+      matches before a final newline, which let `run: "x\\n"` through to make a folder results/x\\n/.
+    """
     import jsonschema
 
     def is_integer(checker, instance) -> bool:
         return isinstance(instance, int) and not isinstance(instance, bool)
 
+    def pattern(validator, regex, instance, schema):
+        if validator.is_type(instance, "string") and not re.search(_ecma_regex(regex), instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
+
     base = jsonschema.Draft202012Validator
-    strict = jsonschema.validators.extend(base, type_checker=base.TYPE_CHECKER.redefine("integer", is_integer))
+    strict = jsonschema.validators.extend(base, validators={"pattern": pattern},
+                                          type_checker=base.TYPE_CHECKER.redefine("integer", is_integer))
     return strict(schema)
 
 
-def schema_error(config: dict, schema: dict) -> str | None:
-    """The most relevant schema violation as one line: where it is and what was expected."""
+def _ecma_regex(regex: str) -> str:
+    """The Python regex for a JSON Schema pattern: every unescaped $ anchors at the very end."""
+    return re.sub(r"(?<!\\)\$", lambda _: r"\Z", regex)
+
+
+def schema_error(config, schema: dict) -> str | None:
+    """The most relevant schema violation as one line: where it is and what was expected. A long
+    value (a whole file read as one string, say) is quoted by its start only."""
     import jsonschema
 
     error = jsonschema.exceptions.best_match(_strict_validator(schema).iter_errors(config))
@@ -46,8 +64,41 @@ def schema_error(config: dict, schema: dict) -> str | None:
     where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
     if error.validator == "uniqueItems":  # the default message repeats the whole list
         return f"{where}: lists {_first_duplicate(error.instance)} twice (expected each item once)"
+    message = error.message.replace(repr(error.instance), quote(error.instance))
+    if "propertyNames" in error.relative_schema_path:  # the key itself is wrong, not its value
+        message = "the name " + message
     expected = _expected(error.validator, error.schema)
-    return f"{where}: {error.message}" + (f" (expected {expected})" if expected else "")
+    hint = _hint(error, where)
+    return f"{where}: {message}" + (f" (expected {expected})" if expected else "") + (f"; {hint}" if hint else "")
+
+
+QUOTE_CHARS = 60
+
+
+def quote(value) -> str:
+    """A value as it appears in an error line: its repr, or, when long, the start of it and its size."""
+    text = repr(value)
+    if len(text) <= QUOTE_CHARS + 20:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__} of {len(text)} characters"
+    return f"{text[:QUOTE_CHARS]}... ({size})"
+
+
+def _hint(error, where: str) -> str | None:
+    """What the user probably meant: a name without its stray newline, the key of a typo, a build
+    argument under build_args rather than beside it."""
+    if isinstance(error.instance, str) and error.instance != error.instance.strip():
+        return "it begins or ends with white space (a newline?)"
+    if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+        return None
+    known = list(error.schema.get("properties", {}))
+    hints = []
+    for key in (k for k in error.instance if k not in known):
+        if "build_args" in known and re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(key)):
+            hints.append(f"build arguments such as {key} go under {where}.build_args")
+        elif close := difflib.get_close_matches(str(key), known, n=1):
+            hints.append(f"did you mean {close[0]!r} instead of {key!r}?")
+    return "; ".join(hints) or None
 
 
 def _first_duplicate(items: list):
@@ -60,15 +111,16 @@ def _first_duplicate(items: list):
     return None
 
 
+SCALAR_RULES = ("type", "minimum", "exclusiveMinimum", "maximum", "pattern", "maxLength", "multipleOf", "minItems")
+
+
 def _expected(validator: str, schema: dict) -> str | None:
     if validator == "additionalProperties":
         return "only the keys " + ", ".join(sorted(schema.get("properties", {})))
     if validator == "enum":
         return "one of " + ", ".join(map(str, schema["enum"]))
-    if validator in ("type", "minimum", "exclusiveMinimum", "maximum", "pattern", "multipleOf", "minItems"):
-        return " and ".join(f"{key} {schema[key]}" for key in
-                            ("type", "minimum", "exclusiveMinimum", "maximum", "pattern", "multipleOf", "minItems")
-                            if key in schema)
+    if validator in SCALAR_RULES:
+        return " and ".join(f"{key} {schema[key]}" for key in SCALAR_RULES if key in schema)
     return None
 
 
@@ -87,7 +139,7 @@ def check(config: dict, schemas: Path, project: Path) -> None:
 
 
 def _published_error(published: str | None, schemas: Path, project: Path) -> str | None:
-    import yaml
+    from fabench.report.published import PublishedError, load_published
 
     if published is None:
         return None
@@ -96,11 +148,10 @@ def _published_error(published: str | None, schemas: Path, project: Path) -> str
         return (f"published: no file at {path} (a path relative to the project; "
                 "for no published numbers set published: null, or --config published=)")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        return f"published: {path} is not YAML: {' '.join(str(err).split())}"
-    problem = schema_error(data, yaml.safe_load((schemas / "published.schema.yaml").read_text()))
-    return f"published: {path}: {problem}" if problem else None
+        load_published(path, schemas / "published.schema.yaml")
+    except PublishedError as err:
+        return f"published: {err}"
+    return None
 
 
 def _consistency_error(config: dict) -> str | None:

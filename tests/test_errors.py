@@ -1,0 +1,111 @@
+"""Errors caused by input or environment, seen as a user sees them: the package's commands run as
+processes, each bad input answered by one line naming the file or key and what was expected, a
+non-zero exit code, and no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workflow_util import REPO
+
+PUBLISHED = REPO / "report" / "published" / "mi300x-2025-12-30.yaml"
+
+
+def run_module(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=environment,
+                          cwd=cwd, timeout=300)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The process failed with exactly one line on stderr, and no traceback."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# --- the merge of a job's process files -----------------------------------------------------------
+def process_file(directory, index: int, **changes) -> dict:
+    """A process result with what the merge reads (a real one is made by test_runner's jobs)."""
+    result = {"run": "r", "variant": "v", "shape_id": "b1-s64-h2-d32", "platform": "cpu", "flops": 1,
+              "method": {"process_exits": [{"index": index, "exit_code": 0, "wrote_result": True}],
+                         "stable_spread": 0.03, "cross_check": {"tolerance": 0.03}},
+              "backends": {}, "reference": {"status": "ok"}, "provenance": {"process": index, "finished": "2026-11-23T00:00:00+00:00"}}
+    result.update(changes)
+    (directory / f"process-{index}.json").write_text(json.dumps(result))
+    return result
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b'{"run": "r", "backends": ', "is not a process result (not JSON: Expecting value at line 1, column 26)"),
+    (b"\xff\xfe\x00garbage", "is not a process result (not JSON"),
+    (b"[]", "is not a process result (a JSON list)"),
+    (b'{"run": "r"}', "is not a process result (without variant, shape_id, platform"),
+])
+def test_a_corrupt_process_file_is_named(tmp_path, content, expected):
+    process_file(tmp_path, 0)
+    (tmp_path / "process-1.json").write_bytes(content)
+    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+                      str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
+    line = one_line_error(proc)
+    assert line.startswith(f"python -m fabench.measure.merge: error: {tmp_path / 'process-1.json'} "), line
+    assert expected in line and line.endswith("delete it and run the same command to measure that process again")
+    assert not (tmp_path / "job.json").exists()
+
+
+def test_a_process_file_of_another_job_is_named(tmp_path):
+    process_file(tmp_path, 0)
+    process_file(tmp_path, 1, variant="other")
+    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+                      str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
+    assert "process-1.json: variant 'other' differs from 'v' of" in one_line_error(proc)
+
+
+def test_a_process_file_cut_inside_is_reported_with_the_job_files(tmp_path):
+    process_file(tmp_path, 0)
+    process_file(tmp_path, 1, provenance={"process": 1})  # no "finished"
+    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+                      str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
+    assert "do not merge (KeyError: 'finished')" in one_line_error(proc)
+
+
+def test_the_merge_of_good_process_files_still_works(tmp_path):
+    process_file(tmp_path, 0)
+    process_file(tmp_path, 1)
+    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+                      str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
+    assert proc.returncode == 0, proc.stderr
+    merged = json.loads((tmp_path / "job.json").read_text())
+    assert [e["index"] for e in merged["method"]["process_exits"]] == [0, 1]
+
+
+# --- fabench compare --published ------------------------------------------------------------------
+@pytest.mark.parametrize("content, expected", [
+    (b"\x00\x01\xff\xfe", "is not a text file (expected YAML like mi300x-2025-12-30.yaml)"),
+    (b"- 1\n- 2\n", ": (top level): [1, 2] is not of type 'object'"),
+    (b"source: {title: x}\n", ": (top level): 'method' is a required property"),
+    (b"a: [1\n", "is not YAML: line 2, column 1: expected ',' or ']', but got '<stream end>'"),
+])
+def test_compare_names_a_published_file_it_cannot_read(tmp_path, content, expected):
+    bad = tmp_path / "numbers.yaml"
+    bad.write_bytes(content)
+    proc = run_module("fabench.cli", "compare", "--root", str(tmp_path / "archive"), "--published", str(bad))
+    line = one_line_error(proc)
+    assert line.startswith(f"fabench compare: error: --published {bad}") and expected in line, line
+    assert proc.returncode == 2  # a usage error, as the CLI documents
+
+
+def test_compare_quotes_one_line_of_a_published_file_not_the_whole_file(tmp_path):
+    bad = tmp_path / "numbers.yaml"
+    bad.write_text(PUBLISHED.read_text().replace("labels: {", "labels: {{", 1))
+    line = one_line_error(run_module("fabench.cli", "compare", "--published", str(bad)))
+    # The parser notices the unclosed mapping on the next line, and quotes that line alone.
+    assert line.endswith("""line 35, column 1: expected ',' or '}', but got '<scalar>': """
+                         """'kernel_config_path: "aiter/ops/triton/configs/gfx942-MHA-DEFAULT.json"'"""), line
