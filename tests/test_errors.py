@@ -109,3 +109,60 @@ def test_compare_quotes_one_line_of_a_published_file_not_the_whole_file(tmp_path
     # The parser notices the unclosed mapping on the next line, and quotes that line alone.
     assert line.endswith("""line 35, column 1: expected ',' or '}', but got '<scalar>': """
                          """'kernel_config_path: "aiter/ops/triton/configs/gfx942-MHA-DEFAULT.json"'"""), line
+
+
+# --- the runner's job spec ------------------------------------------------------------------------
+def tiny_spec() -> dict:
+    """A job spec as the workflow makes it: the tiny CPU config with the schema's defaults."""
+    from snakemake.utils import validate
+
+    from fabench.config import job_spec
+    from workflow_util import tiny_config
+
+    config = tiny_config()
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    return job_spec(config, "default", config["shapes"][0])
+
+
+def without(spec: dict, dotted: str) -> dict:
+    *parents, last = dotted.split(".")
+    node = spec = json.loads(json.dumps(spec))
+    for part in parents:
+        node = node[part]
+    del node[last]
+    return spec
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda s: {}, "the spec: missing run, variant, shape, triton, settings"),
+    (lambda s: without(s, "settings"), "the spec: missing settings"),
+    (lambda s: without(s, "settings.timing"), "settings: missing timing (expected the keys dtype, causal"),
+    (lambda s: without(s, "settings.tolerance"), "settings: missing tolerance"),
+    (lambda s: without(s, "settings.timing.clear_l2"), "settings.timing: missing clear_l2"),
+    (lambda s: without(s, "shape.head_dim"), "shape: missing head_dim"),
+    (lambda s: {**s, "shape": {**s["shape"], "batch": "2"}}, "shape.batch: '2' is not an integer"),
+    (lambda s: {**s, "settings": []}, "settings: [] is not an object"),
+])
+def test_a_runner_spec_missing_a_block_is_named_before_any_process(tmp_path, change, expected):
+    out = tmp_path / "result.json"
+    proc = run_module("fabench.measure", "--spec", json.dumps(change(tiny_spec())), "--out", str(out))
+    line = one_line_error(proc)
+    assert line.startswith("python -m fabench.measure: error: argument --spec: ") and expected in line, line
+    assert proc.returncode == 2 and not out.exists() and proc.stdout == ""  # no process was started
+
+
+def test_a_runner_spec_that_is_not_json_is_named(tmp_path):
+    proc = run_module("fabench.measure", "--spec", "{run: x}", "--out", str(tmp_path / "result.json"))
+    assert one_line_error(proc).endswith("argument --spec: not JSON (Expecting property name enclosed in double "
+                                         "quotes at column 2)")
+
+
+@pytest.mark.parametrize("mode", [[], ["--process", "0"]], ids=["whole job", "one process"])
+def test_a_spec_without_roles_for_this_platform_stops_with_one_line(tmp_path, mode):
+    """Roles are needed only for the platform a job runs on: this CPU host needs roles.cpu."""
+    spec = without(tiny_spec(), "settings.roles.cpu")
+    out = tmp_path / "result.json"
+    proc = run_module("fabench.measure", "--spec", json.dumps(spec), "--out", str(out), *mode)
+    assert one_line_error(proc).startswith("python -m fabench.measure: error: roles.cpu: this job runs on cpu, "
+                                           "and the config gives no baseline/vendor/triton roles for it")
+    assert proc.returncode == 2 and not out.exists()

@@ -18,6 +18,10 @@ from fabench.shapes import shape_id
 class ConfigError(ValueError):
     """The config cannot run: the message names the key and what was expected, on one line."""
 
+
+class SpecError(ValueError):
+    """A job spec cannot run (here): the message names the block or key, on one line."""
+
 # The config keys every benchmark job of a run depends on (a change re-runs all of them).
 # Anything else (title, label, published, runtime, image, ...) is read by the workflow or the
 # report only, so changing it re-runs no benchmark.
@@ -164,6 +168,59 @@ def _consistency_error(config: dict) -> str | None:
                 return (f"roles.{platform}.{role}: {backend!r} is not in backends "
                         f"({', '.join(config['backends'])}); add it there or name a listed backend")
     return None
+
+
+# What a job spec holds (job_spec), block by block, as the runner reads it: a spec written by hand
+# (python -m fabench.measure --spec ...) is checked against this before any process starts. The
+# timing keys are the schema's (tests/test_config.py keeps the two lists equal); the workflow
+# fills their defaults, a hand-written spec gives them all.
+SPEC_BLOCKS = {
+    "": {"run": str, "variant": str, "shape": dict, "triton": dict, "settings": dict},
+    "shape": {"batch": int, "seq": int, "heads": int, "head_dim": int},
+    "settings": {"dtype": str, "causal": bool, "seed": int, "warmup": int, "iters": int, "cpu": dict,
+                 "backends": list, "roles": dict, "tolerance": dict, "timing": dict},
+    "settings.cpu": {"warmup": int, "iters": int},
+    "settings.tolerance": {"max_abs_err": (int, float), "min_cosine": (int, float)},
+    "settings.timing": {"trials": int, "repeats": int, "min_trial_ms": (int, float), "device_method": str,
+                        "warmup_window_ms": (int, float), "warmup_tolerance": (int, float),
+                        "warmup_clock_tolerance": (int, float), "min_warmup_ms": (int, float),
+                        "max_warmup_ms": (int, float), "stable_spread": (int, float), "clear_l2": bool,
+                        "do_bench": bool, "cross_check_tolerance": (int, float)},
+}
+ROLE_NAMES = ("baseline", "vendor", "triton")
+
+
+def spec_error(spec) -> str | None:
+    """The first block or key a job spec lacks (or holds as the wrong type), as one line."""
+    for block, keys in SPEC_BLOCKS.items():
+        value = spec
+        for part in filter(None, block.split(".")):
+            value = value[part]
+        where = f"{block}." if block else ""
+        if not isinstance(value, dict):
+            return f"{block or 'the spec'}: expected a JSON object, got {type(value).__name__}"
+        missing = [key for key in keys if key not in value]
+        if missing:
+            return f"{block or 'the spec'}: missing {', '.join(missing)} (expected the keys {', '.join(keys)})"
+        for key, kind in keys.items():
+            if not isinstance(value[key], kind) or (kind is int and isinstance(value[key], bool)):
+                return f"{where}{key}: {quote(value[key])} is not {_type_name(kind)}"
+    return None
+
+
+def roles_error(settings: dict, platform: str) -> str | None:
+    """Roles are needed for the platform a job runs on only: the one line when they are missing."""
+    roles = settings["roles"].get(platform)
+    if not isinstance(roles, dict) or any(role not in roles for role in ROLE_NAMES):
+        return (f"roles.{platform}: this job runs on {platform}, and the config gives no "
+                f"{'/'.join(ROLE_NAMES)} roles for it (expected roles.{platform}: "
+                "{baseline: ..., vendor: ..., triton: ...})")
+    return None
+
+
+def _type_name(kind) -> str:
+    names = {str: "a string", int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
+    return names.get(kind, "a number")
 
 
 def job_settings(config: dict) -> dict:

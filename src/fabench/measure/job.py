@@ -35,7 +35,7 @@ from fabench.measure.gpu_state import GpuState
 from fabench.measure.merge import PRIVATE_KEY, SKIPPED_KEY
 from fabench.measure.runner import MEASURING_ENV
 from fabench.measure.timing import DEVICE_TIME_METHODS
-from fabench.config import sha256_json
+from fabench.config import SpecError, roles_error, sha256_json
 from fabench.files import write_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
 from fabench.shapes import shape_id
@@ -295,6 +295,9 @@ def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit:
     A process beyond its platform's repeats (the workflow starts as many as the most any platform
     asks for) writes only a marker that the merge skips."""
     platform = plat.detect()
+    problem = roles_error(spec["settings"], platform)
+    if problem:
+        raise SpecError(problem)
     wanted = timing_settings(spec["settings"], platform)["repeats"]
     if process >= wanted:
         write_json(out, {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in "
