@@ -166,3 +166,22 @@ def test_a_spec_without_roles_for_this_platform_stops_with_one_line(tmp_path, mo
     assert one_line_error(proc).startswith("python -m fabench.measure: error: roles.cpu: this job runs on cpu, "
                                            "and the config gives no baseline/vendor/triton roles for it")
     assert proc.returncode == 2 and not out.exists()
+
+
+# --- the Docker engine ----------------------------------------------------------------------------
+def test_no_docker_engine_stops_a_docker_run_before_any_job_saying_how_to_point_at_one(tmp_path):
+    from workflow_util import snakemake, tiny_config
+
+    nowhere = f"unix://{tmp_path}/no-engine.sock"
+    config = tiny_config(runtime="docker")
+    env = {"DOCKER_HOST": nowhere}
+    proc = snakemake(tmp_path, "--cores", "1", "report", config=config, env=env, timeout=300)
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("runtime docker:")]
+    assert lines == [f"runtime docker: no Docker engine answers at {nowhere}: No such file or directory; start "
+                     "one (dockerd), or point DOCKER_HOST at it (e.g. DOCKER_HOST=unix:///run/user/$UID/docker.sock "
+                     "or tcp://HOST:2375), or run without containers: --config runtime=local"], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "build").exists()  # no job ran
+    # The plan itself needs no engine.
+    assert snakemake(tmp_path, "-n", "report", config=config, env=env, timeout=300).returncode == 0

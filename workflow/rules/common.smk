@@ -180,6 +180,21 @@ def use_docker():
     )
 
 
+# The rules whose jobs talk to the Docker engine when the runtime is docker.
+ENGINE_RULES = {"build_image", "patch_config", "measure"}
+
+
+def check_engine(jobs):
+    """Before the first job: a docker run whose engine does not answer stops with one line saying
+    where it looked and how to point at one. A dry run, or a run with nothing for the engine to
+    do (archive, compare, a finished run), needs none."""
+    if use_docker() and any(job.rule.name in ENGINE_RULES for job in jobs):
+        try:
+            fabench_image.client(timeout=10).close()
+        except fabench_image.NoEngineError as err:
+            raise WorkflowError(f"runtime docker: {err}") from None
+
+
 @functools.lru_cache(maxsize=None)
 def image_tag(run):
     image = image_settings(run)
