@@ -5,12 +5,15 @@ tests run snakemake itself to prove the wiring (one line, no job scheduled, no r
 """
 
 import copy
+import json
+import os
 import re
+import shlex
 
 import pytest
 import yaml
 
-from fabench.config import JOB_SETTINGS_KEYS, ConfigError, check
+from fabench.config import JOB_SETTINGS_KEYS, ConfigError, check, check_roles
 from fabench.measure.backends import BACKENDS
 from workflow_util import REPO, default_config, planned_jobs, snakemake
 
@@ -85,9 +88,7 @@ BAD_CONFIGS = {
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_config_is_named_in_one_line(case):
     mutate, expected = BAD_CONFIGS[case]
-    with pytest.raises(ConfigError) as err:
-        check(_mutated(mutate), SCHEMAS, REPO)
-    message = str(err.value)
+    message = _error(mutate)
     assert "\n" not in message
     assert expected in message
 
@@ -97,9 +98,12 @@ def test_a_long_value_is_quoted_by_its_start_only():
     assert len(message) < 300 and "(5000 characters) is too long" in message
 
 
-def _error(mutate) -> str:
+def _error(mutate, platform: str = "cuda") -> str:
+    """The one line that stops `mutate`d config.yaml, its jobs planned for `platform`."""
+    config = _mutated(mutate)
     with pytest.raises(ConfigError) as err:
-        check(_mutated(mutate), SCHEMAS, REPO)
+        check(config, SCHEMAS, REPO)
+        check_roles(config, platform)
     return str(err.value)
 
 
@@ -157,29 +161,97 @@ def test_snakemake_stops_before_any_job_with_the_one_line(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_default_config_plans_one_result_per_variant_and_shape_from_its_processes(tmp_path):
-    proc = snakemake(tmp_path, "-n", "report", timeout=120)
+@pytest.mark.parametrize("platform, repeats", [("cpu", ("cpu", "repeats")), ("cuda", ("timing", "repeats")),
+                                               ("rocm", ("timing", "repeats"))])
+def test_default_config_plans_exactly_its_platforms_processes(tmp_path, platform, repeats):
+    """A job has as many measuring processes as its platform uses: no process that does nothing."""
+    proc = snakemake(tmp_path, "-n", "report", timeout=120, env={"FABENCH_PLATFORM": platform})
     assert proc.returncode == 0, proc.stderr
     counts = planned_jobs(proc)
     assert counts["benchmark"] == 10 and counts["collect"] == 1 and counts["render_report"] == 1
-    assert counts["measure"] == 10 * default_config()["timing"]["repeats"]
+    block, key = repeats
+    assert counts["measure"] == 10 * default_config()[block][key]
 
 
-def test_variants_in_a_user_config_file_replace_the_defaults(tmp_path):
-    """config.yaml's default and tuned variants do not sneak into a run of the user's own."""
-    mine = {"variants": {"stock": {"triton": {"BLOCK_M": 128}}, "autotuned": {"triton": {"BLOCK_M": 64}}}}
+def test_this_hosts_platform_is_planned_without_being_told(tmp_path):
+    """This test host is a CPU (no GPU device nodes, or a CPU build of torch): cpu.repeats processes."""
+    from fabench.run_platform import planned_platform
+
+    assert "FABENCH_PLATFORM" not in os.environ and planned_platform(docker=False) == "cpu"
+    proc = snakemake(tmp_path, "-n", "report", timeout=120)
+    assert planned_jobs(proc)["measure"] == 10 * default_config()["cpu"]["repeats"]
+
+
+def test_a_platform_that_is_none_is_named(tmp_path):
+    proc = snakemake(tmp_path, "-n", "report", timeout=120, env={"FABENCH_PLATFORM": "tpu"})
+    assert proc.returncode != 0
+    assert "FABENCH_PLATFORM: 'tpu' is not a platform (expected one of rocm, cuda, cpu)" in proc.stdout + proc.stderr
+
+
+def planned_spec(proc) -> dict:
+    """The job spec of the first measuring job of a dry run with -p."""
+    command = next(line for line in proc.stdout.splitlines() if " --spec " in line)
+    return json.loads(shlex.split(command.split(" --spec ", 1)[1])[0])
+
+
+def test_a_user_file_sets_one_key_of_a_block_and_keeps_the_others(tmp_path):
+    mine = {"cpu": {"leave_out": []}, "timing": {"trials": 5}, "roles": {"cpu": {"vendor": "native"}},
+            "image": {"build_args": {"GPU_ARCHS": "gfx950"}}}
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
-    proc = snakemake(tmp_path, "-n", "report", "--configfile", str(tmp_path / "mine.yaml"), timeout=120)
+    proc = snakemake(tmp_path, "-n", "-p", "report", "--configfile", str(tmp_path / "mine.yaml"), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    variants = {line.split("/")[2] for line in proc.stdout.split()
-                if re.fullmatch(r"results/local/[^/]+/b\d+-s\d+-h\d+-d\d+\.json,?", line)}
-    assert variants == {"stock", "autotuned"}
+    settings = planned_spec(proc)["settings"]
+    defaults = default_config()
+    assert settings["cpu"] == {**settings["cpu"], **defaults["cpu"], "leave_out": []}
+    assert settings["timing"]["trials"] == 5 and settings["timing"]["repeats"] == defaults["timing"]["repeats"]
+    assert settings["roles"]["cpu"] == {**defaults["roles"]["cpu"], "vendor": "native"}
+    assert settings["roles"]["rocm"] == defaults["roles"]["rocm"]
 
 
-def test_a_key_given_with_config_still_wins_over_the_user_file(tmp_path):
-    mine = copy.deepcopy({"run": "from-file"})
-    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
-    proc = snakemake(tmp_path, "-n", "report", "--configfile", str(tmp_path / "mine.yaml"),
-                     "--config", "run=from-cli", timeout=120)
+def test_nested_config_values_merge_into_their_block_typed_as_in_a_file(tmp_path):
+    proc = snakemake(tmp_path, "-n", "-p", "report", "--config", "timing={repeats: 3, clear_l2: false}",
+                     "run=123", timeout=120, env={"FABENCH_PLATFORM": "cuda"})
     assert proc.returncode == 0, proc.stderr
-    assert "results/from-cli/report.md" in proc.stdout and "from-file" not in proc.stdout
+    assert planned_jobs(proc)["measure"] == 10 * 3
+    spec = planned_spec(proc)
+    assert spec["run"] == "123" and "results/123/report.md" in proc.stdout
+    assert spec["settings"]["timing"]["repeats"] == 3 and spec["settings"]["timing"]["clear_l2"] is False
+    assert spec["settings"]["timing"]["trials"] == default_config()["timing"]["trials"]
+
+
+def test_a_run_name_of_digits_keeps_its_text(tmp_path):
+    proc = snakemake(tmp_path, "-n", "report", "--config", "run=007", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "results/007/report.md" in proc.stdout
+
+
+def test_variants_given_with_config_replace_the_defaults(tmp_path):
+    proc = snakemake(tmp_path, "-n", "report", "--config", "variants={mine: {triton: {BLOCK_M: 64}}}", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {line.split("/")[2] for line in proc.stdout.split()
+            if re.fullmatch(r"results/local/[^/]+/b\d+-s\d+-h\d+-d\d+\.json,?", line)} == {"mine"}
+
+
+def test_roles_are_needed_for_the_planned_platform_only(tmp_path):
+    """backends without cuDNN: a CPU run does not check the CUDA roles; a CUDA run is told its
+    vendor role is not measured, and how the platform was found."""
+    config = {**default_config(), "backends": ["native", "sdpa", "flex"]}
+    proc = snakemake(tmp_path, "-n", "report", config=config, timeout=120, env={"FABENCH_PLATFORM": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    proc = snakemake(tmp_path, "-n", "report", config=config, timeout=120, env={"FABENCH_PLATFORM": "cuda"})
+    assert proc.returncode != 0
+    line = next(line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("invalid config:"))
+    assert line.startswith("invalid config: roles.cuda.vendor: 'sdpa_cudnn' is not in backends (native, sdpa, "
+                           "flex)"), line
+    assert line.endswith("FABENCH_PLATFORM=rocm, cuda or cpu names another"), line
+
+
+def test_a_config_without_the_roles_of_its_platform_is_named(tmp_path):
+    """A config of a CUDA user that gives the CUDA roles only (Snakemake's --replace-workflow-config
+    leaves config.yaml out): a CUDA run is planned, a CPU run is told what is missing."""
+    config = {**default_config(), "roles": {"cuda": default_config()["roles"]["cuda"]}}
+    args = ("-n", "report", "--replace-workflow-config")
+    assert snakemake(tmp_path, *args, config=config, timeout=120, env={"FABENCH_PLATFORM": "cuda"}).returncode == 0
+    proc = snakemake(tmp_path, *args, config=config, timeout=120, env={"FABENCH_PLATFORM": "cpu"})
+    assert "invalid config: roles.cpu: the jobs run on cpu, and the config gives no baseline/vendor/triton roles " \
+           "for it (expected roles.cpu: {baseline: ..., vendor: ..., triton: ...})" in proc.stdout + proc.stderr

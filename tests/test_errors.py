@@ -163,7 +163,7 @@ def test_a_spec_without_roles_for_this_platform_stops_with_one_line(tmp_path, mo
     spec = without(tiny_spec(), "settings.roles.cpu")
     out = tmp_path / "result.json"
     proc = run_module("fabench.measure", "--spec", json.dumps(spec), "--out", str(out), *mode)
-    assert one_line_error(proc).startswith("python -m fabench.measure: error: roles.cpu: this job runs on cpu, "
+    assert one_line_error(proc).startswith("python -m fabench.measure: error: roles.cpu: the jobs run on cpu, "
                                            "and the config gives no baseline/vendor/triton roles for it")
     assert proc.returncode == 2 and not out.exists()
 

@@ -159,15 +159,22 @@ def _published_error(published: str | None, schemas: Path, project: Path) -> str
 
 
 def _consistency_error(config: dict) -> str | None:
-    """Rules across keys: every role names a measured backend; platform images need containers."""
+    """Rules across keys: platform images need containers."""
     if config.get("platforms") and config.get("runtime") == "local":
         return "platforms: each platform is an image, so runtime must be docker or auto (it is local)"
-    for platform, roles in config["roles"].items():
-        for role, backend in roles.items():
-            if backend not in config["backends"]:
-                return (f"roles.{platform}.{role}: {backend!r} is not in backends "
-                        f"({', '.join(config['backends'])}); add it there or name a listed backend")
     return None
+
+
+def check_roles(config: dict, platform: str) -> None:
+    """ConfigError unless the config gives the roles of `platform`, the one its jobs measure on
+    (fabench.run_platform), each naming a measured backend. Other platforms' roles are not needed."""
+    problem = roles_error(config, platform)
+    if problem:
+        raise ConfigError(problem)
+    for role, backend in config["roles"][platform].items():
+        if backend not in config["backends"]:
+            raise ConfigError(f"roles.{platform}.{role}: {backend!r} is not in backends "
+                              f"({', '.join(config['backends'])}); add it there or name a listed backend")
 
 
 # What a job spec holds (job_spec), block by block, as the runner reads it: a spec written by hand
@@ -212,7 +219,7 @@ def roles_error(settings: dict, platform: str) -> str | None:
     """Roles are needed for the platform a job runs on only: the one line when they are missing."""
     roles = settings["roles"].get(platform)
     if not isinstance(roles, dict) or any(role not in roles for role in ROLE_NAMES):
-        return (f"roles.{platform}: this job runs on {platform}, and the config gives no "
+        return (f"roles.{platform}: the jobs run on {platform}, and the config gives no "
                 f"{'/'.join(ROLE_NAMES)} roles for it (expected roles.{platform}: "
                 "{baseline: ..., vendor: ..., triton: ...})")
     return None
@@ -221,6 +228,25 @@ def roles_error(settings: dict, platform: str) -> str | None:
 def _type_name(kind) -> str:
     names = {str: "a string", int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
     return names.get(kind, "a number")
+
+
+# On a CPU the `cpu:` block may override these (config.schema.yaml gives the defaults of both).
+CPU_OVERRIDES = ("warmup", "iters", "trials", "repeats", "min_trial_ms", "max_warmup_ms")
+
+
+def timing_settings(config: dict, platform: str) -> dict:
+    """The timing block with the run's warm-up and iteration counts, CPU overrides applied: what a
+    job on `platform` measures with (rocm, cuda: "gpu" will do; cpu)."""
+    timing = {**config["timing"], "warmup": config["warmup"], "iters": config["iters"]}
+    if platform == "cpu":
+        cpu = config.get("cpu") or {}
+        timing.update({key: cpu[key] for key in CPU_OVERRIDES if key in cpu})
+    return timing
+
+
+def processes(config: dict, platform: str) -> int:
+    """How many measuring processes a job on `platform` has."""
+    return timing_settings(config, platform)["repeats"]
 
 
 def job_settings(config: dict) -> dict:
