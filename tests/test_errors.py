@@ -151,6 +151,21 @@ def test_a_runner_spec_missing_a_block_is_named_before_any_process(tmp_path, cha
     assert proc.returncode == 2 and not out.exists() and proc.stdout == ""  # no process was started
 
 
+@pytest.mark.parametrize("content, expected", [
+    (None, "no-config.json: No such file or directory"),
+    (b'{"fwd": ', "no-config.json is not JSON (Expecting value: line 1 column 9 (char 8))"),
+    (b"[]", "no-config.json holds a JSON list, not aiter's config object"),
+])
+def test_a_runner_aiter_config_it_cannot_read_is_named(tmp_path, content, expected):
+    config = tmp_path / "no-config.json"
+    if content is not None:
+        config.write_bytes(content)
+    proc = run_module("fabench.measure", "--spec", json.dumps(tiny_spec()), "--aiter-config", str(config),
+                      "--out", str(tmp_path / "result.json"))
+    line = one_line_error(proc)
+    assert line.startswith("python -m fabench.measure: error: argument --aiter-config: ") and line.endswith(expected)
+
+
 def test_a_runner_spec_that_is_not_json_is_named(tmp_path):
     proc = run_module("fabench.measure", "--spec", "{run: x}", "--out", str(tmp_path / "result.json"))
     assert one_line_error(proc).endswith("argument --spec: not JSON (Expecting property name enclosed in double "

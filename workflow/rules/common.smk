@@ -33,7 +33,8 @@ def project_path(path):
 def layer_user_config():
     """A user's --configfile files, then --config, on top of config.yaml (fabench.config_layers):
     a block takes the keys a user sets and keeps the others; variants, shapes and platforms are
-    taken whole from the last source that sets them; --config values typed as in a YAML file."""
+    taken whole from the last source that sets them; --config values typed as in a YAML file.
+    """
     schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
     from_command_line = fabench_layers.command_line_values(
         dict(workflow.config_settings.config), schema, sys.argv

@@ -279,8 +279,8 @@ def _summary(entry: dict) -> str:
 def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
                     out: Path) -> None:
     """One process of the job (fabench.measure.runner starts it): measure, write for the merge.
-    A process beyond its platform's repeats (the workflow starts as many as the most any platform
-    asks for) writes only a marker that the merge skips."""
+    A process beyond its platform's repeats (the workflow planned for another platform than the
+    job found, see fabench.run_platform) writes only a marker that the merge skips."""
     platform = plat.detect()
     problem = roles_error(spec["settings"], platform)
     if problem:

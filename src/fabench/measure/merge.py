@@ -23,8 +23,8 @@ from fabench.files import write_json
 from fabench.measure import summary
 
 PRIVATE_KEY = "_merge"  # per-process data a process leaves for the merge; never in a job's result
-# A process file that is no measurement: a process beyond its platform's repeats (a CPU's
-# cpu.repeats), which measured nothing and is left out of the merge.
+# A process file that is no measurement: a process beyond its platform's repeats (planned for a
+# GPU that the job did not find), which measured nothing and is left out of the merge.
 SKIPPED_KEY = "_skipped"
 # A process file made for a process that wrote no result (killed, crashed): every backend failed
 # with why. Kept only when no process of the job measured; otherwise only its exit is recorded.

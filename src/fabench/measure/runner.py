@@ -13,8 +13,9 @@ With --process N it runs only the job's process N and writes that process's resu
 merge (`python -m fabench.measure.merge`): the workflow runs a job's processes as jobs of their
 own, in rounds across the run, so that the processes of one cell lie minutes apart and a drift
 of the machine over minutes shows in the spread between them (see workflow/rules/benchmark.smk).
-A process beyond its platform's count (a CPU measures in cpu.repeats processes) writes a marker
-that the merge skips.
+The workflow plans the count of the platform its jobs run on (fabench.run_platform); a process
+beyond the count of the platform the job finds (a plan for a GPU the job cannot see) writes a
+marker that the merge skips.
 
 A process that writes no result (killed, crashed) is recorded in the result's method; when none
 writes one, the job's result says so for every backend instead of the job ending without one.
@@ -63,11 +64,25 @@ def job_spec_arg(text: str) -> dict:
     return spec
 
 
+def aiter_config_arg(text: str) -> Path:
+    """--aiter-config: a JSON object in a file (the variant's patched config, rule patch_config)."""
+    path = Path(text)
+    try:
+        value = json.loads(path.read_bytes())
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{path}: {err.strerror}") from None
+    except ValueError as err:  # not JSON, or not text
+        raise argparse.ArgumentTypeError(f"{path} is not JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{path} holds a JSON {type(value).__name__}, not aiter's config object")
+    return path
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=job_spec_arg,
                         help="the job spec, JSON (fabench.config.job_spec)")
-    parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
+    parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
     parser.add_argument("--process", type=int, metavar="N",
