@@ -128,6 +128,29 @@ def test_published_roles_must_name_a_labelled_backend(tmp_path):
         _error(_set("published", str(tmp_path / "numbers.yaml")))
 
 
+@pytest.mark.parametrize("where, build_args, expected", [
+    ("platforms", {"rocm64": {"build_args": {"BASE_IMG": "rocm/pytorch:x"}}},
+     "platforms.rocm64.build_args.BASE_IMG: {dockerfile} declares no ARG BASE_IMG, so the build would ignore it "
+     "(it declares AITER_COMMIT, AITER_PREBUILD_KERNELS, AITER_REPO, BASE_IMAGE, GPU_ARCHS, MAX_JOBS, "
+     "TRITON_VERSION); did you mean 'BASE_IMAGE'?"),
+    ("image", {"build_args": {"GPU_ARCH": "gfx950"}}, "image.build_args.GPU_ARCH: {dockerfile} declares no ARG"),
+    ("platforms", {"rocm64": {"dockerfile": "Dockerfile.rocm"}}, "platforms.rocm64.dockerfile: no Dockerfile at"),
+])
+def test_a_build_argument_the_dockerfile_ignores_is_named(tmp_path, where, build_args, expected):
+    """A docker run (platforms need one) checks each image's build arguments against its Dockerfile."""
+    config = {**default_config(), where: build_args, "runtime": "docker"}
+    proc = snakemake(tmp_path, "-n", "report", config=config, timeout=120)
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("invalid config:")]
+    assert lines == [lines[0]] and expected.format(dockerfile=REPO / "Dockerfile") in lines[0], lines
+
+
+def test_proxy_build_arguments_need_no_arg_line(tmp_path):
+    config = {**default_config(), "platforms": {"a": {"build_args": {"https_proxy": "http://proxy:3128"}}}}
+    proc = snakemake(tmp_path, "-n", "report", config=config, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
 def test_the_default_config_passes():
     check(default_config(), SCHEMAS, REPO)
 

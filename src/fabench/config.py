@@ -177,6 +177,29 @@ def check_roles(config: dict, platform: str) -> None:
                               f"({', '.join(config['backends'])}); add it there or name a listed backend")
 
 
+def check_build_args(config: dict, project: Path) -> None:
+    """ConfigError for a missing Dockerfile, or a build argument its Dockerfile does not declare (a
+    misspelt one, or one named under the wrong key): the build would ignore it and build another
+    image than meant. `config` has the schema's defaults; paths are relative to `project`."""
+    from fabench.container.image import PREDEFINED_BUILD_ARGS, dockerfile_args
+
+    images = [("image", config["image"], config["image"].get("build_args", {}))]
+    images += [(f"platforms.{label}", {**config["image"], **settings}, settings.get("build_args", {}))
+               for label, settings in config["platforms"].items()]
+    for where, image, build_args in images:
+        dockerfile = project / image["dockerfile"]
+        if not dockerfile.is_file():
+            raise ConfigError(f"{where}.dockerfile: no Dockerfile at {dockerfile}")
+        declared = dockerfile_args(dockerfile)
+        for name in build_args:
+            if name not in declared:
+                close = difflib.get_close_matches(name, sorted(declared), n=1)
+                raise ConfigError(f"{where}.build_args.{name}: {dockerfile} declares no ARG {name}, so the build "
+                                  f"would ignore it (it declares "
+                                  f"{', '.join(sorted(declared - PREDEFINED_BUILD_ARGS))})"
+                                  + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
 # What a job spec holds (job_spec), block by block, as the runner reads it: a spec written by hand
 # (python -m fabench.measure --spec ...) is checked against this before any process starts. The
 # timing keys are the schema's (tests/test_config.py keeps the two lists equal); the workflow

@@ -56,6 +56,11 @@ def check_config():
         raise WorkflowError(f"invalid config: {err}") from None
     validate(config, schema=str(SCHEMAS / "config.schema.yaml"), set_default=True)
     try:
+        if use_docker():  # the image settings are read in the docker runtime only
+            fabench_config.check_build_args(config, Path(workflow.basedir))
+    except fabench_config.ConfigError as err:
+        raise WorkflowError(f"invalid config: {err}") from None
+    try:
         platform = planned_platform(use_docker())
         fabench_config.check_roles(config, platform)
     except PlatformError as err:

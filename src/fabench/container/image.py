@@ -96,6 +96,18 @@ def manifest_name(tag: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", tag) + ".json"
 
 
+# Build arguments every build takes without an ARG line (Docker's predefined proxy arguments).
+PREDEFINED_BUILD_ARGS = frozenset(name for base in ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
+                                  for name in (base, base.lower()))
+
+
+def dockerfile_args(dockerfile: str | Path) -> set[str]:
+    """Every build argument the Dockerfile declares (``ARG NAME`` or ``ARG NAME=default``), and
+    Docker's predefined ones: a build argument not among them is ignored by the build."""
+    declared = set(re.findall(r"(?im)^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", Path(dockerfile).read_text()))
+    return declared | PREDEFINED_BUILD_ARGS
+
+
 def dockerfile_arg_defaults(dockerfile: str | Path) -> dict[str, str]:
     """The ``ARG NAME=default`` values of a Dockerfile (last one wins, as for a build)."""
     defaults: dict[str, str] = {}
