@@ -68,8 +68,9 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
     config["shapes"].append({"batch": 1, "seq": 96, "heads": 2, "head_dim": 32})
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc) == {"measure": 4, "benchmark": 2, "collect": 1, "plots": 1, "render_report": 1,
-                                  "report": 1}
+    # One measuring process per job on this CPU (cpu.repeats 1).
+    assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "benchmark": 2, "collect": 1, "plots": 1,
+                                  "render_report": 1, "report": 1}
     new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
     assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
         f"results/tiny/{v}/b1-s96-h2-d32.json" for v in ("default", "tuned")}
@@ -79,7 +80,7 @@ def test_changing_the_iterations_plans_every_benchmark_job(tiny_run):
     directory, config = tiny_run
     proc = snakemake(directory, "-n", "report", config={**config, "iters": 3})
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 8
+    assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 4 * config["cpu"]["repeats"]
 
 
 def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(tiny_run):
