@@ -30,6 +30,10 @@ localrules:
 report: "workflow/report/workflow.rst"
 
 
+onstart:
+    check_engine(workflow.dag.needrun_jobs())
+
+
 # The report and every job result it is made from: a result deleted after the report was
 # rendered is measured again, and the report rebuilt, instead of "Nothing to be done".
 rule report:

@@ -68,8 +68,9 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
     config["shapes"].append({"batch": 1, "seq": 96, "heads": 2, "head_dim": 32})
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc) == {"measure": 4, "benchmark": 2, "collect": 1, "plots": 1, "render_report": 1,
-                                  "report": 1}
+    # One measuring process per job on this CPU (cpu.repeats 1).
+    assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "benchmark": 2, "collect": 1, "plots": 1,
+                                  "render_report": 1, "report": 1}
     new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
     assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
         f"results/tiny/{v}/b1-s96-h2-d32.json" for v in ("default", "tuned")}
@@ -79,7 +80,7 @@ def test_changing_the_iterations_plans_every_benchmark_job(tiny_run):
     directory, config = tiny_run
     proc = snakemake(directory, "-n", "report", config={**config, "iters": 3})
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 8
+    assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 4 * config["cpu"]["repeats"]
 
 
 def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(tiny_run):
@@ -105,7 +106,8 @@ def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(t
 
 def test_the_processes_of_a_job_run_in_rounds_across_the_run(tmp_path):
     """Process 0 of every job before process 1 of any: the processes of one cell lie apart in time.
-    On a CPU with cpu.repeats 1, process 1 measures nothing and the merge leaves it out."""
+    With cpu.repeats 1 a CPU run plans one process per job; a run planned for a GPU that its jobs
+    do not find (FABENCH_PLATFORM=cuda here) has a process 1 that measures nothing, left out of the merge."""
     config = tiny_config(shapes=[{"batch": 1, "seq": 64, "heads": 2, "head_dim": 32},
                                  {"batch": 1, "seq": 128, "heads": 2, "head_dim": 64}])
     config["cpu"] = {**config["cpu"], "repeats": 2}
@@ -122,7 +124,11 @@ def test_the_processes_of_a_job_run_in_rounds_across_the_run(tmp_path):
 
     config["cpu"] = {**config["cpu"], "repeats": 1}
     config["run"] = "tiny-one"
-    proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    proc = snakemake(tmp_path, "-n", "report", config=config)
+    assert planned_jobs(proc)["measure"] == 4, proc.stdout  # one process per job: no process doing nothing
+
+    config["shapes"] = config["shapes"][:1]
+    proc = snakemake(tmp_path, "--cores", "1", "report", config=config, env={"FABENCH_PLATFORM": "cuda"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "results" / "tiny-one" / "tuned" / "b1-s64-h2-d32.json").read_text())
     assert [p["index"] for p in result["method"]["process_exits"]] == [0]
@@ -167,3 +173,20 @@ def test_a_checkout_path_with_a_space_and_a_published_path_with_a_command(tmp_pa
     report = (work / "results" / "tiny" / "report.md").read_text()
     assert report.index("#### Stock") < report.index("#### Autotuned")
     assert "### Published vs Reproduced" in report
+
+
+def test_the_cpu_test_config_runs_with_nested_config_values(tmp_path):
+    """The tiny CPU config as a user passes it (a partial --configfile), with --config values a
+    Snakemake user writes: a run named by digits, one key of a block, a list and a whole collection."""
+    from workflow_util import CPU_TEST_CONFIG
+
+    proc = snakemake(tmp_path, "--cores", "1", "report", "--configfile", str(CPU_TEST_CONFIG), "--config",
+                     "run=123", "cpu={trials: 3}", "shapes=[{batch: 1, seq: 64, heads: 2, head_dim: 32}]",
+                     "variants={only: {title: Only, triton: {BLOCK_M: 64, BLOCK_N: 32}}}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = tmp_path / "results" / "123"
+    assert sorted(p.relative_to(run).as_posix() for p in run.glob("*/*.json")) == [
+        "aiter-config/only.json", "aiter-config/only.meta.json", "only/b1-s64-h2-d32.json"]
+    result = json.loads((run / "only" / "b1-s64-h2-d32.json").read_text())
+    assert len(result["backends"]["native"]["trials"]) == 3  # cpu.trials from --config, cpu.iters from the file
+    assert result["method"]["iters"] == 2 and result["backends"]["flex"]["status"] == "unavailable"

@@ -33,13 +33,15 @@ def write_config(directory: Path, config: dict, name: str = "config.yaml") -> Pa
 
 
 def snakemake(directory: Path, *args: str, config: dict | None = None, timeout: int = 900,
-              snakefile: Path = SNAKEFILE) -> subprocess.CompletedProcess:
-    """snakemake on the project's Snakefile, working in `directory` (results/ and logs/ land there)."""
+              snakefile: Path = SNAKEFILE, env: dict | None = None) -> subprocess.CompletedProcess:
+    """snakemake on the project's Snakefile, working in `directory` (results/ and logs/ land there);
+    `env` adds to the environment."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(directory)]
     if config is not None:
         cmd += ["--configfile", str(write_config(directory, config))]
     src = snakefile.parent / "src"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
+           **(env or {})}
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout, env=env)
 
 

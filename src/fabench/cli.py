@@ -173,6 +173,14 @@ def cmd_compare(args) -> int:
 
     prog = "fabench compare"
     try:
+        published = None
+        if args.published:
+            from fabench.report.published import PublishedError, load_published
+
+            try:
+                published = load_published(args.published)
+            except PublishedError as err:
+                raise UsageError(f"--published {err}") from None
         if args.entries:
             paths = [resolve(spec, args.root) for spec in args.entries]
             entries = list({p.resolve(): load_entry(p) for p in paths}.values())
@@ -186,14 +194,6 @@ def cmd_compare(args) -> int:
             baseline = base.id
             if base.id not in {e.id for e in entries}:
                 entries.append(base)
-        published = None
-        if args.published:
-            from fabench.report.published import load_published
-
-            try:
-                published = load_published(args.published)
-            except OSError as err:
-                raise UsageError(f"--published {args.published}: {err.strerror}") from None
     except UsageError as err:
         return fail(prog, f"error: {err}", USAGE)
     try:

@@ -14,12 +14,14 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config as fabench_config
+from fabench import config_layers as fabench_layers
 from fabench.container import aiter_config as fabench_aiter
 from fabench.container import image as fabench_image
 from fabench.container import job as fabench_job
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as fabench_lease
 from fabench.measure.devices import DeviceError
+from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
@@ -31,26 +33,44 @@ def project_path(path):
     return path if os.path.isabs(path) else os.path.join(workflow.basedir, path)
 
 
-def replace_keys_from_user_configfiles():
-    """A top-level key set in a --configfile replaces config.yaml's value, mappings included.
-
-    Snakemake merges mappings, so `variants: {mine: ...}` in a user's file would run config.yaml's
-    variants as well; here a key the user sets means exactly what the user's file says. --config
-    values still apply last.
+def layer_user_config():
+    """A user's --configfile files, then --config, on top of config.yaml (fabench.config_layers):
+    a block takes the keys a user sets and keeps the others; variants, shapes and platforms are
+    taken whole from the last source that sets them; --config values typed as in a YAML file.
     """
-    for path in workflow.config_settings.configfiles:
-        for key, value in (yaml.safe_load(Path(path).read_text()) or {}).items():
-            config[key] = value
-    update_config(config, workflow.config_settings.overwrite_config or {})
+    schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
+    from_command_line = fabench_layers.command_line_values(
+        dict(workflow.config_settings.config), schema, sys.argv
+    )
+    files = [
+        yaml.safe_load(Path(path).read_text()) or {}
+        for path in workflow.config_settings.configfiles
+    ]
+    update_config(config, from_command_line)
+    fabench_layers.replace_whole_values(config, [*files, from_command_line])
 
 
 def check_config():
-    """One clear error naming the key, before any job starts; then the schema's defaults."""
+    """One clear error naming the key, before any job starts; then the schema's defaults, and the
+    roles of the platform the jobs will run on: that platform."""
     try:
         fabench_config.check(config, SCHEMAS, Path(workflow.basedir))
     except fabench_config.ConfigError as err:
         raise WorkflowError(f"invalid config: {err}") from None
     validate(config, schema=str(SCHEMAS / "config.schema.yaml"), set_default=True)
+    try:
+        if use_docker():  # the image settings are read in the docker runtime only
+            fabench_config.check_build_args(config, Path(workflow.basedir))
+    except fabench_config.ConfigError as err:
+        raise WorkflowError(f"invalid config: {err}") from None
+    try:
+        platform = planned_platform(use_docker())
+        fabench_config.check_roles(config, platform)
+    except PlatformError as err:
+        raise WorkflowError(str(err)) from None
+    except fabench_config.ConfigError as err:
+        raise WorkflowError(f"invalid config: {err}; {PLATFORM_HINT}") from None
+    return platform
 
 
 def check_devices():
@@ -61,8 +81,22 @@ def check_devices():
         raise WorkflowError(f"invalid environment: {err}") from None
 
 
-replace_keys_from_user_configfiles()
-check_config()
+@functools.lru_cache(maxsize=1)
+def use_docker():
+    """runtime docker: yes; local: no; auto: with several platform images, or on a ROCm host whose
+    Docker engine answers."""
+    if config["runtime"] != "auto":
+        return config["runtime"] == "docker"
+    if config["platforms"]:
+        return True
+    return fabench_job.rocm_devices_present() and fabench_image.engine_answers(
+        timeout=5
+    )
+
+
+layer_user_config()
+# The platform the jobs will measure on, known without importing torch (fabench.run_platform).
+PLATFORM = check_config()
 check_devices()
 # Jobs on this host stop when this Snakemake is gone (see fabench.watchdog).
 os.environ[WORKFLOW_ENV] = workflow_marker()
@@ -73,9 +107,9 @@ RUNS = {f"{RUN}-{label}": label for label in config["platforms"]} or {RUN: None}
 PYTHON = sys.executable
 SHAPES = {shape_id(shape): shape for shape in config["shapes"]}
 VARIANTS = list(config["variants"])
-# Measuring processes per job: as many as the most any platform asks for (a GPU timing.repeats, a
-# CPU cpu.repeats); one beyond its own platform's count measures nothing (fabench.measure.job).
-PROCESSES = max(config["timing"]["repeats"], config["cpu"]["repeats"])
+# Measuring processes per job: the count of the platform the jobs run on (a GPU's timing.repeats,
+# a CPU's cpu.repeats).
+PROCESSES = fabench_config.processes(config, PLATFORM)
 
 
 wildcard_constraints:
@@ -179,17 +213,19 @@ def image_settings(run):
     }
 
 
-@functools.lru_cache(maxsize=1)
-def use_docker():
-    """runtime docker: yes; local: no; auto: with several platform images, or on a ROCm host whose
-    Docker engine answers."""
-    if config["runtime"] != "auto":
-        return config["runtime"] == "docker"
-    if config["platforms"]:
-        return True
-    return fabench_job.rocm_devices_present() and fabench_image.engine_answers(
-        timeout=5
-    )
+# The rules whose jobs talk to the Docker engine when the runtime is docker.
+ENGINE_RULES = {"build_image", "patch_config", "measure"}
+
+
+def check_engine(jobs):
+    """Before the first job: a docker run whose engine does not answer stops with one line saying
+    where it looked and how to point at one. A dry run, or a run with nothing for the engine to
+    do (archive, compare, a finished run), needs none."""
+    if use_docker() and any(job.rule.name in ENGINE_RULES for job in jobs):
+        try:
+            fabench_image.client(timeout=10).close()
+        except fabench_image.NoEngineError as err:
+            raise WorkflowError(f"runtime docker: {err}") from None
 
 
 def check_local_aiter():

@@ -96,6 +96,18 @@ def manifest_name(tag: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", tag) + ".json"
 
 
+# Build arguments every build takes without an ARG line (Docker's predefined proxy arguments).
+PREDEFINED_BUILD_ARGS = frozenset(name for base in ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
+                                  for name in (base, base.lower()))
+
+
+def dockerfile_args(dockerfile: str | Path) -> set[str]:
+    """Every build argument the Dockerfile declares (``ARG NAME`` or ``ARG NAME=default``), and
+    Docker's predefined ones: a build argument not among them is ignored by the build."""
+    declared = set(re.findall(r"(?im)^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", Path(dockerfile).read_text()))
+    return declared | PREDEFINED_BUILD_ARGS
+
+
 def dockerfile_arg_defaults(dockerfile: str | Path) -> dict[str, str]:
     """The ``ARG NAME=default`` values of a Dockerfile (last one wins, as for a build)."""
     defaults: dict[str, str] = {}
@@ -112,11 +124,44 @@ def dockerfile_arg_defaults(dockerfile: str | Path) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 # the engine
 # --------------------------------------------------------------------------------------------
+DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+
+
+class NoEngineError(ContainerError):
+    """No Docker engine answers where DOCKER_HOST (or the default socket) points."""
+
+
+def engine_address() -> str:
+    """Where the SDK looks for the engine: DOCKER_HOST, else the default socket."""
+    return os.environ.get("DOCKER_HOST") or f"{DEFAULT_ENGINE} (the default; DOCKER_HOST is not set)"
+
+
+def no_engine_message(why: str) -> str:
+    """One line: where no engine answered, why, and how to point at one."""
+    return (f"no Docker engine answers at {engine_address()}: {why}; start one (dockerd), or point "
+            f"DOCKER_HOST at it (e.g. DOCKER_HOST=unix:///run/user/$UID/docker.sock or tcp://HOST:2375), "
+            f"or run without containers: --config runtime=local")
+
+
 def client(timeout: float = 600):
-    """A client of the engine named by DOCKER_HOST (or the default socket); the caller closes it."""
+    """A client of the engine named by DOCKER_HOST (or the default socket); the caller closes it.
+    NoEngineError, in one line, when none answers there."""
     import docker
 
-    return docker.from_env(timeout=timeout)
+    try:
+        return docker.from_env(timeout=timeout)
+    except docker.errors.DockerException as err:
+        raise NoEngineError(no_engine_message(_root_cause(err))) from None
+
+
+def _root_cause(err: BaseException) -> str:
+    """The innermost reason of a connection error, e.g. "No such file or directory" for a missing socket."""
+    text = " ".join(str(err).split())
+    for reason in ("No such file or directory", "Permission denied", "Connection refused", "timed out",
+                   "Name or service not known"):
+        if reason in text:
+            return reason
+    return text[:200]
 
 
 def engine_answers(timeout: float = 5.0) -> bool:

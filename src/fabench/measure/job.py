@@ -35,7 +35,7 @@ from fabench.measure.gpu_state import GpuState
 from fabench.measure.merge import PRIVATE_KEY, SKIPPED_KEY
 from fabench.measure.runner import MEASURING_ENV
 from fabench.measure.timing import DEVICE_TIME_METHODS
-from fabench.config import sha256_json
+from fabench.config import SpecError, roles_error, sha256_json, timing_settings
 from fabench.files import write_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
 from fabench.shapes import shape_id
@@ -96,19 +96,6 @@ def job_settings(config: dict, platform: str, shape: dict) -> dict:
         "flops": metrics.attention_flops(shape["batch"], shape["seq"], shape["heads"], shape["head_dim"],
                                          config["causal"]),
     }
-
-
-# On a CPU the `cpu:` block may override these (config.schema.yaml gives the defaults of both).
-CPU_OVERRIDES = ("warmup", "iters", "trials", "repeats", "min_trial_ms", "max_warmup_ms")
-
-
-def timing_settings(config: dict, platform: str) -> dict:
-    """The timing block with the run's warm-up and iteration counts, CPU overrides applied."""
-    timing = {**config["timing"], "warmup": config["warmup"], "iters": config["iters"]}
-    if platform == "cpu":
-        cpu = config.get("cpu") or {}
-        timing.update({key: cpu[key] for key in CPU_OVERRIDES if key in cpu})
-    return timing
 
 
 def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int = 0) -> dict:
@@ -312,9 +299,12 @@ def _summary(entry: dict) -> str:
 def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
                     out: Path) -> None:
     """One process of the job (fabench.measure.runner starts it): measure, write for the merge.
-    A process beyond its platform's repeats (the workflow starts as many as the most any platform
-    asks for) writes only a marker that the merge skips."""
+    A process beyond its platform's repeats (the workflow planned for another platform than the
+    job found, see fabench.run_platform) writes only a marker that the merge skips."""
     platform = plat.detect()
+    problem = roles_error(spec["settings"], platform)
+    if problem:
+        raise SpecError(problem)
     wanted = timing_settings(spec["settings"], platform)["repeats"]
     if process >= wanted:
         write_json(out, {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in "

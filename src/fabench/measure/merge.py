@@ -23,8 +23,8 @@ from fabench.files import write_json
 from fabench.measure import summary
 
 PRIVATE_KEY = "_merge"  # per-process data a process leaves for the merge; never in a job's result
-# A process file that is no measurement: a process beyond its platform's repeats (a CPU's
-# cpu.repeats), which measured nothing and is left out of the merge.
+# A process file that is no measurement: a process beyond its platform's repeats (planned for a
+# GPU that the job did not find), which measured nothing and is left out of the merge.
 SKIPPED_KEY = "_skipped"
 # A process file made for a process that wrote no result (killed, crashed): every backend failed
 # with why. Kept only when no process of the job measured; otherwise only its exit is recorded.
@@ -61,20 +61,75 @@ def _where(results: list[dict], index: int) -> dict:
     return {}
 
 
+class ProcessFileError(ValueError):
+    """A process file the merge cannot use: the message names the file and what is wrong, on one line."""
+
+
+REDO = "delete it and run the same command to measure that process again"
+# What the merge reads of a process's result, and the type of each.
+PROCESS_KEYS = {"run": str, "variant": str, "shape_id": str, "platform": str, "method": dict, "backends": dict,
+                "provenance": dict, "reference": dict}
+
+
+def read_process_file(path: Path) -> dict:
+    """A process file as the merge needs it, or ProcessFileError naming the file and the problem."""
+    try:
+        value = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise ProcessFileError(f"{path}: no such process file") from None
+    except OSError as err:
+        raise ProcessFileError(f"{path}: cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ProcessFileError(f"{path} is not a process result (not text); {REDO}") from None
+    except json.JSONDecodeError as err:
+        raise ProcessFileError(f"{path} is not a process result (not JSON: {err.msg} at line {err.lineno}, "
+                               f"column {err.colno}); {REDO}") from None
+    if isinstance(value, dict) and SKIPPED_KEY in value:
+        return value
+    missing = [key for key, kind in PROCESS_KEYS.items() if not isinstance(value, dict)
+               or not isinstance(value.get(key), kind)]
+    if missing:
+        what = f"a JSON {type(value).__name__}" if not isinstance(value, dict) else "without " + ", ".join(missing)
+        raise ProcessFileError(f"{path} is not a process result ({what}); {REDO}")
+    return value
+
+
 def merge_files(paths: list[Path]) -> dict:
     """The job's result from its process files (written by `python -m fabench.measure --process N`)."""
-    loaded = [json.loads(Path(path).read_text()) for path in paths]
-    results = sorted((r for r in loaded if SKIPPED_KEY not in r), key=lambda r: r["provenance"].get("process", 0))
+    loaded = {Path(path): read_process_file(path) for path in paths}
+    results = sorted((r for r in loaded.values() if SKIPPED_KEY not in r),
+                     key=lambda r: r["provenance"].get("process", 0))
     if not results:
-        raise ValueError(f"no process file among {[str(p) for p in paths]} holds a measurement")
+        raise ProcessFileError(f"no process file among {', '.join(map(str, paths))} holds a measurement")
+    _same_job(loaded)
     exits = sorted((e for r in results for e in r["method"].get("process_exits", [])), key=lambda e: e["index"])
     measured = [r for r in results if not r.get(PROCESS_FAILED_KEY)]
     if measured:
-        return merge(measured, exits)
+        try:
+            return merge(measured, exits)
+        except (KeyError, TypeError, ValueError, IndexError) as err:  # a file edited or cut inside
+            names = ", ".join(str(p) for p, r in loaded.items() if SKIPPED_KEY not in r)
+            raise ProcessFileError(f"the process files {names} do not merge ({type(err).__name__}: {err}): one "
+                                   f"of them is not as its process wrote it; {REDO}") from None
     failed = copy.deepcopy(results[0])
     failed.pop(PROCESS_FAILED_KEY)
     failed["method"]["process_exits"] = exits
     return failed
+
+
+def _same_job(loaded: dict[Path, dict]) -> None:
+    """Every process file measured the same job with the same backends (not a file of another job)."""
+    first_path, first = next((p, r) for p, r in loaded.items() if SKIPPED_KEY not in r)
+    for path, result in loaded.items():
+        if SKIPPED_KEY in result:
+            continue
+        for key in ("run", "variant", "shape_id"):
+            if result[key] != first[key]:
+                raise ProcessFileError(f"{path}: {key} {result[key]!r} differs from {first[key]!r} of {first_path} "
+                                       f"(a process file of another job?); {REDO}")
+        if set(result["backends"]) != set(first["backends"]):
+            raise ProcessFileError(f"{path}: backends {sorted(result['backends'])} differ from "
+                                   f"{sorted(first['backends'])} of {first_path}; {REDO}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("processes", nargs="+", type=Path, help="the job's process files, any order")
     args = parser.parse_args(argv)
-    write_json(args.out, merge_files(args.processes))
+    try:
+        merged = merge_files(args.processes)
+    except ProcessFileError as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 1
+    write_json(args.out, merged)
     return 0
 
 

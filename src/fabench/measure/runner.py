@@ -13,8 +13,9 @@ With --process N it runs only the job's process N and writes that process's resu
 merge (`python -m fabench.measure.merge`): the workflow runs a job's processes as jobs of their
 own, in rounds across the run, so that the processes of one cell lie minutes apart and a drift
 of the machine over minutes shows in the spread between them (see workflow/rules/benchmark.smk).
-A process beyond its platform's count (a CPU measures in cpu.repeats processes) writes a marker
-that the merge skips.
+The workflow plans the count of the platform its jobs run on (fabench.run_platform); a process
+beyond the count of the platform the job finds (a plan for a GPU the job cannot see) writes a
+marker that the merge skips.
 
 A process that writes no result (killed, crashed) is recorded in the result's method; when none
 writes one, the job's result says so for every backend instead of the job ending without one.
@@ -35,6 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fabench.config import SpecError, spec_error
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
@@ -45,10 +47,47 @@ from fabench.watchdog import watch_workflow
 JOB_MODULE = "fabench.measure.job"
 
 
+USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line (no usage block), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+
+
+def job_spec_arg(text: str) -> dict:
+    """--spec: JSON holding every block of a job spec (fabench.config.job_spec)."""
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg} at column {err.colno})") from None
+    problem = spec_error(spec)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return spec
+
+
+def aiter_config_arg(text: str) -> Path:
+    """--aiter-config: a JSON object in a file (the variant's patched config, rule patch_config)."""
+    path = Path(text)
+    try:
+        value = json.loads(path.read_bytes())
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{path}: {err.strerror}") from None
+    except ValueError as err:  # not JSON, or not text
+        raise argparse.ArgumentTypeError(f"{path} is not JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{path} holds a JSON {type(value).__name__}, not aiter's config object")
+    return path
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=json.loads, help="the job spec, JSON (fabench.config.job_spec)")
-    parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
+    parser = Parser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=job_spec_arg,
+                        help="the job spec, JSON (fabench.config.job_spec)")
+    parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
     parser.add_argument("--process", type=int, metavar="N",
@@ -64,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.process_index is not None:
         from fabench.measure.job import measure_to_file
 
-        measure_to_file(args.spec, args.aiter_config, commit, args.process_index, args.out)
+        try:
+            measure_to_file(args.spec, args.aiter_config, commit, args.process_index, args.out)
+        except SpecError as err:  # the spec does not fit this host (no roles for its platform)
+            print(f"python -m fabench.measure: error: {err}", file=sys.stderr, flush=True)
+            os._exit(USAGE)
         # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
         # (Inductor's compile workers, atexit hooks), for every process of every job.
         sys.stdout.flush()
@@ -90,6 +133,8 @@ def one_process(args: argparse.Namespace, commit: str | None) -> int:
     """The job's process N alone: its result, with how it ended, for the merge. When it writes
     none, a result that says so for every backend (the merge keeps the other processes' figures)."""
     result, ended = measured(args, commit, args.process)
+    if refused(result, ended):
+        return USAGE
     if result is None:
         result = _without_result(args, commit, [ended])
         result[PROCESS_FAILED_KEY] = True
@@ -107,6 +152,8 @@ def coordinate(args: argparse.Namespace, commit: str | None) -> int:
     index = 0
     while index < wanted:
         result, ended = measured(args, commit, index)
+        if refused(result, ended):
+            return USAGE
         processes.append(ended)
         if result is not None:
             results.append(result)
@@ -131,6 +178,11 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
         code = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
     return result, {"index": index, "exit_code": code, "wrote_result": result is not None}
+
+
+def refused(result: dict | None, ended: dict) -> bool:
+    """The process refused the spec (its one line is on stderr already): no result to write."""
+    return result is None and ended["exit_code"] == USAGE
 
 
 def runner_command() -> list[str]:

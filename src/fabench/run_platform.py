@@ -1,0 +1,95 @@
+"""The platform a run's jobs will measure on (rocm, cuda or cpu), known when the workflow plans them.
+
+The plan needs it twice: how many measuring processes a job has (a CPU's cpu.repeats, a GPU's
+timing.repeats), and which platform's roles the config must give. Importing torch to ask would
+cost the planner seconds (and a GPU context), so the answer comes from what torch would see:
+
+- FABENCH_PLATFORM, when set: the planner is told (it runs on another host than the jobs);
+- in a container (runtime docker): rocm when this host has AMD's device nodes, which the job's
+  container gets (fabench.container.job); else cpu, the container sees no GPU;
+- on this host (runtime local): the build of the installed torch (its torch/version.py, read, not
+  imported) and the GPU device nodes of that vendor, unless the *_VISIBLE_DEVICES variables hide
+  every device.
+
+A job still detects its platform itself (fabench.measure.platform). Where the two disagree, a
+process the job's platform does not need writes a marker the merge skips, and the result's
+`method.process_exits` shows how many processes measured.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from pathlib import Path
+
+from fabench.container.job import rocm_devices_present
+
+PLATFORMS = ("rocm", "cuda", "cpu")
+PLATFORM_ENV = "FABENCH_PLATFORM"
+# Said with an error about the planned platform: how it was found, and how to name another.
+PLATFORM_HINT = (f"the platform is this host's (its torch build and GPU devices, or the devices a container "
+                 f"gets); {PLATFORM_ENV}=rocm, cuda or cpu names another")
+# The variables that hide devices from torch on each platform, and the values that hide every one.
+HIDING_VARIABLES = {"rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+                    "cuda": ("CUDA_VISIBLE_DEVICES",)}
+NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")  # dxg: CUDA under WSL2
+
+
+class PlatformError(ValueError):
+    """FABENCH_PLATFORM names no platform: the one line says what it may be."""
+
+
+def planned_platform(docker: bool) -> str:
+    """The platform the run's jobs will measure on (see the module's docstring for how)."""
+    told = os.environ.get(PLATFORM_ENV, "").strip()
+    if told:
+        if told not in PLATFORMS:
+            raise PlatformError(f"{PLATFORM_ENV}: {told!r} is not a platform (expected one of {', '.join(PLATFORMS)})")
+        return told
+    if docker:
+        return "rocm" if rocm_devices_present() else "cpu"
+    build = torch_build()
+    if build == "rocm" and rocm_devices_present() and not devices_hidden("rocm"):
+        return "rocm"
+    if build == "cuda" and any(os.path.exists(node) for node in NVIDIA_DEVICE_NODES) and not devices_hidden("cuda"):
+        return "cuda"
+    return "cpu"
+
+
+def devices_hidden(platform: str) -> bool:
+    """A *_VISIBLE_DEVICES variable set to nothing (or -1) hides every GPU from torch."""
+    for name in HIDING_VARIABLES[platform]:
+        value = os.environ.get(name)
+        if value is not None and (value.strip() == "" or value.strip().startswith("-1")):
+            return True
+    return False
+
+
+def torch_build() -> str | None:
+    """rocm, cuda or cpu: which build of torch is installed (None: no torch), from its version.py."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        values = _assignments(version_file.read_text())
+    except (OSError, SyntaxError):
+        return None
+    if values.get("hip"):
+        return "rocm"
+    return "cuda" if values.get("cuda") else "cpu"
+
+
+def _assignments(source: str) -> dict:
+    """The constant `name = value` (and `name: T = value`) lines of a module, without running it."""
+    values = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    values[target.id] = node.value.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and isinstance(node.value, ast.Constant):
+            values[node.target.id] = node.value.value
+    return values
