@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
+from fabench.measure.invocation import job_arguments, measuring_environment
 from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
 from fabench.watchdog import watch_workflow
 
@@ -41,14 +41,10 @@ JOB_MODULE = "fabench.measure.job"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=json.loads, help="the job spec, JSON (fabench.config.job_spec)")
-    parser.add_argument("--aiter-config", type=Path, help="the variant's patched aiter MHA config JSON")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    parser = job_arguments(argparse.ArgumentParser(prog="python -m fabench.measure",
+                                                   description=__doc__.splitlines()[0]))
     parser.add_argument("--process", type=int, metavar="N",
                         help="run only the job's process N (0-based) and write its result for the merge")
-    parser.add_argument("--process-index", type=int, help="internal: measure in this process, as repeat N")
     return parser.parse_args(argv)
 
 
@@ -56,15 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     watch_workflow()
     commit = args.project_commit or git_commit(Path(__file__).parent)
-    if args.process_index is not None:
-        from fabench.measure.job import measure_to_file
-
-        measure_to_file(args.spec, args.aiter_config, commit, args.process_index, args.out)
-        # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
-        # (Inductor's compile workers, atexit hooks), for every process of every job.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
     if args.process is not None:
         return one_process(args, commit)
     return coordinate(args, commit)
@@ -152,16 +139,6 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
     if stopped:
         raise SystemExit(128 + stopped[0])
     return code
-
-
-# Inductor compiles in a pool of worker processes that start (each importing torch) while the
-# job measures: CPU load that enters every host-side figure, and their shutdown delays the exit.
-# One compile thread compiles in the measuring process itself; a value set by the caller wins.
-MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-
-
-def measuring_environment() -> dict:
-    return {**MEASURING_ENV, **os.environ}
 
 
 def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:

@@ -1,5 +1,6 @@
-"""Statistics over trials on known samples: the CI of the median, spread, the stability verdict,
-the do_bench cross-check and the merge of several processes' trials. No torch needed."""
+"""The analysis stage on known samples: stability, the entry's figures, the independent checks
+(do_bench, the profiler), the merge of several processes' raw trials, the run's pooled-noise
+intervals, the three-way verdict, steps in a series and the peers' rules. No torch needed."""
 
 from __future__ import annotations
 
@@ -7,38 +8,11 @@ import math
 
 import pytest
 
-from fabench.measure import merge, stats, summary
+from fabench.analysis import analyse_run, peers, verdict
+from fabench.analysis import entry as analysis
+from fabench.analysis.noise import POOL_CELLS
+from fabench.measure import merge
 from fabench.results.contract import backend_entry
-
-
-@pytest.mark.parametrize("n, k, cover", [
-    (5, 1, 1 - 2 / 32),            # [min, max] of 5: 93.75%, no 95% interval exists
-    (6, 1, 1 - 2 / 64),            # 96.9%
-    (10, 2, 1 - 2 * 11 / 1024),    # [x(2), x(9)]: 97.9%
-    (20, 6, 1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2**20),  # [x(6), x(15)]: 95.9%
-])
-def test_order_statistic_ci_takes_the_narrowest_interval_that_still_covers(n, k, cover):
-    assert stats.ci_rank(n) == k
-    assert stats.coverage(n, k) == pytest.approx(cover)
-    if k > 1 or n >= 6:
-        assert stats.coverage(n, k) >= 0.95
-    assert stats.coverage(n, k + 1) < 0.95 or k + 1 > (n + 1) // 2
-
-
-def test_summary_of_known_samples():
-    samples = [1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.8, 1.0, 1.02, 0.98]
-    got = stats.summary(samples)
-    ordered = sorted(samples)
-    assert got["median"] == pytest.approx(1.0)
-    assert got["ci95"] == [ordered[1], ordered[8]]  # x(2), x(9) of 10
-    assert got["spread"] == pytest.approx(1.2 / 0.8 - 1)
-    assert got["n"] == 10
-    assert "n=10: [x(2), x(9)], coverage 97.9%" in stats.ci_description(10)
-    assert "below 95%" in stats.ci_description(3) and "[x(1), x(3)], coverage 75.0%" in stats.ci_description(3)
-
-
-def test_one_trial_has_no_spread_and_a_degenerate_interval():
-    assert stats.summary([2.0]) == {"median": 2.0, "ci95": [2.0, 2.0], "spread": 0.0, "n": 1}
 
 
 def trial(process, index, wall, device):
@@ -48,23 +22,23 @@ def trial(process, index, wall, device):
 
 def test_verdict_judges_the_device_figure_and_names_every_problem():
     steady = [trial(0, i, wall, 0.100 + 0.001 * i) for i, wall in enumerate([0.2, 0.4, 0.3])]  # noisy wall
-    got = stats.trial_stats(steady, 0.03)
+    got = analysis.trial_stats(steady, 0.03, [])
     assert got["stable"] and got["unstable_reason"] is None  # the host's noise does not decide it
     drifting = [trial(0, i, 0.2, device) for i, device in enumerate([0.100, 0.102, 0.110])]
-    got = stats.trial_stats(drifting, 0.03, ["process 0 trial 1: warm-up did not settle within 1000 ms"])
+    got = analysis.trial_stats(drifting, 0.03, ["process 0 trial 1: warm-up did not settle within 1000 ms"])
     assert not got["stable"]
     assert got["unstable_reason"].startswith("trials spread 10.0% (max/min - 1 over 3 trials) exceeds 3.0%")
     assert "warm-up did not settle" in got["unstable_reason"]
 
 
 def test_cpu_trials_are_judged_on_the_wall_figure():
-    got = stats.trial_stats([trial(0, i, wall, None) for i, wall in enumerate([10.0, 10.1, 14.0])], 0.05)
+    got = analysis.trial_stats([trial(0, i, wall, None) for i, wall in enumerate([10.0, 10.1, 14.0])], 0.05, [])
     assert got["device_ms"] is None and not got["stable"] and "40.0%" in got["unstable_reason"]
 
 
 def test_entry_summary_is_the_median_over_trials_and_the_host_overhead():
     entry = backend_entry("X", trials=[trial(0, 0, 0.30, 0.10), trial(0, 1, 0.32, 0.11), trial(0, 2, 0.31, 0.12)])
-    summary.complete_entry(entry, 1e9, 0.5, [])
+    analysis.analyse_entry(entry, {"platform": "cpu", "flops": 1e9, "method": {"stable_spread": 0.5}})
     assert entry["wall_mean_ms"] == pytest.approx(0.31)
     assert entry["device_ms"]["median"] == pytest.approx(0.11) and entry["device_ms"]["n"] == 3
     assert entry["host_overhead_ms"] == pytest.approx(0.20)
@@ -79,7 +53,7 @@ def test_entry_summary_is_the_median_over_trials_and_the_host_overhead():
     ([], None, None, "Triton is not installed"),
 ])
 def test_cross_check_with_do_bench(values, device, agrees, words):
-    got = summary.cross_check(values, device, 0.03, "Triton is not installed" if not values else None)
+    got = analysis.do_bench_check(values, device, 0.03, "Triton is not installed" if not values else None)
     assert got["agrees"] is agrees
     assert (got["reason"] is None) if words is None else (words in got["reason"])
 
@@ -87,15 +61,15 @@ def test_cross_check_with_do_bench(values, device, agrees, words):
 def test_do_bench_cannot_judge_a_call_that_takes_longer_to_queue_than_to_run():
     # Compiled FlexAttention at (4,1024,8,64) on an H200: kernel 0.039 ms, 0.072 ms on the host,
     # do_bench 0.052 ms (and 0.140 ms in a process whose calls took 0.149 ms on the host).
-    got = summary.cross_check([0.0508, 0.0523], 0.0389, 0.03, None, [0.073, 0.072])
+    got = analysis.do_bench_check([0.0508, 0.0523], 0.0389, 0.03, None, [0.073, 0.072])
     assert got["agrees"] is None and got["reason"].startswith("do_bench host-bound")
-    assert summary.cross_check([0.0250], 0.0251, 0.03, None, [0.020])["agrees"] is True
+    assert analysis.do_bench_check([0.0250], 0.0251, 0.03, None, [0.020])["agrees"] is True
 
 
 def process_result(process, devices, kernels_sha="a" * 64):
     entry = backend_entry("X", trials=[trial(process, i, 0.3, d) for i, d in enumerate(devices)],
                           kernels={"names": ["k"], "launch": {"num_stages": 1}, "source_sha256": kernels_sha})
-    entry["_merge"] = {"notes": [], "do_bench": [devices[0]], "do_bench_reason": None}
+    entry["trials"][0].update(do_bench_ms=devices[0], host_call_ms=0.01)
     return {"platform": "cuda", "flops": 1e9, "reference": {"status": "ok", "failure_kind": None, "reason": None},
             "method": {"stable_spread": 0.03, "cross_check": {"tolerance": 0.03}, "device_fallbacks": {}},
             "backends": {"x": entry}, "provenance": {"process": process, "finished": f"t{process}"}}
@@ -106,7 +80,7 @@ def test_merging_processes_pools_their_trials_and_sees_a_process_that_differs():
     entry = same["backends"]["x"]
     assert [(t["process"], t["index"]) for t in entry["trials"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert entry["stats"]["stable"] and entry["stats"]["device_ms"]["n"] == 4
-    assert "_merge" not in entry and same["provenance"]["finished"] == "t1"
+    assert entry["observations"] == {"notes": [], "do_bench_reason": None} and same["provenance"]["finished"] == "t1"
     assert entry["cross_check"]["agrees"] is True
     bimodal = merge.merge([process_result(0, [0.046, 0.046]), process_result(1, [0.122, 0.121], "b" * 64)], [])
     entry = bimodal["backends"]["x"]
@@ -115,37 +89,20 @@ def test_merging_processes_pools_their_trials_and_sees_a_process_that_differs():
     assert entry["cross_check"]["agrees"] is None  # do_bench saw the two processes differ too
 
 
-def test_the_ci_covers_the_processes_when_they_disagree_more_than_their_trials():
-    """Two processes, each tight, 3% apart: the pooled order-statistic interval is [min, max] of the
-    six trials, but the processes are the independent replicates, so the t-interval over their two
-    medians (t = 12.706 at one degree of freedom) sets the width."""
-    trials = [1.00, 1.00, 1.01, 1.03, 1.03, 1.04]
-    processes = [0, 0, 0, 1, 1, 1]
-    lo, hi = stats.summary(trials, processes)["ci95"]
-    half = 12.706 * math.sqrt(2 * 0.015**2) / math.sqrt(2)  # stdev of (1.00, 1.03) over sqrt(2)
-    assert lo == pytest.approx(1.015 - half) and hi == pytest.approx(1.015 + half)
-    # One process: the order-statistic interval alone, [min, max] of six trials.
-    assert stats.summary(trials)["ci95"] == [1.00, 1.04]
-    # Processes that agree exactly add nothing beyond the trials' own interval.
-    assert stats.summary([1.0, 1.02, 1.0, 1.02], [0, 0, 1, 1])["ci95"] == [1.0, 1.02]
-    assert "2 processes" in stats.trial_stats(
-        [{"wall_mean_ms": v, "device_ms": v, "process": p} for v, p in zip(trials, processes)], 0.03)["ci_method"]
-
-
 def test_a_power_capped_cell_whose_clock_moved_is_not_judged_against_do_bench():
     def trial(clock, slowdown="software power cap"):
         return {"device_ms": 0.494, "clock_slowdown": slowdown,
                 "gpu_state": {"start": None, "end": {"sm_clock_mhz": clock}}}
 
     moved = [trial(1680), trial(1785), trial(1710)]
-    got = summary.cross_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], moved)
+    got = analysis.do_bench_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], moved)
     assert got["agrees"] is None and "power-capped" in got["reason"] and "1680-1785 MHz" in got["reason"]
     # Held down but steady: judged as usual (here: 3.6% apart, so it differs).
     steady = [trial(1710), trial(1710), trial(1725)]
-    assert summary.cross_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], steady)["agrees"] is False
+    assert analysis.do_bench_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], steady)["agrees"] is False
     # Clocks that moved without any slowdown reported (idle clocks coming up) are not a cap.
     free = [trial(1680, None), trial(1980, None)]
-    assert summary.cross_check([0.4950], 0.494, 0.03, None, [0.05], free)["agrees"] is True
+    assert analysis.do_bench_check([0.4950], 0.494, 0.03, None, [0.05], free)["agrees"] is True
 
 
 def test_a_power_capped_cell_whose_device_loop_ran_at_another_clock_than_do_bench_is_not_judged():
@@ -156,10 +113,10 @@ def test_a_power_capped_cell_whose_device_loop_ran_at_another_clock_than_do_benc
                 "gpu_state": {"start": None, "device_loop_sm_clock_mhz": device_loop, "end": {"sm_clock_mhz": end}}}
 
     apart = [trial(1830, 1710), trial(1845, 1710), trial(1830, 1695)]
-    got = summary.cross_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], apart)
+    got = analysis.do_bench_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], apart)
     assert got["agrees"] is None and "1695-1845 MHz" in got["reason"] and "device loops" in got["reason"]
     together = [trial(1710, 1710), trial(1695, 1710), trial(1710, 1695)]
-    assert summary.cross_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], together)["agrees"] is False
+    assert analysis.do_bench_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], together)["agrees"] is False
     # Medians within the tolerance agree, whatever the clocks did.
-    assert summary.cross_check([0.5015, 0.5010], 0.4932, 0.03, None, [0.05], apart) == {
+    assert analysis.do_bench_check([0.5015, 0.5010], 0.4932, 0.03, None, [0.05], apart) == {
         "do_bench_ms": pytest.approx(0.50125), "agrees": True, "reason": None}
