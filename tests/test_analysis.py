@@ -4,7 +4,8 @@ intervals, the three-way verdict, steps in a series and the peers' rules. No tor
 
 from __future__ import annotations
 
-import math
+import json
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,80 @@ def test_a_power_capped_cell_whose_device_loop_ran_at_another_clock_than_do_benc
     # Medians within the tolerance agree, whatever the clocks did.
     assert analysis.do_bench_check([0.5015, 0.5010], 0.4932, 0.03, None, [0.05], apart) == {
         "do_bench_ms": pytest.approx(0.50125), "agrees": True, "reason": None}
+
+
+# ---------------------------------------------------------------- the run's intervals, the verdict
+
+H200 = Path(__file__).resolve().parents[1] / "examples" / "h200" / "archive" / "cuda-13.0"
+
+
+def h200_cells(entry: str) -> dict:
+    run = analyse_run(json.loads(next(H200.glob(f"{entry}-*")).joinpath("results.json").read_text()))
+    return {(r["variant"], r["shape_id"], n): b for r in run["results"] for n, b in r["backends"].items()
+            if b["status"] == "ok"}
+
+
+def test_on_the_committed_h200_pair_the_prediction_interval_holds_and_the_detector_sees_two_percent():
+    a, b = h200_cells("0001"), h200_cells("0002")
+    outside = [sum(not (x[k]["stats"]["device_ms"]["pi95"][0] <= y[k]["stats"]["device_ms"]["median"]
+                        <= x[k]["stats"]["device_ms"]["pi95"][1]) for k in x) for x, y in ((a, b), (b, a))]
+    assert all(count <= 5 for count in outside)  # 95% PI over 50 cells: P(Bin(50, 5%) >= 6) = 3.8%
+    reruns = [verdict.compare_cell(a[k], b[k])["verdict"] for k in a]
+    assert reruns.count("changed") == 0
+    stable = [k for k in a if a[k]["stats"]["stable"] and b[k]["stats"]["stable"]]
+    slower = [scaled(b[k], 1.02) for k in stable]
+    flagged = sum(verdict.compare_cell(a[k], s)["flag"] == "regression" for k, s in zip(stable, slower))
+    assert flagged >= 0.9 * len(stable)
+    assert "pooled over the 16 cells" in a[stable[0]]["stats"]["ci_method"] and POOL_CELLS == 16
+
+
+def scaled(entry: dict, factor: float) -> dict:
+    out = json.loads(json.dumps(entry))
+    out["stats"]["device_ms"]["median"] *= factor
+    return out
+
+
+def test_other_hardware_is_never_a_regression():
+    noise = {"sigma": 0.002, "df": 16, "replicates": 2}
+    h200 = {"platform": "cuda", "device": "NVIDIA H200", "arch": "sm_90", "cards": ["GPU-a"]}
+    h100 = {**h200, "device": "NVIDIA H100 80GB HBM3", "cards": ["GPU-b"]}
+    old = {"status": "ok", "stats": {"stable": True, "device_ms": {"median": 1.0, "noise": noise}}}
+    new = {"status": "ok", "stats": {"stable": True, "device_ms": {"median": 1.16, "noise": noise}}}
+    assert verdict.compare_cell(old, new, hardware=(h200, h200))["flag"] == "regression"
+    got = verdict.compare_cell(old, new, hardware=(h200, h100))
+    assert got["verdict"] == "cannot tell" and got["flag"] == "hardware" and "H100" in got["why"]
+    # Another card of the same model is the same hardware (the cards are named, not compared).
+    other_card = {**h200, "cards": ["GPU-c"]}
+    assert verdict.compare_cell(old, new, hardware=(h200, other_card))["flag"] == "regression"
+
+
+def test_a_step_in_a_series_is_named_where_it_happens():
+    noise = {"sigma": 0.002, "df": 16, "replicates": 2}
+    series = [(f"run{i}", {"median": m, "noise": noise}) for i, m in enumerate([1.0, 1.001, 0.999, 1.03, 1.031])]
+    step = verdict.find_step(series)
+    assert step["before"] == "run2" and step["after"] == "run3" and 1.025 < step["ratio"] < 1.035
+    assert verdict.find_step([(i, {**f, "median": 1.0}) for i, f in series]) is None
+    assert verdict.find_step(series[:2]) is None  # a pair is the pairwise verdict's job
+
+
+def test_the_peers_rules_on_known_samples():
+    old = [1.00, 1.01, 1.00, 1.01, 1.00, 1.01]
+    assert not peers.asv_changed(old, [v * 1.05 for v in old])  # below asv's factor 1.1
+    # Six samples against six: the smallest two-sided Mann-Whitney p is 2/924 > 0.002, so asv
+    # cannot flag any change on our trial counts.
+    assert not peers.asv_changed(old, [v * 1.5 for v in old])
+    assert peers.asv_changed(old * 2, [v * 1.5 for v in old * 2])
+    assert peers.nvbench_verdict(old, [v * 1.02 for v in old]) == "SLOW"
+    assert peers.nvbench_verdict(old, [v * 0.98 for v in old]) == "FAST"
+    assert peers.nvbench_verdict(old, old) == "SAME"
+
+
+def test_the_profiler_judges_a_cell_that_do_bench_cannot():
+    trials = [dict(trial(0, i, 0.06, 0.0247), do_bench_ms=d, host_call_ms=0.05, profiler_ms=0.0246)
+              for i, d in enumerate([0.0251, 0.0304, 0.0244])]
+    check = analysis.cross_checks(trials, 0.0247, 0.03, {"notes": [], "do_bench_reason": None})
+    assert check["agrees"] is None and "unstable" in check["reason"]
+    assert check["profiler"] == {"ms": 0.0246, "agrees": True, "reason": None}
+    assert analysis.judged(check) == {"by": "profiler", "agrees": True, "reason": None}
+    off = analysis.profiler_check([0.030], 0.0247, 0.03, trials)
+    assert off["agrees"] is False and "profiled kernels" in off["reason"]

@@ -32,6 +32,8 @@ POOL_CELLS = 16
 # Below about 0.1% the trials' figures are quantised (on an H200, cells of 25 us repeat to the
 # last digit between processes); a pooled estimate of zero noise would call any change real.
 FLOOR = 0.001
+# A cell's own noise estimate overrides a smaller pooled one from this many degrees of freedom.
+OWN_DF = 2
 
 
 def _cells(results: list[dict], metric: str) -> list[dict]:
@@ -92,7 +94,8 @@ def add_intervals(results: list[dict], metric: str) -> None:
         if not df:
             figure.update(ci95=None, pi95=None, noise=None)
             continue
-        sigma = math.sqrt(variance + FLOOR**2)
+        # A cell noisier than its neighbours keeps its own noise: pooling must not hide it.
+        sigma = math.sqrt(max(variance, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + FLOOR**2)
         t = stats.t_quantile(stats.two_sided(LEVEL), df)
         figure["ci95"] = interval(figure["median"], t * sigma / math.sqrt(replicates))
         figure["pi95"] = interval(figure["median"], t * sigma * math.sqrt(2.0 / replicates))
