@@ -21,7 +21,8 @@ from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries, load_entry, natural_key, resolve_entry, verify_entry
 from fabench.results.archive_run_check import IncompleteRun
 from fabench.results.archive_store import AlreadyArchived, archive_run, store_entry
-from fabench.results.compare import V1_REASON, compare_cells, compare_entries, published_flags
+from fabench.analysis.verdict import compare_cell
+from fabench.results.compare import V1_REASON, compare_entries, published_flags
 from fabench.results.compare_markdown import render_markdown
 from support.runs import (CPU, CUDA_13_0, ROCM_6_4, ROCM_7_0, edit_backend, make_run, read_results,
                           v2_schema, write_results, write_v2_schema)
@@ -247,7 +248,7 @@ def test_two_labels_compare_with_the_right_rows(two_runs):
     assert cells[1]["vs_previous"]["entry"] == cells[0]["entry"] and cells[1]["vs_previous"]["metric"] == "device_ms"
     assert cells[1]["vs_baseline"] is None  # previous is the baseline
     assert comparison["flags"] == []
-    assert "AND the two 95% confidence intervals do not overlap" in render_markdown(comparison)
+    assert "beyond the two runs' pooled noise" in render_markdown(comparison)
 
 
 def test_regression_beyond_the_noise_is_flagged(two_runs):
@@ -256,7 +257,7 @@ def test_regression_beyond_the_noise_is_flagged(two_runs):
     comparison = compared(old, new, root)
     assert flags_of(comparison, "regression") == [CELL]
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
-    assert found["flag"] == "regression" and 1.10 < found["ratio"] < 1.14 and "do not overlap" in found["why"]
+    assert found["flag"] == "regression" and 1.10 < found["ratio"] < 1.14 and "beyond the noise" in found["why"]
     markdown = render_markdown(comparison)
     assert "**Regressions** (1):" in markdown and "**regression**" in markdown
 
@@ -269,25 +270,30 @@ def test_improvement_is_flagged(two_runs):
 
 def test_same_change_inside_the_noise_is_not_flagged(two_runs):
     old, new, root = two_runs
-    edit_backend(old, *CELL, noise=0.10, seed=3)
-    edit_backend(new, *CELL, factor=1.12, noise=0.10, seed=4)
+    edit_backend(old, *CELL, noise=0.30, seed=3)
+    edit_backend(new, *CELL, factor=1.12, noise=0.30, seed=4)
     comparison = compared(old, new, root)
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
-    assert found["ratio"] > 1.05 and found["flag"] == "unchanged" and "overlap: within the noise" in found["why"]
-    assert comparison["flags"] == []
+    # +12% injected under ±30% trial noise: the verdict cannot tell, and says why.
+    assert found["verdict"] == "cannot tell" and found["flag"] in ("noisy", "unstable") and found["why"]
+    assert flags_of(comparison, "regression") == []
 
 
-def test_small_change_with_tight_intervals_is_not_flagged(two_runs):
+def test_small_change_with_tight_intervals_is_flagged_and_a_rerun_is_the_same(two_runs):
     old, new, root = two_runs
-    edit_backend(new, *CELL, factor=1.03)
-    found = row(compared(old, new, root), *CELL)["cells"][1]["vs_previous"]
-    assert found["flag"] == "unchanged" and "within the 5% threshold" in found["why"]
+    edit_backend(new, *CELL, factor=1.03)  # the fixture's noise is 0.4%: a 3% step is beyond it
+    comparison = compared(old, new, root)
+    found = row(comparison, *CELL)["cells"][1]["vs_previous"]
+    assert found["flag"] == "regression" and found["detectable"] < 0.03
+    untouched = row(comparison, "default", CELL[1], "native")["cells"][1]["vs_previous"]
+    assert untouched["verdict"] == "same" and "would have been detected" in untouched["why"]
 
 
 def test_threshold_is_configurable(two_runs):
     old, new, root = two_runs
     edit_backend(new, *CELL, factor=1.03)
-    assert flags_of(compared(old, new, root, threshold=0.02), "regression") == [CELL]
+    assert flags_of(compared(old, new, root, threshold=0.05), "regression") == []
+    assert flags_of(compare_entries(list_entries(root), threshold=0.02), "regression") == [CELL]
 
 
 def test_unstable_cell_is_never_flagged(two_runs):
@@ -317,7 +323,7 @@ def test_ok_to_failed_is_a_regression_with_the_reason_and_back_an_improvement(tm
 def test_baseline_entry_is_compared_with_every_later_one(tmp_path):
     runs = [make_run(tmp_path / f"r{i}", "mi300x", versions={**ROCM_7_0, "hip": f"7.{i}.0"}, seed=i) for i in range(3)]
     edit_backend(runs[1], *CELL, factor=1.04)
-    edit_backend(runs[2], *CELL, factor=1.08)  # +4% on each step, +8% over the baseline
+    edit_backend(runs[2], *CELL, factor=1.04 * 1.001)  # +4% on the first step only
     root = tmp_path / "archive"
     for run in runs:
         archive(run, root)
@@ -332,11 +338,13 @@ def test_baseline_entry_is_compared_with_every_later_one(tmp_path):
 
 
 def test_device_time_preferred_wall_time_otherwise():
-    stat = {"median": 1.0, "ci95": [0.99, 1.01]}
-    ok = {"status": "ok", "stable": True, "wall_mean_ms": stat, "device_ms": stat}
-    slower = {**ok, "device_ms": {"median": 1.2, "ci95": [1.19, 1.21]}}
-    assert compare_cells(ok, slower, 0.05)["metric"] == "device_ms"
-    assert compare_cells(ok, {**slower, "device_ms": None}, 0.05)["metric"] == "wall_mean_ms"
+    noise = {"sigma": 0.002, "df": 16, "replicates": 2}
+    stat = {"median": 1.0, "noise": noise}
+    ok = {"status": "ok", "stats": {"stable": True, "wall_mean_ms": stat, "device_ms": stat}}
+    slower = {"status": "ok", "stats": {**ok["stats"], "device_ms": {"median": 1.2, "noise": noise}}}
+    assert compare_cell(ok, slower)["metric"] == "device_ms"
+    without = {"status": "ok", "stats": {**slower["stats"], "device_ms": None}}
+    assert compare_cell(ok, without)["metric"] == "wall_mean_ms"
 
 
 def test_schema_v1_entry_is_refused_with_the_reason(tmp_path):

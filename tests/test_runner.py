@@ -7,6 +7,9 @@ import sys
 
 import jsonschema
 import pytest
+
+from fabench.analysis.figures import tflops
+from fabench.analysis.stats import describe
 import torch
 
 from fabench.measure import merge, metrics
@@ -49,7 +52,7 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
         assert len(backends[name]["trials"]) == 2 and {t["process"] for t in backends[name]["trials"]} == {0}
         assert backends[name]["stats"]["wall_mean_ms"]["n"] == 2 and backends[name]["device_ms"] is None
         assert backends[name]["cross_check"] is None and backends[name]["kernels"] is None
-        assert "_merge" not in backends[name]  # the per-process data stays between runner and merge
+        assert backends[name]["observations"] == {"notes": [], "do_bench_reason": None}
     assert backends["native"]["correctness"]["max_abs_err"] < 1e-5  # fp32 against the fp32 reference
     assert backends["sdpa"]["correctness"]["max_abs_err"] > 0  # fp16 really differs from fp32
     for name, why in {"ck": "needs ROCm", "triton": "needs a GPU that Triton compiles for", "sdpa_cudnn": "needs CUDA",
@@ -86,7 +89,8 @@ def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tm
     measured, kernel_config = run_job(tmp_path, config, extra=["--process", "0"], name="process-0.json")
     skipped, _ = run_job(tmp_path, config, extra=["--process", "1"], name="process-1.json")
     assert set(skipped) == {merge.SKIPPED_KEY} and "not needed" in skipped[merge.SKIPPED_KEY]
-    assert "_merge" in measured["backends"]["native"]  # the process's data for the merge
+    # A process records raw observations only: no statistic, which the merge's analysis derives.
+    assert measured["backends"]["native"]["stats"] is None and measured["backends"]["native"]["trials"]
     killed = failed_result(job_spec(config, "tuned", parse_shape_id("b1-s64-h2-d32")), kernel_config, "abc123",
                            "no process of the job wrote a result: process 2 was killed by SIGKILL")
     killed.update({merge.PROCESS_FAILED_KEY: True})
@@ -99,7 +103,7 @@ def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tm
     jsonschema.validate(job, RESULT_SCHEMA)
     assert [(p["index"], p["wrote_result"]) for p in job["method"]["process_exits"]] == [(0, True), (2, False)]
     native = job["backends"]["native"]
-    assert native["status"] == "ok" and {t["process"] for t in native["trials"]} == {0} and "_merge" not in native
+    assert native["status"] == "ok" and {t["process"] for t in native["trials"]} == {0} and native["stats"]["wall_mean_ms"]["n"] == 2
 
     alone = merge.merge_files([tmp_path / "process-2.json"])
     jsonschema.validate(alone, RESULT_SCHEMA)
@@ -179,10 +183,10 @@ def test_flex_gets_the_keys_it_understands_and_names_the_rest():
 def test_metrics():
     assert metrics.attention_flops(4, 4096, 8, 256, causal=True) == 4 * 4 * 8 * 4096**2 * 256 / 2
     assert metrics.attention_flops(1, 2, 1, 1, causal=False) == 16
-    summary = metrics.summarize([float(x) for x in range(1, 12)])
+    summary = describe([float(x) for x in range(1, 12)])
     assert (summary["median"], summary["p10"], summary["p90"], summary["n"]) == (6.0, 2.0, 10.0, 11)
-    assert metrics.tflops(1e12, 1000.0) == pytest.approx(1.0)
-    assert metrics.tflops(1e12, None) is None
+    assert tflops(1e12, 1000.0) == pytest.approx(1.0)
+    assert tflops(1e12, None) is None
 
 
 def test_the_textbook_reference_agrees_with_sdpa_math():

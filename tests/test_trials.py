@@ -13,6 +13,9 @@ import sys
 import time
 
 import jsonschema
+
+from fabench.analysis import analyse_run
+from fabench.analysis.entry import analyse_result
 import pytest
 import torch
 
@@ -51,7 +54,9 @@ def test_a_backend_whose_trials_disagree_is_flagged_unstable(monkeypatch):
     config = tiny_config(backends=["drifting", "steady"])
     config["cpu"].update(warmup=1, iters=2, trials=3)
     config["timing"]["stable_spread"] = 0.5  # generous: a busy 2-core host must not upset `steady`
-    result = run_job(job_spec(config, "tuned", SHAPE), None, "test")
+    raw = run_job(job_spec(config, "tuned", SHAPE), None, "test")
+    assert all(e["stats"] is None for e in raw["backends"].values())  # a process records no statistics
+    result = analyse_result(raw)
     drifting, steady = result["backends"]["drifting"], result["backends"]["steady"]
     for entry in (drifting, steady):
         assert entry["status"] == "ok" and len(entry["trials"]) == 3
@@ -61,7 +66,9 @@ def test_a_backend_whose_trials_disagree_is_flagged_unstable(monkeypatch):
     assert "trials spread" in drifting["stats"]["unstable_reason"]
     assert drifting["stats"]["wall_mean_ms"]["spread"] > 0.6
     assert steady["stats"]["stable"], steady["stats"]["unstable_reason"]
-    assert "coverage 75.0%" in steady["stats"]["ci_method"]  # 3 trials: [min, max], stated as such
+    # One process: the interval can only come from its trials, and says so.
+    assert "between the trials of one process" in analyse_run({"results": [result]})["results"][0][
+        "backends"]["steady"]["stats"]["ci_method"]
 
 
 def test_trials_are_interleaved_across_backends(monkeypatch):
@@ -87,9 +94,7 @@ def test_trials_are_interleaved_across_backends(monkeypatch):
 
 def test_the_schema_rejects_an_ok_backend_without_trials(tmp_path):
     config = tiny_config(backends=["native", "ck"])
-    result = run_job(job_spec(config, "tuned", SHAPE), None, "test")
-    for entry in result["backends"].values():
-        entry.pop("_merge", None)
+    result = analyse_result(run_job(job_spec(config, "tuned", SHAPE), None, "test"))
     validator = jsonschema.Draft202012Validator(result_schema())
     validator.validate(result)
     stripped = copy.deepcopy(result)

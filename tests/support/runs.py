@@ -4,10 +4,11 @@
     run_dir = make_run(tmp_path / "results", "mi300x", versions=ROCM_7_0)
 
 A run has two variants (default, tuned), four shapes at head_dim 256 and one at 64, and per backend
-six trials (three processes x two) with their statistics: the median of the trial means and a 95%
-confidence interval of it. The numbers start from the published MI300X table; each trial deviates
-by a small deterministic noise. `edit_backend` changes one backend's trials (a regression, wider
-noise, a failure) and recomputes its statistics, the way a rerun would have recorded them.
+six trials (three processes x two). The numbers start from the published MI300X table; each trial
+deviates by a small deterministic noise. Every figure derived from the trials is the analysis
+stage's (fabench.analysis), as in a real run: this module computes no statistics. `edit_backend`
+changes one backend's trials (a regression, wider noise, a failure) and derives the run again,
+the way a rerun would have recorded it.
 
 Everything written is what the runner, the collector and the renderer write: per-job files under
 <variant>/, the collected results.json, report.md, config.json, report-config.json and
@@ -19,11 +20,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import random
 from pathlib import Path
 
+from fabench.analysis import analyse_run
+from fabench.analysis.entry import analyse_result
 from fabench.results.collect import result_schema
+from fabench.results.contract import SCHEMA_VERSION
 from fabench.shapes import shape_id
 
 SHAPES = [
@@ -76,60 +79,18 @@ CPU = {"platform": "cpu", "device": "cpu", "arch": "x86_64", "driver": None, "hi
        "cudnn": None, "torch": "2.13.0+cpu", "triton": None, "aiter": None, "aiter_commit": None}
 
 PROCESSES, TRIALS_PER_PROCESS = 3, 2
-CI_METHOD = "distribution-free order statistics of the trial medians (fixture)"
-UNSTABLE_SPREAD = 0.2
 DEVICE_SHARE = 0.94  # device time / wall-clock time of a trial: the rest is launch overhead
 WALL = "perf_counter around the timed loop, device synchronize after every iteration; mean ms per iteration"
 
 
 def v2_schema() -> dict:
-    """The checkout's result schema, accepting schema_version 2 while the v2 schema is being written.
-
-    Once workflow/schemas/result.schema.json is at version 2 this returns it unchanged.
-    """
-    schema = copy.deepcopy(result_schema())
-    if schema["properties"]["schema_version"] == {"const": 1}:
-        schema["properties"]["schema_version"] = {"enum": [1, 2]}
-    return schema
+    """The checkout's result schema (kept for the tests that write it beside a run)."""
+    return copy.deepcopy(result_schema())
 
 
 def write_v2_schema(path: Path) -> Path:
     path.write_text(json.dumps(v2_schema(), indent=2))
     return path
-
-
-# ---------------------------------------------------------------- statistics
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def ci95_of_median(values: list[float]) -> list[float]:
-    """[x_(k), x_(n+1-k)] with the largest k whose two-sided binomial tail stays within 5%."""
-    ordered, n = sorted(values), len(values)
-    k = 1
-    while k + 1 <= n // 2 and 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n <= 0.05:
-        k += 1
-    return [ordered[k - 1], ordered[n - k]]
-
-
-def stat(values: list[float]) -> dict:
-    mid = median(values)
-    return {"median": mid, "ci95": ci95_of_median(values), "spread": (max(values) - min(values)) / mid,
-            "n": len(values)}
-
-
-def stats_of(trials: list[dict], unstable_reason: str | None = None) -> dict:
-    wall = [t["wall_mean_ms"] for t in trials]
-    device = [t["device_ms"] for t in trials if t["device_ms"] is not None]
-    stats = {"wall_mean_ms": stat(wall), "device_ms": stat(device) if device else None, "ci_method": CI_METHOD}
-    spread = (stats["device_ms"] or stats["wall_mean_ms"])["spread"]
-    if unstable_reason is None and spread > UNSTABLE_SPREAD:
-        unstable_reason = f"trials spread {spread:.0%} of the median (limit {UNSTABLE_SPREAD:.0%})"
-    stats.update(stable=unstable_reason is None, unstable_reason=unstable_reason)
-    return stats
 
 
 def make_trials(ms: float, rng: random.Random, noise: float, has_device: bool, iters: int) -> list[dict]:
@@ -146,23 +107,17 @@ def make_trials(ms: float, rng: random.Random, noise: float, has_device: bool, i
 
 # ---------------------------------------------------------------- one result
 
-def _ok_backend(name: str, ms: float, flops: float, rng: random.Random, noise: float, has_device: bool,
-                iters: int, kernel_config=None) -> dict:
-    trials = make_trials(ms, rng, noise, has_device, iters)
-    stats = stats_of(trials)
-    wall = stats["wall_mean_ms"]["median"]
-    dev = [t["device_ms"] for t in trials] if has_device else []
-    device_ms = ({"median": median(dev), "p10": min(dev), "p90": max(dev), "mean": sum(dev) / len(dev),
-                  "n": len(dev)} if has_device else None)
+def _ok_backend(name: str, ms: float, rng: random.Random, noise: float, has_device: bool, iters: int,
+                kernel_config=None, notes: list[str] = ()) -> dict:
+    """The raw entry a measuring process records; fabench.analysis fills the figures."""
     return {
         "label": LABELS[name], "status": "ok", "reason": None, "failure_kind": None,
-        "wall_mean_ms": wall, "device_ms": device_ms,
-        "tflops": {"wall": flops / wall / 1e9, "device_median": flops / device_ms["median"] / 1e9 if has_device else None},
+        "wall_mean_ms": None, "device_ms": None, "tflops": None,
         "correctness": {"max_abs_err": 0.0009765625, "cosine": 0.9999996, "finite": True, "passed": True},
-        "kernel_config": kernel_config, "trials": trials, "stats": stats,
-        "host_overhead_ms": wall - (device_ms["median"] if has_device else wall),
-        "cross_check": None, "kernels": {"names": [f"{name}_fwd_kernel"], "launch": None, "source_sha256": None},
-        "compile_s": None,
+        "kernel_config": kernel_config, "trials": make_trials(ms, rng, noise, has_device, iters), "stats": None,
+        "host_overhead_ms": None, "cross_check": None,
+        "kernels": {"names": [f"{name}_fwd_kernel"], "launch": None, "source_sha256": None}, "compile_s": None,
+        "observations": {"notes": list(notes), "do_bench_reason": None},
     }
 
 
@@ -170,7 +125,7 @@ def not_ok_backend(name: str, status: str, reason: str, failure_kind: str | None
     return {"label": LABELS[name], "status": status, "reason": reason, "failure_kind": failure_kind,
             "wall_mean_ms": None, "device_ms": None, "tflops": None, "correctness": None, "kernel_config": None,
             "trials": [], "stats": None, "host_overhead_ms": None, "cross_check": None, "kernels": None,
-            "compile_s": None}
+            "compile_s": None, "observations": {"notes": [], "do_bench_reason": None}}
 
 
 def make_result(run: str, variant: str, shape: dict, versions: dict, seed: int = 0, noise: float = 0.004,
@@ -194,7 +149,7 @@ def make_result(run: str, variant: str, shape: dict, versions: dict, seed: int =
             backends[name] = not_ok_backend(name, "unavailable", f"needs ROCm and AMD's aiter (this host: {platform})")
         else:
             config = triton_config["values"] if name == roles["triton"] else None
-            backends[name] = _ok_backend(name, ms, flops, rng, noise, has_device, iters, config)
+            backends[name] = _ok_backend(name, ms, rng, noise, has_device, iters, config)
     provenance = {
         "started": started, "finished": started.replace("10:00:00", "10:00:09"), "host": "bench-01",
         "os": "Linux-6.8.0-x86_64-with-glibc2.39", "python": "3.12.3", "platform": platform,
@@ -210,19 +165,19 @@ def make_result(run: str, variant: str, shape: dict, versions: dict, seed: int =
         # Only some fixtures name their card, as archives made before provenance.gpu do not.
         **({"gpu": {"uuid": versions["gpu_uuid"], "power_limit_w": 700.0}} if versions.get("gpu_uuid") else {}),
     }
-    return {
-        "schema_version": 2, "run": run, "variant": variant, "shape": dict(shape), "shape_id": shape_id(shape),
+    return analyse_result({
+        "schema_version": SCHEMA_VERSION, "run": run, "variant": variant, "shape": dict(shape), "shape_id": shape_id(shape),
         "dtype": "float16", "causal": True, "platform": platform, "roles": dict(roles),
         "method": {"warmup": 10, "iters": iters, "reduced": not has_device, "wall": WALL,
                    "device_timer": {"rocm": "hip-events", "cuda": "cuda-events"}.get(platform),
-                   "processes": PROCESSES, "trials_per_process": TRIALS_PER_PROCESS,
+                   "processes": PROCESSES, "trials_per_process": TRIALS_PER_PROCESS, "stable_spread": 0.2,
                    "trials": TRIALS_PER_PROCESS, "repeats": PROCESSES, "min_trial_ms": 20 if has_device else 0,
                    "device_time": "eager calls queued behind a GPU sleep" if has_device else None,
                    "clear_l2": has_device},
         "flops": flops, "flop_convention": "causal: half of the dense 4*B*H*S^2*D (non-causal: the dense count)",
         "tolerance": {"max_abs_err": 0.02, "min_cosine": 0.999}, "kernel_config": triton_config,
         "backends": backends, "provenance": provenance,
-    }
+    })
 
 
 # ---------------------------------------------------------------- a run directory
@@ -250,7 +205,7 @@ def make_run(results_root: Path, run: str = "mi300x", versions: dict = ROCM_7_0,
     results = [make_result(run, v, s, versions, seed=seed, noise=noise) for v in variants for s in shapes]
     for result in results:
         dump(run_dir / result["variant"] / f"{result['shape_id']}.json", result)
-    write_results(run_dir, {"run": run, "results": results})
+    write_results(run_dir, analyse_run({"run": run, "results": copy.deepcopy(results)}))
     config = config_for(run, shapes, list(variants))
     dump(run_dir / "config.json", config)
     dump(run_dir / "report-config.json", config)
@@ -281,8 +236,9 @@ def edit_backend(run_dir: Path, variant: str, shape: str, backend: str, factor: 
                  noise: float | None = None, unstable_reason: str | None = None, status: str | None = None,
                  reason: str | None = None, failure_kind: str | None = None, seed: int = 1) -> dict:
     """Change one backend of a stored run as a rerun would have: every trial scaled by `factor`
-    (and given a relative noise of ±`noise` around the new median when given), the statistics
-    recomputed; or the backend turned failed/unavailable. Returns the new backend entry."""
+    (and given a relative noise of ±`noise` around the new median when given; `unstable_reason`
+    recorded as a note of the measuring process), the run derived again by the analysis; or the
+    backend turned failed/unavailable. Returns the new backend entry."""
     collected = read_results(run_dir)
     result = find(collected, variant, shape)
     entry = result["backends"][backend]
@@ -290,8 +246,7 @@ def edit_backend(run_dir: Path, variant: str, shape: str, backend: str, factor: 
         entry.update(not_ok_backend(backend, status, reason or "failed in the fixture", failure_kind))
     else:
         rng = random.Random(seed)
-        center = median([t["device_ms"] if t["device_ms"] is not None else t["wall_mean_ms"]
-                         for t in entry["trials"]])  # the metric the comparison reads
+        center = entry["stats"][entry["stats"]["judged"]]["median"]  # the figure the comparison reads
         for trial in entry["trials"]:
             if noise is None:
                 device = (trial["device_ms"] or trial["wall_mean_ms"]) * factor
@@ -301,7 +256,7 @@ def edit_backend(run_dir: Path, variant: str, shape: str, backend: str, factor: 
             trial["wall_mean_ms"] = device / DEVICE_SHARE if has_device else device
             if has_device:
                 trial["device_ms"] = device
-        entry["stats"] = stats_of(entry["trials"], unstable_reason)
-        entry["wall_mean_ms"] = entry["stats"]["wall_mean_ms"]["median"]
-    write_results(run_dir, collected)
+        if unstable_reason:
+            entry["observations"]["notes"].append(unstable_reason)
+    write_results(run_dir, analyse_run(collected))
     return entry

@@ -13,13 +13,16 @@ import time
 
 import torch
 
-from fabench.measure import kernels, metrics, summary, timing
+from fabench.measure import kernels, metrics, timing
 from fabench.measure.backends import Backend, Prepared, Problem
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState, slowdown
 from fabench.measure.platform import synchronize
-from fabench.measure.merge import PRIVATE_KEY
 from fabench.results.contract import backend_entry
+
+
+# Calls profiled after each trial; their kernels' durations are summed and divided by this.
+PROFILED_CALLS = 5
 
 
 class Cell:
@@ -27,8 +30,6 @@ class Cell:
         self.backend, self.problem, self.reference, self.job, self.process = backend, problem, reference, job, process
         self.entry = backend_entry(backend.label)
         self.notes: list[str] = []
-        self.do_bench: list[float] = []
-        self.host_call: list[float] = []
         self.do_bench_reason: str | None = None
         self.prepared: Prepared | None = None
         self.timer: timing.DeviceTimer | None = None
@@ -113,9 +114,10 @@ class Cell:
                 # the GPU at every synchronize, last.
                 device = self._device_ms(iters, index)
                 # One query, so do_bench follows without a pause: under a power cap the two methods
-                # are comparable only when they ran at one clock (summary.power_capped).
+                # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
                 after_device = gpu_state.sm_clock()
-                self._cross_check_trial()
+                peer = self._cross_check_trial()
+                profiled = self._profiled_ms()
                 end = gpu_state.read()  # the state the device figures were taken in
                 wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
         except Exception as err:
@@ -126,7 +128,8 @@ class Cell:
                               f"{settings['max_warmup_ms']} ms")
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
-            "device_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0),
+            "device_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
+            "profiler_ms": profiled,
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
             if self.gpu and (start or end) else None,
             # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
@@ -147,35 +150,41 @@ class Cell:
 
     # --- after the trials -----------------------------------------------------------------
 
-    def _cross_check_trial(self) -> None:
+    def _cross_check_trial(self) -> dict:
         """triton.testing.do_bench on the eager call right after each trial (so both see the GPU in
         the same state), and how long a call takes on the host: where that exceeds the kernels'
         time, do_bench's per-call events time the host and its figure cannot judge ours."""
+        none = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
         if self.timer is None or not self.job["timing"]["do_bench"] or self.do_bench_reason:
-            return
+            return none
         try:
             import triton.testing  # noqa: F401
         except ImportError as err:
             self.do_bench_reason = f"Triton is not installed ({err})"
-            return
+            return none
         try:
-            self.do_bench.append(timing.do_bench_ms(self.prepared.fn))
-            self.host_call.append(timing.host_call_ms(self.prepared.fn))
+            return {"do_bench_ms": timing.do_bench_ms(self.prepared.fn),
+                    "host_call_ms": timing.host_call_ms(self.prepared.fn)}
         except Exception as err:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+            return none
+
+    def _profiled_ms(self) -> float | None:
+        """The kernels' own durations per call from torch.profiler (as tritonbench's profiler
+        mode): a check without the host in it, so short kernels that do_bench cannot judge are
+        checked too. None on a CPU, or when the profiler saw no kernel (the note says so)."""
+        if self.timer is None:
+            return None
+        value = kernels.kernel_time_ms(self.prepared.fn, PROFILED_CALLS)
+        if value is None and not any("profiler" in note for note in self.notes):
+            self.notes.append(f"process {self.process}: the profiler recorded no kernel durations")
+        return value
 
     def finish(self) -> dict:
-        settings = self.job["timing"]
-        entry = summary.complete_entry(self.entry, self.job["flops"], settings["stable_spread"], self.notes)
-        device = entry["device_ms"]["median"] if entry["device_ms"] else None
-        reason = self.do_bench_reason or (None if settings["do_bench"] else "do_bench disabled in config")
-        if self.gpu and entry["trials"]:
-            entry["cross_check"] = summary.cross_check(self.do_bench, device, settings["cross_check_tolerance"],
-                                                       reason, self.host_call, entry["trials"])
-        # What the merge of the job's processes needs beyond the entry (fabench.measure.merge).
-        entry[PRIVATE_KEY] = {"notes": list(self.notes), "do_bench": list(self.do_bench),
-                              "host_call_ms": list(self.host_call), "do_bench_reason": reason if self.gpu else None}
-        return entry
+        """The raw entry: trials and observations; fabench.analysis derives every figure from it."""
+        reason = self.do_bench_reason or (None if self.job["timing"]["do_bench"] else "do_bench disabled in config")
+        self.entry["observations"] = {"notes": list(self.notes), "do_bench_reason": reason if self.gpu else None}
+        return self.entry
 
     def fail(self, err: BaseException, where: str = "") -> None:
         kind, why = classify_failure(err)

@@ -15,6 +15,7 @@ reason; neither stops the job. Only bad arguments or an unwritable output fail t
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import json
@@ -25,16 +26,17 @@ from pathlib import Path
 
 import torch
 
-from fabench.measure import metrics, provenance, stats
+from fabench.measure import metrics, provenance
 from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
 from fabench.measure.backends import BACKENDS, Backend, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
-from fabench.measure.merge import PRIVATE_KEY, SKIPPED_KEY
-from fabench.measure.runner import MEASURING_ENV
+from fabench.measure.invocation import MEASURING_ENV, USAGE, job_arguments
+from fabench.measure.merge import SKIPPED_KEY
 from fabench.measure.timing import DEVICE_TIME_METHODS
+from fabench.analysis.entry import analyse_entry
 from fabench.config import SpecError, roles_error, sha256_json, timing_settings
 from fabench.files import write_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
@@ -119,12 +121,14 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
         _measure(cells, problem, inputs[3], job, variant, shape, gpu_state)
     del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
-    for name, entry in results.items():
-        print(f"[fabench]   process {process} {name}: {_summary(entry)}", flush=True)
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
-    return _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
-                   {"started": started, "process": process,
-                    **provenance.collect(platform, sha256_json(config), project_commit)})
+    result = _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
+                     {"started": started, "process": process,
+                      **provenance.collect(platform, sha256_json(config), project_commit)})
+    for name, entry in results.items():
+        print(f"[fabench]   process {process} {name}: {_summary(analyse_entry(copy.deepcopy(entry), result))}",
+              flush=True)
+    return result
 
 
 def backend_here(name: str, config: dict, platform: str) -> Backend:
@@ -146,8 +150,6 @@ def failed_result(spec: dict, kernel_config_path: Path | None, project_commit: s
     cells = {name: Cell(backend_here(name, config, platform), None, None, job) for name in config["backends"]}
     _fail_all(cells, platform, status)
     results = {name: cell.finish() for name, cell in cells.items()}
-    for entry in results.values():
-        entry.pop(PRIVATE_KEY, None)
     return _result(spec, platform, job, _kernel_config(spec["triton"], kernel_config_path), status, results, {},
                    GpuState(platform), {"started": provenance.now(), **provenance.collect(platform, sha256_json(config), project_commit)})
 
@@ -221,16 +223,14 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, 
 
 
 def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0) -> dict:
-    """One backend alone through the whole measurement (its trials, cross-check): its entry."""
+    """One backend alone through the whole measurement (its trials, cross-checks): its raw entry."""
     cell = Cell(backend, problem, reference, job, process)
     if cell.setup():
         for index in range(job["timing"]["trials"]):
             if cell.live:
                 cell.trial(index, GpuState(problem.platform))
     cell.release()
-    entry = cell.finish()
-    entry.pop(PRIVATE_KEY, None)
-    return entry
+    return cell.finish()
 
 
 def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> dict:
@@ -249,7 +249,6 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
                           "max_ms": timing["max_warmup_ms"],
                           "agree_on": ["window median", "SM clock"] if gpu else []},
         "stable_spread": timing["stable_spread"],
-        "ci_method": stats.CI_METHOD,
         "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"]},
         "gpu_state": gpu_state.describe(),
         "environment": {key: os.environ.get(key) for key in MEASURING_ENV},
@@ -314,9 +313,20 @@ def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fabench.measure.runner import main as runner_main
-
-    return runner_main(argv)
+    """One measuring process, as the runner starts it (--process-index N): measure, write, end."""
+    parser = job_arguments("python -m fabench.measure.job")
+    parser.add_argument("--process-index", type=int, required=True, help="this process's index among the repeats")
+    args = parser.parse_args(argv)
+    try:
+        measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
+    except SpecError as err:  # the spec does not fit this host (no roles for its platform)
+        print(f"python -m fabench.measure: error: {err}", file=sys.stderr, flush=True)
+        os._exit(USAGE)
+    # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
+    # (Inductor's compile workers, atexit hooks), for every process of every job.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,15 @@ from typing import Callable
 import torch
 
 
-def profile_call(fn: Callable[[], object]) -> list[dict]:
-    """Every device kernel one call of fn launches, in launch order, with its launch settings."""
+def profile_call(fn: Callable[[], object], calls: int = 1) -> list[dict]:
+    """Every device kernel `calls` calls of fn launch, in launch order, with its launch settings."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CUDA]
     with warnings.catch_warnings(), profile(activities=activities) as prof:
         warnings.simplefilter("ignore")  # the profiler warns about its cycles on every use
-        fn()
+        for _ in range(calls):
+            fn()
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
@@ -37,6 +38,13 @@ def profile_call(fn: Callable[[], object]) -> list[dict]:
     kernels = [e for e in events if e.get("cat") == "kernel"]
     kernels.sort(key=lambda e: e.get("ts", 0))
     return [_launch(e) for e in kernels]
+
+
+def kernel_time_ms(fn: Callable[[], object], calls: int) -> float | None:
+    """The kernels' own device time per call (their trace durations summed, over `calls` calls),
+    None when the trace holds no kernel durations."""
+    durations = [launch["duration_us"] for launch in profile_call(fn, calls) if launch["duration_us"]]
+    return sum(durations) / calls / 1000.0 if durations else None
 
 
 def _launch(event: dict) -> dict:

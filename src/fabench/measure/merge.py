@@ -1,9 +1,10 @@
 """Merge the results of one job's processes (its `repeats`) into the job's result.
 
-Every process measured every backend in its own trials; the merged entry holds all trials, each
-tagged with its process, and its statistics are recomputed over all of them, so a figure that
-moves between processes widens the CI or makes the entry unstable instead of hiding. Kernels that
-differ between processes (names or generated source) are named in the verdict.
+Every process measured every backend in its own trials and recorded raw observations only; the
+merged entry holds all trials, each tagged with its process, and every observation, and the
+analysis stage (fabench.analysis) derives its figures from them, so a figure that moves between
+processes widens the intervals or makes the entry unstable instead of hiding. Kernels that differ
+between processes (names or generated source) become a note on the cell.
 
 Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU, and the
 workflow merges the process files of a job on the host:
@@ -20,9 +21,8 @@ import sys
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.measure import summary
+from fabench.analysis import analyse_run
 
-PRIVATE_KEY = "_merge"  # per-process data a process leaves for the merge; never in a job's result
 # A process file that is no measurement: a process beyond its platform's repeats (planned for a
 # GPU that the job did not find), which measured nothing and is left out of the merge.
 SKIPPED_KEY = "_skipped"
@@ -45,7 +45,7 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
         merged["reference"] = failed_reference
     merged["provenance"]["finished"] = results[-1]["provenance"]["finished"]
     merged["provenance"].pop("process", None)
-    return merged
+    return analyse_run({"results": [merged]})["results"][0]
 
 
 def _where(results: list[dict], index: int) -> dict:
@@ -149,9 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     """One backend over the processes: failed if it failed in any (that process's reason), ok if
-    ok in all; all trials; stats, host overhead and do_bench verdict recomputed over them."""
+    ok in all; all trials and observations, the kernels and compile time of the first that has them."""
     entries = copy.deepcopy(entries)
-    private = [entry.pop(PRIVATE_KEY, None) or {} for entry in entries]
     failed = [i for i, e in enumerate(entries) if e["status"] == "failed"]
     ok = [i for i, e in enumerate(entries) if e["status"] == "ok"]
     first = failed[0] if failed else (ok[0] if ok else 0)
@@ -161,16 +160,10 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     merged["trials"] = [trial for entry in entries for trial in entry["trials"]]
     merged["kernels"] = next((e["kernels"] for e in entries if e["kernels"]), None)
     merged["compile_s"] = next((e["compile_s"] for e in entries if e["compile_s"] is not None), None)
-    notes = [note for p in private for note in p.get("notes", [])] + kernel_differences(entries, ids)
-    method = result["method"]
-    summary.complete_entry(merged, result["flops"], method["stable_spread"], notes)
-    if merged["trials"] and result["platform"] != "cpu":
-        device = merged["device_ms"]["median"] if merged["device_ms"] else None
-        values = [value for p in private for value in p.get("do_bench", [])]
-        host = [value for p in private for value in p.get("host_call_ms", [])]
-        why_not = next((p["do_bench_reason"] for p in private if p.get("do_bench_reason")), None)
-        merged["cross_check"] = summary.cross_check(values, device, method["cross_check"]["tolerance"], why_not,
-                                                    host, merged["trials"])
+    observed = [e.get("observations") or {} for e in entries]
+    merged["observations"] = {
+        "notes": [note for o in observed for note in o.get("notes", [])] + kernel_differences(entries, ids),
+        "do_bench_reason": next((o["do_bench_reason"] for o in observed if o.get("do_bench_reason")), None)}
     return merged
 
 

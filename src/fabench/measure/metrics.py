@@ -1,5 +1,5 @@
 """Throughput and correctness metrics: small functions over tensors and samples.
-(How time is measured is fabench.measure.timing; statistics over trials fabench.measure.stats.)"""
+(How time is measured is fabench.measure.timing; statistics over trials fabench.analysis.)"""
 
 from __future__ import annotations
 
@@ -7,21 +7,10 @@ import math
 
 import torch
 
-from fabench.measure import stats, summary
-
-
-def summarize(samples: list[float]) -> dict:
-    """{median, p10, p90, mean, n} of samples (see fabench.measure.stats.describe)."""
-    return stats.describe(samples)
-
 
 def attention_flops(batch: int, seq: int, heads: int, head_dim: int, causal: bool) -> float:
     dense = 4.0 * batch * heads * seq * seq * head_dim
     return dense / 2 if causal else dense
-
-
-def tflops(flops: float, ms: float | None) -> float | None:
-    return summary.tflops(flops, ms)
 
 
 def compare(out: torch.Tensor, reference: torch.Tensor, tolerance: dict) -> dict:

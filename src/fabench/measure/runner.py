@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -36,63 +35,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fabench.config import SpecError, spec_error
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
+from fabench.measure.invocation import USAGE, job_arguments, measuring_environment
 from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
 
 
-USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
-
-
-class Parser(argparse.ArgumentParser):
-    """Bad arguments end in one line (no usage block), exit code 2."""
-
-    def error(self, message: str):
-        self.exit(USAGE, f"{self.prog}: error: {message}\n")
-
-
-def job_spec_arg(text: str) -> dict:
-    """--spec: JSON holding every block of a job spec (fabench.config.job_spec)."""
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not JSON ({err.msg} at column {err.colno})") from None
-    problem = spec_error(spec)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return spec
-
-
-def aiter_config_arg(text: str) -> Path:
-    """--aiter-config: a JSON object in a file (the variant's patched config, rule patch_config)."""
-    path = Path(text)
-    try:
-        value = json.loads(path.read_bytes())
-    except OSError as err:
-        raise argparse.ArgumentTypeError(f"{path}: {err.strerror}") from None
-    except ValueError as err:  # not JSON, or not text
-        raise argparse.ArgumentTypeError(f"{path} is not JSON ({str(err).splitlines()[0]})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{path} holds a JSON {type(value).__name__}, not aiter's config object")
-    return path
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m fabench.measure", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=job_spec_arg,
-                        help="the job spec, JSON (fabench.config.job_spec)")
-    parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    parser = job_arguments("python -m fabench.measure", __doc__.splitlines()[0])
     parser.add_argument("--process", type=int, metavar="N",
                         help="run only the job's process N (0-based) and write its result for the merge")
-    parser.add_argument("--process-index", type=int, help="internal: measure in this process, as repeat N")
     return parser.parse_args(argv)
 
 
@@ -100,19 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     watch_workflow()
     commit = args.project_commit or git_commit(Path(__file__).parent)
-    if args.process_index is not None:
-        from fabench.measure.job import measure_to_file
-
-        try:
-            measure_to_file(args.spec, args.aiter_config, commit, args.process_index, args.out)
-        except SpecError as err:  # the spec does not fit this host (no roles for its platform)
-            print(f"python -m fabench.measure: error: {err}", file=sys.stderr, flush=True)
-            os._exit(USAGE)
-        # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
-        # (Inductor's compile workers, atexit hooks), for every process of every job.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
     try:
         lease = device_lease.acquire()
     except DeviceError as err:
@@ -220,17 +164,6 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
     if stopped:
         raise SystemExit(128 + stopped[0])
     return code
-
-
-# Inductor compiles in a pool of worker processes that start (each importing torch) while the
-# job measures: CPU load that enters every host-side figure, and their shutdown delays the exit.
-# One compile thread compiles in the measuring process itself; a value set by the caller wins.
-MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-
-
-def measuring_environment(lease: device_lease.Lease) -> dict:
-    """The measuring process's environment: the job's GPU alone, and the lease it records."""
-    return lease.environment({**MEASURING_ENV, **os.environ})
 
 
 def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:

@@ -1,25 +1,29 @@
 """Collect one run's per-job result files into one validated, ordered results.json.
 
 Every file is checked against workflow/schemas/result.schema.json and a few rules a schema
-cannot express (the current schema version, shape_id spelled from shape, each backend's summaries
-agreeing with its trials, one run, one result per variant and shape). All
-problems of all files are reported together, each naming the file and the JSON path, so one
-broken job does not hide another.
+cannot express (the current schema version, shape_id spelled from shape, each trial once, one run,
+one result per variant and shape). All problems of all files are reported together, each naming
+the file and the JSON path, so one broken job does not hide another. The collected run's figures
+are then derived again from the raw trials by the analysis stage (fabench.analysis.analyse_run):
+its intervals pool the noise of every cell of the run.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import jsonschema
 
+from fabench.analysis import analyse_run
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
 from fabench.shapes import shape_id
+
+# Schema 2 recorded every trial too; its observations are read back by fabench.analysis.legacy.
+COLLECTABLE = (2, SCHEMA_VERSION)
+
 
 class ResultError(ValueError):
     """One or more result files do not meet the result contract."""
@@ -48,10 +52,11 @@ def schema_problems(result: object, validator: jsonschema.Validator) -> list[str
 
 
 def version_problems(result: dict) -> list[str]:
-    """A run is collected from results of the current schema only (archives keep older ones)."""
-    if result["schema_version"] != SCHEMA_VERSION:
-        return [f"$.schema_version: {result['schema_version']} is not the current result schema ({SCHEMA_VERSION}): "
-                f"measure again with this version of fabench"]
+    """A run is collected from results that recorded their trials (schema 2 or the current one),
+    since the analysis derives every figure from them; schema 1 is only read from archives."""
+    if result["schema_version"] not in COLLECTABLE:
+        return [f"$.schema_version: {result['schema_version']} has no trials to analyse (collected: "
+                f"{', '.join(map(str, COLLECTABLE))}; current {SCHEMA_VERSION}): measure again with this version of fabench"]
     return []
 
 
@@ -70,38 +75,9 @@ def contract_problems(result: dict) -> list[str]:
 
 
 def trial_problems(entry: dict) -> list[str]:
-    """The entry's summaries must be the ones its trials give: stats.n, the medians, device_ms.n."""
-    trials, stats = entry["trials"], entry["stats"]
-    if not trials:
-        return ["stats: present without trials"] if stats else []
-    if stats is None:
-        return [f"stats: missing for {len(trials)} trials"]
-    problems = []
-    wall = [t["wall_mean_ms"] for t in trials]
-    device = [t["device_ms"] for t in trials if t["device_ms"] is not None]
-    if stats["wall_mean_ms"]["n"] != len(trials):
-        problems.append(f"stats.wall_mean_ms.n: {stats['wall_mean_ms']['n']} but {len(trials)} trials")
-    if not _close(stats["wall_mean_ms"]["median"], statistics.median(wall)):
-        problems.append("stats.wall_mean_ms.median: not the median of the trials' wall_mean_ms")
-    if entry["wall_mean_ms"] is None or not _close(entry["wall_mean_ms"], stats["wall_mean_ms"]["median"]):
-        problems.append("wall_mean_ms: not the median over trials (stats.wall_mean_ms.median)")
-    if device:
-        if stats["device_ms"] is None or stats["device_ms"]["n"] != len(device):
-            problems.append(f"stats.device_ms: does not summarize the {len(device)} trials' device_ms")
-        elif not _close(stats["device_ms"]["median"], statistics.median(device)):
-            problems.append("stats.device_ms.median: not the median of the trials' device_ms")
-        if entry["device_ms"] is None or entry["device_ms"]["n"] != len(device):
-            problems.append(f"device_ms.n: does not count the {len(device)} trials with a device time")
-    elif stats["device_ms"] is not None:
-        problems.append("stats.device_ms: present but no trial has a device time")
-    seen = [(t["process"], t["index"]) for t in trials]
-    if len(set(seen)) != len(seen):
-        problems.append("trials: a (process, index) appears twice")
-    return problems
-
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    """Each trial once: a (process, index) recorded twice means files were merged twice."""
+    seen = [(t["process"], t["index"]) for t in entry["trials"]]
+    return ["trials: a (process, index) appears twice"] if len(set(seen)) != len(seen) else []
 
 
 def expectation_problems(result: dict, expected: dict) -> list[str]:
@@ -194,4 +170,4 @@ def collect(
     if problems:
         raise ResultError("invalid results:\n  " + "\n  ".join(problems))
     results = [result for _, result in loaded]
-    return {"run": results[0]["run"], "results": ordered(results, variant_order)}
+    return analyse_run({"run": results[0]["run"], "results": ordered(results, variant_order)})

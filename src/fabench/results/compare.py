@@ -1,32 +1,29 @@
-"""Archived runs side by side, with a change flagged only when it is larger than the noise.
+"""Archived runs side by side, each cell judged by the analysis stage (fabench.analysis.verdict).
 
-Cells are (variant, shape, backend). Each archived entry contributes the backend's status and,
-when ok, the median and 95% confidence interval its trials recorded (stats.device_ms, or
-stats.wall_mean_ms without a device timer): this module computes no statistics of its own.
+Cells are (variant, shape, backend). Each archived entry's results are analysed again from their
+raw trials (fabench.analysis.analyse_run), so entries archived under older rules are judged by
+today's; this module computes no statistics of its own. A cell is compared with the same cell in
+the previous entry that has it (entries ordered by label version, then run number) and in the
+baseline entry; the rule is RULE_TEXT (rule_text below), stated in every output. Entries measured
+on different hardware are never judged against each other (the cell is marked `hardware`).
 
-The rule (RULE below, stated in every output): a cell is compared with the same cell in the
-previous entry that has it (entries ordered by label version, then run number) and in the
-baseline entry. A change is a regression or an improvement only when both
-  |new median / old median - 1| > threshold   and   the two 95% CIs do not overlap;
-it is compared on device time when both entries have it, else on wall-clock time. A cell whose
-trials were unstable in either entry is marked unstable and never flagged. A backend that ran
-(ok) and now fails or is unavailable is a regression, with the reason; one that failed and now
-runs is an improvement.
-
-Results archived before trials were recorded (schema v1) carry no confidence interval: such an
-entry is refused, with that reason, as are entries whose files fail their checksums.
+Results archived before trials were recorded (schema v1) carry no trials: such an entry is
+refused, with that reason, as are entries whose files fail their checksums.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Iterable
 
+from fabench.analysis import analyse_run
+from fabench.analysis.verdict import ALPHA, SAME_MARGIN, compare_cell, hardware_identity
 from fabench.results.archive_read import Entry
 from fabench.results.collect import shape_key
 
 COMPARE_FORMAT = "fabench-compare/1"
-DEFAULT_THRESHOLD = 0.05
+# The smallest change worth flagging beyond the noise; 0: every change the noise lets us see.
+DEFAULT_THRESHOLD = 0.0
 METRICS = {"device_ms": "device time", "wall_mean_ms": "wall-clock time"}
 V1_REASON = "archived with schema v1: no trials (no confidence interval to compare)"
 ROLE_ORDER = ("baseline", "vendor", "triton")
@@ -56,19 +53,8 @@ def cell_of(backend: dict | None) -> dict | None:
         "stable": stats.get("stable", True),
         "unstable_reason": stats.get("unstable_reason"),
         "ci_method": stats.get("ci_method"),
+        "stats": stats or None,
     }
-
-
-def metric_of(*cells: dict) -> str | None:
-    """device_ms when every cell has it, else wall_mean_ms when every cell has that."""
-    for metric in METRICS:
-        if all(c.get(metric) and c[metric].get("median") is not None and c[metric].get("ci95") for c in cells):
-            return metric
-    return None
-
-
-def overlap(a: Sequence[float], b: Sequence[float]) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def not_ok_text(cell: dict) -> str:
@@ -76,36 +62,15 @@ def not_ok_text(cell: dict) -> str:
     return f"{cell['status']}{kind}: {cell.get('reason') or 'no reason recorded'}"
 
 
-def compare_cells(old: dict, new: dict, threshold: float, old_id: str = "old", new_id: str = "new") -> dict:
-    """{flag, why, metric, ratio} for one cell of two entries; flag is one of
-    regression, improvement, unstable, unchanged, not measured, not comparable."""
-    out = {"metric": None, "ratio": None}
-    old_ok, new_ok = old["status"] == "ok", new["status"] == "ok"
-    if old_ok and not new_ok:
-        return {**out, "flag": "regression", "why": f"was ok in {old_id}, now {not_ok_text(new)}"}
-    if not old_ok and new_ok:
-        return {**out, "flag": "improvement", "why": f"runs again (was {not_ok_text(old)} in {old_id})"}
-    if not old_ok:
-        return {**out, "flag": "not measured", "why": f"{new['status']} in both"}
-    metric = metric_of(old, new)
-    if metric is None:
-        return {**out, "flag": "not comparable", "why": "no median with a 95% CI recorded in both"}
-    a, b = old[metric], new[metric]
-    ratio = b["median"] / a["median"] if a["median"] else None
-    out.update(metric=metric, ratio=ratio)
-    if not (old["stable"] and new["stable"]):
-        which = [f"{i}: {c.get('unstable_reason') or 'unstable'}" for i, c in ((old_id, old), (new_id, new))
-                 if not c["stable"]]
-        return {**out, "flag": "unstable", "why": "trials unstable in " + "; ".join(which)}
-    if ratio is None:
-        return {**out, "flag": "not comparable", "why": f"{old_id} recorded a median of 0"}
-    change = f"{ratio - 1:+.1%} {METRICS[metric]}"
-    cis = f"95% CIs [{a['ci95'][0]:.4g}, {a['ci95'][1]:.4g}] and [{b['ci95'][0]:.4g}, {b['ci95'][1]:.4g}] ms"
-    if abs(ratio - 1) <= threshold:
-        return {**out, "flag": "unchanged", "why": f"{change}: within the {threshold:.0%} threshold"}
-    if overlap(a["ci95"], b["ci95"]):
-        return {**out, "flag": "unchanged", "why": f"{change}, but the {cis} overlap: within the noise"}
-    return {**out, "flag": "regression" if ratio > 1 else "improvement", "why": f"{change}; {cis} do not overlap"}
+# Flags listed under the tables: changes, cells that cannot be judged for instability, and cells
+# whose runs ran on different hardware (named, never called a regression).
+FLAGGED = ("regression", "improvement", "unstable", "hardware")
+
+
+def judge(old: dict, new: dict, threshold: float, hardware: dict) -> dict:
+    """The analysis's verdict on one cell of two entries (fabench.analysis.verdict)."""
+    return compare_cell(old, new, old["entry"], new["entry"], threshold,
+                        (hardware[old["entry"]], hardware[new["entry"]]))
 
 
 # ---------------------------------------------------------------- loading entries
@@ -158,7 +123,7 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
 
     Broken and schema-v1 entries are listed under left_out, with their problems, and take no
     part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order."""
-    if not 0 < threshold < 1:
+    if not 0 <= threshold < 1:
         raise CompareError(f"threshold {threshold}: give a fraction between 0 and 1 (0.05 for 5%)")
     ordered = sorted(entries, key=lambda e: e.sort_key)
     used, left_out = [], []
@@ -167,7 +132,7 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
         if results is None:
             left_out.append({"id": entry.id, "path": str(entry.path), "problems": problems})
         else:
-            used.append((entry, results))
+            used.append((entry, analyse_run({"results": results})["results"]))
     if not used:
         raise NothingToCompare("no entry left to compare: " + "; ".join(
             f"{x['id']}: {', '.join(x['problems'])}" for x in left_out) if left_out else "no entries given")
@@ -179,6 +144,7 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
         raise CompareError(f"baseline {baseline}: " + (f"left out ({'; '.join(why)})" if why
                                                        else "not among the compared entries"))
     tables = {entry.id: {(r["variant"], r["shape_id"]): r for r in results} for entry, results in used}
+    hardware = {entry.id: hardware_identity(results) for entry, results in used}
     rows, flags = [], []
     for variant, sid, shape, backend in _row_order([results for _, results in used]):
         cells = []
@@ -198,13 +164,12 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
                 continue
             if previous is not None:
                 cell["vs_previous"] = {"entry": previous["entry"],
-                                       **compare_cells(previous, cell, threshold, previous["entry"], cell["entry"])}
+                                       **judge(previous, cell, threshold, hardware)}
             if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
-                cell["vs_baseline"] = {"entry": baseline,
-                                       **compare_cells(base_cell, cell, threshold, baseline, cell["entry"])}
+                cell["vs_baseline"] = {"entry": baseline, **judge(base_cell, cell, threshold, hardware)}
             for kind in ("vs_previous", "vs_baseline"):
                 found = cell[kind]
-                if found and found["flag"] in ("regression", "improvement", "unstable"):
+                if found and found["flag"] in FLAGGED:
                     flags.append({"flag": found["flag"], "variant": variant, "shape_id": sid, "backend": backend,
                                   "label": label, "entry": cell["entry"], "against": found["entry"],
                                   "against_kind": kind[3:], "ratio": found["ratio"], "why": found["why"]})
@@ -213,9 +178,9 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
                      "cells": cells})
     comparison = {
         "format": COMPARE_FORMAT,
-        "rule": {"threshold": threshold, "confidence": 0.95, "text": rule_text(threshold)},
+        "rule": {"threshold": threshold, "alpha": ALPHA, "same_margin": SAME_MARGIN, "text": rule_text(threshold)},
         "baseline": baseline,
-        "entries": [entry_info(e) for e, _ in used],
+        "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
         "left_out": left_out,
         "rows": rows,
         "flags": flags,
@@ -233,10 +198,14 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
 
 
 def rule_text(threshold: float) -> str:
-    return (f"A cell is flagged as a regression or an improvement only when its median changed by more than "
-            f"{threshold:.0%} AND the two 95% confidence intervals do not overlap; device time is compared when "
-            f"both runs recorded it, else wall-clock time. A cell whose trials were unstable in either run is "
-            f"marked unstable and never flagged. A backend that ran and now fails or is unavailable is a "
+    minimum = f" and by more than {threshold:.0%}" if threshold else ""
+    return (f"Each cell gets a verdict: changed (a regression or an improvement) when its median moved beyond "
+            f"the two runs' pooled noise{minimum}, so that at most {ALPHA:.1%} of the cells of two runs of the "
+            f"same experiment are flagged by chance; same when a change of {SAME_MARGIN:.0%} would have been "
+            f"detected and none was; otherwise cannot tell, with why (unstable trials, too much noise, no "
+            f"interval). Device time is compared when both runs recorded it, else wall-clock time. Runs on "
+            f"different hardware (platform, GPU model, architecture) are never judged against each other: the "
+            f"cell is marked `hardware` instead. A backend that ran and now fails or is unavailable is a "
             f"regression; one that failed and now runs is an improvement.")
 
 
@@ -273,7 +242,7 @@ def published_flags(results: list[dict], published: dict, tolerance: float = DEF
                 stat = cell["wall_mean_ms"]
                 ratio = stat["median"] / pub
                 item.update(median=stat["median"], ci95=stat["ci95"], ratio=ratio)
-                inside = stat["ci95"][0] <= pub <= stat["ci95"][1]
+                inside = bool(stat.get("ci95")) and stat["ci95"][0] <= pub <= stat["ci95"][1]
                 if not cell["stable"]:
                     item.update(flag="unstable", why=cell.get("unstable_reason") or "trials unstable")
                 elif abs(ratio - 1) > tolerance and not inside:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import jinja2
 
-from fabench.results.compare import metric_of
+from fabench.analysis.figures import cell_metric
 
 TEMPLATE = "compare.md.j2"
 REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
@@ -36,11 +36,13 @@ def value_text(cell: dict) -> str:
         return "—"
     if cell["status"] != "ok":
         return cell["status"] + (f" ({cell['failure_kind']})" if cell.get("failure_kind") else "")
-    metric = metric_of(cell)
+    metric = cell_metric(cell) if cell.get("stats") else ("wall_mean_ms" if cell.get("wall_mean_ms") else None)
     if metric is None:
-        return "ok, no CI"
+        return "ok, no median"
     stat = cell[metric]
     unit = "" if metric == "device_ms" else " wall"
+    if not stat.get("ci95"):
+        return f"{fmt_ms(stat['median'])}{unit} (no CI)"
     return f"{fmt_ms(stat['median'])} [{fmt_ms(stat['ci95'][0])}, {fmt_ms(stat['ci95'][1])}]{unit}"
 
 
@@ -49,7 +51,8 @@ def change_text(found: dict | None, prefix: str) -> str:
         return ""
     ratio = f"{found['ratio'] - 1:+.1%}" if found["ratio"] is not None else ""
     flag = found["flag"]
-    word = {"regression": "**regression**", "improvement": "**improvement**", "unstable": "*unstable*"}.get(flag, "")
+    word = {"regression": "**regression**", "improvement": "**improvement**", "unstable": "*unstable*",
+            "hardware": "*other hardware*"}.get(flag, "")
     text = " ".join(part for part in (prefix, ratio, word) if part)
     return text if (ratio or word) else ""
 
@@ -78,7 +81,7 @@ def markdown_context(comparison: dict) -> dict:
                   for e in entries]
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
     flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
-                  for kind in ("regression", "improvement", "unstable")}
+                  for kind in ("regression", "improvement", "unstable", "hardware")}
     published = None
     if comparison.get("published"):
         pub = comparison["published"]

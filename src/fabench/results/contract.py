@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# 3: process files hold raw observations only; every figure is fabench.analysis's (issue 15).
 # 2: every measured backend carries its trials, their statistics, the host overhead, the
 # do_bench cross-check, the kernels it launched and its compile time (issue 8).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "result.schema.json"
 
 STATUSES = ("ok", "unavailable", "failed")
@@ -32,12 +33,15 @@ def backend_entry(label: str, **values) -> dict:
     stats: median, 95% CI, spread and n per metric over the trials and the stability verdict;
     host_overhead_ms: wall_mean_ms minus the device median; cross_check: triton's do_bench;
     kernels: the kernel names one call launched, the main kernel's launch settings, the generated
-    source's hash; compile_s: the first (compiling) call's time, for compiled backends.
+    source's hash; compile_s: the first (compiling) call's time, for compiled backends;
+    observations: notes on what cast doubt on the trials, and why do_bench did not run.
+    The measuring process fills the raw keys (trials, correctness, kernels, compile_s,
+    observations, status); fabench.analysis derives the others from them.
     """
     entry = {"label": label, "status": "ok", "reason": None, "failure_kind": None, "wall_mean_ms": None,
              "device_ms": None, "tflops": None, "correctness": None, "kernel_config": None,
              "trials": [], "stats": None, "host_overhead_ms": None, "cross_check": None, "kernels": None,
-             "compile_s": None}
+             "compile_s": None, "observations": {"notes": [], "do_bench_reason": None}}
     unknown = set(values) - set(entry) - {"speedup"}
     if unknown:
         raise KeyError(f"not a backend entry key: {', '.join(sorted(unknown))}")

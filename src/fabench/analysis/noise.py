@@ -1,0 +1,125 @@
+"""One run's noise, pooled over cells of similar duration, and each cell's intervals from it.
+
+Two processes cannot estimate one cell's noise (one degree of freedom: a Student-t interval
+over them is 12.7 standard errors wide). But the cells of a run that take about as long share
+their noise sources (timer resolution, launch jitter, clocks, the machine's state from minute
+to minute), so the relative spread between a cell's processes is pooled over its POOL_CELLS
+nearest cells in duration (itself included): about 16 degrees of freedom instead of 1.
+
+Model, in log space (relative noise): a process's median of a cell = the cell's true time + a
+process effect of standard deviation sigma. A run's median over P processes then has standard
+error sigma / sqrt(P), and another run of P' processes differs from this one by
+sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
+  ci95: this run's median +- t(df) * sigma / sqrt(P)              (where the true time lies)
+  pi95: this run's median +- t(df) * sigma * sqrt(1/P + 1/P)      (where another run will read)
+with sigma^2 = pooled variance + FLOOR^2. Calibrated on the committed H200 pair (two default
+runs on one card, 50 cells): 2 and 3 of 50 cells of one run fell outside the other's pi95
+(nominal 5%: 2.5 expected). With one process per cell (a CPU run) the process effect cannot be
+seen: the trials' spread inside the process is pooled instead, and the method says that the
+intervals leave out the noise between processes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fabench.analysis import stats
+from fabench.analysis.entry import analyse_result
+from fabench.analysis.figures import METRICS
+
+LEVEL = 0.95
+POOL_CELLS = 16
+# Below about 0.1% the trials' figures are quantised (on an H200, cells of 25 us repeat to the
+# last digit between processes); a pooled estimate of zero noise would call any change real.
+FLOOR = 0.001
+# A cell's own noise estimate overrides a smaller pooled one from this many degrees of freedom.
+OWN_DF = 2
+
+
+def _cells(results: list[dict], metric: str) -> list[dict]:
+    """The metric's summaries of every analysed ok cell, with its noise estimate of its own."""
+    cells = []
+    for result in results:
+        for entry in result["backends"].values():
+            figure = (entry.get("stats") or {}).get(metric) if entry["status"] == "ok" else None
+            if not figure or not figure.get("median"):
+                continue
+            cells.append({"figure": figure, "stats": entry["stats"], **_own_noise(entry["trials"], metric)})
+    return cells
+
+
+def _own_noise(trials: list[dict], metric: str) -> dict:
+    """The cell's log-variance between its process medians (df = processes - 1); with one
+    process, between the trials of that process (df = trials - 1), marked as such."""
+    values = [t for t in trials if t.get(metric) is not None and t[metric] > 0]
+    processes = sorted({t.get("process", 0) for t in values})
+    if len(processes) >= 2:
+        medians = stats.process_medians([t[metric] for t in values], [t.get("process", 0) for t in values])
+        return {"variance": stats.log_variance(medians), "df": len(medians) - 1, "replicates": len(medians),
+                "between": "processes"}
+    figures = [t[metric] for t in values]
+    return {"variance": stats.log_variance(figures), "df": max(len(figures) - 1, 0), "replicates": len(figures),
+            "between": "trials"}
+
+
+def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
+    """(variance, degrees of freedom, cells) pooled over the POOL_CELLS cells nearest in duration."""
+    target = math.log(cells[index]["figure"]["median"])
+    usable = [c for c in cells if c["df"] > 0]
+    nearest = sorted(usable, key=lambda c: abs(math.log(c["figure"]["median"]) - target))[:POOL_CELLS]
+    df = sum(c["df"] for c in nearest)
+    if not df:
+        return math.nan, 0, 0
+    return sum(c["variance"] * c["df"] for c in nearest) / df, df, len(nearest)
+
+
+def interval(median: float, half_log: float) -> list[float]:
+    return [median * math.exp(-half_log), median * math.exp(half_log)]
+
+
+def method_text(between: str, df: int, cells: int, replicates: int) -> str:
+    what = ("the spread between the processes' medians" if between == "processes" else
+            "the spread between the trials of one process (no second process: the noise from process to "
+            "process is not included, so another run may land outside)")
+    return (f"Student-t {LEVEL:.0%} intervals from {what}, pooled over the {cells} cells nearest in duration "
+            f"({df} degrees of freedom), with a {FLOOR:.1%} floor; ci95: this run's median over {replicates} "
+            f"replicates; pi95: where another run of the same experiment on the same hardware should read")
+
+
+def add_intervals(results: list[dict], metric: str) -> None:
+    cells = _cells(results, metric)
+    for index, cell in enumerate(cells):
+        variance, df, pooled_cells = _pooled(cells, index)
+        figure, replicates = cell["figure"], cell["replicates"]
+        if not df:
+            figure.update(ci95=None, pi95=None, noise=None)
+            continue
+        # A cell noisier than its neighbours keeps its own noise: pooling must not hide it.
+        sigma = math.sqrt(max(variance, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + FLOOR**2)
+        t = stats.t_quantile(stats.two_sided(LEVEL), df)
+        figure["ci95"] = interval(figure["median"], t * sigma / math.sqrt(replicates))
+        figure["pi95"] = interval(figure["median"], t * sigma * math.sqrt(2.0 / replicates))
+        figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
+                           "between": cell["between"]}
+        if metric == cell["stats"]["judged"]:
+            cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates)
+
+
+def analyse_run(collected: dict) -> dict:
+    """Every result derived from its raw data, then every cell's intervals from the run's pooled
+    noise (in place; returned). Results of schema 1 (no trials) keep the figures they carry."""
+    for result in collected["results"]:
+        analyse_result(result)
+    for metric in METRICS:
+        add_intervals(collected["results"], metric)
+    return collected
+
+
+def interval_name(figure: dict | None) -> str:
+    """What a cell's interval is, in words, for column headers and sentences."""
+    noise = (figure or {}).get("noise")
+    if not noise:
+        return "no interval (too few repeats)"
+    if noise["between"] == "trials":
+        return f"95% CI from the trials of one process ({noise['replicates']} trials, pooled noise)"
+    return f"95% CI over {noise['replicates']} processes (pooled noise)"

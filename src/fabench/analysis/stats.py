@@ -1,0 +1,72 @@
+"""Statistics over samples: pure functions, no knowledge of results."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from scipy import stats as scipy_stats
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(samples: list[float]) -> float:
+    """max/min - 1: how far apart the samples lie (0 for one sample)."""
+    low = min(samples)
+    return math.inf if low <= 0 else max(samples) / low - 1.0
+
+
+def relative_difference(a: float, b: float) -> float:
+    return abs(a - b) / b if b else math.inf
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    pos = (len(ordered) - 1) * q
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def describe(samples: list[float]) -> dict:
+    """{median, p10, p90, mean, n}: the shape of a result's device_ms (kept since schema 1)."""
+    ordered = sorted(samples)
+    return {"median": statistics.median(ordered), "p10": percentile(ordered, 0.10),
+            "p90": percentile(ordered, 0.90), "mean": statistics.fmean(ordered), "n": len(ordered)}
+
+
+def t_quantile(probability: float, df: float) -> float:
+    """Student's t quantile; the normal one for unlimited degrees of freedom."""
+    if math.isinf(df):
+        return statistics.NormalDist().inv_cdf(probability)
+    return float(scipy_stats.t.ppf(probability, df))
+
+
+def two_sided(level: float) -> float:
+    """The upper quantile's probability of a two-sided interval at `level`."""
+    return 1.0 - (1.0 - level) / 2.0
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U p-value (exact for small samples without ties)."""
+    return float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def binomial_tail(count: int, n: int, rate: float) -> float:
+    """P(Bin(n, rate) >= count): how surprising `count` misses are at the nominal `rate`."""
+    return float(scipy_stats.binom.sf(count - 1, n, rate))
+
+
+def process_medians(values: list[float], processes: list[int]) -> list[float]:
+    """The median of each process's values, in process order."""
+    groups: dict[int, list[float]] = {}
+    for value, process in zip(values, processes):
+        groups.setdefault(process, []).append(value)
+    return [statistics.median(groups[p]) for p in sorted(groups)]
+
+
+def log_variance(values: list[float]) -> float:
+    """Sample variance of log(values): relative noise, comparable across durations."""
+    logs = [math.log(v) for v in values]
+    return statistics.variance(logs) if len(logs) > 1 else 0.0

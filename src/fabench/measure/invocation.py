@@ -1,0 +1,69 @@
+"""How a measuring process is started: its arguments (the runner's, plus --process-index), checked
+before any process starts, and its environment (the runner sets it, the result records it).
+
+Inductor compiles in a pool of worker processes that start (each importing torch) while the job
+measures: CPU load that enters every host-side figure, and their shutdown delays the exit. One
+compile thread compiles in the measuring process itself; a value set by the caller wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from fabench.config import spec_error
+
+MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
+
+
+def measuring_environment(lease=None) -> dict:
+    """The measuring process's environment: with a lease (fabench.measure.lease), the job's GPU
+    alone and the lease it records."""
+    env = {**MEASURING_ENV, **os.environ}
+    return lease.environment(env) if lease is not None else env
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line (no usage block), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+
+
+def job_spec_arg(text: str) -> dict:
+    """--spec: JSON holding every block of a job spec (fabench.config.job_spec)."""
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg} at column {err.colno})") from None
+    problem = spec_error(spec)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return spec
+
+
+def aiter_config_arg(text: str) -> Path:
+    """--aiter-config: a JSON object in a file (the variant's patched config, rule patch_config)."""
+    path = Path(text)
+    try:
+        value = json.loads(path.read_bytes())
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{path}: {err.strerror}") from None
+    except ValueError as err:  # not JSON, or not text
+        raise argparse.ArgumentTypeError(f"{path} is not JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{path} holds a JSON {type(value).__name__}, not aiter's config object")
+    return path
+
+
+def job_arguments(prog: str, description: str | None = None) -> Parser:
+    """The arguments the runner and each measuring process (fabench.measure.job) share."""
+    parser = Parser(prog=prog, description=description)
+    parser.add_argument("--spec", required=True, type=job_spec_arg, help="the job spec, JSON (fabench.config.job_spec)")
+    parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    return parser

@@ -1,0 +1,200 @@
+"""The analysis stage on known samples: stability, the entry's figures, the independent checks
+(do_bench, the profiler), the merge of several processes' raw trials, the run's pooled-noise
+intervals, the three-way verdict, steps in a series and the peers' rules. No torch needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fabench.analysis import analyse_run, peers, verdict
+from fabench.analysis import entry as analysis
+from fabench.analysis.noise import POOL_CELLS
+from fabench.measure import merge
+from fabench.results.contract import backend_entry
+
+
+def trial(process, index, wall, device):
+    return {"process": process, "index": index, "iters": 100, "wall_mean_ms": wall, "device_ms": device,
+            "warmup_iters": 10, "gpu_state": None}
+
+
+def test_verdict_judges_the_device_figure_and_names_every_problem():
+    steady = [trial(0, i, wall, 0.100 + 0.001 * i) for i, wall in enumerate([0.2, 0.4, 0.3])]  # noisy wall
+    got = analysis.trial_stats(steady, 0.03, [])
+    assert got["stable"] and got["unstable_reason"] is None  # the host's noise does not decide it
+    drifting = [trial(0, i, 0.2, device) for i, device in enumerate([0.100, 0.102, 0.110])]
+    got = analysis.trial_stats(drifting, 0.03, ["process 0 trial 1: warm-up did not settle within 1000 ms"])
+    assert not got["stable"]
+    assert got["unstable_reason"].startswith("trials spread 10.0% (max/min - 1 over 3 trials) exceeds 3.0%")
+    assert "warm-up did not settle" in got["unstable_reason"]
+
+
+def test_cpu_trials_are_judged_on_the_wall_figure():
+    got = analysis.trial_stats([trial(0, i, wall, None) for i, wall in enumerate([10.0, 10.1, 14.0])], 0.05, [])
+    assert got["device_ms"] is None and not got["stable"] and "40.0%" in got["unstable_reason"]
+
+
+def test_entry_summary_is_the_median_over_trials_and_the_host_overhead():
+    entry = backend_entry("X", trials=[trial(0, 0, 0.30, 0.10), trial(0, 1, 0.32, 0.11), trial(0, 2, 0.31, 0.12)])
+    analysis.analyse_entry(entry, {"platform": "cpu", "flops": 1e9, "method": {"stable_spread": 0.5}})
+    assert entry["wall_mean_ms"] == pytest.approx(0.31)
+    assert entry["device_ms"]["median"] == pytest.approx(0.11) and entry["device_ms"]["n"] == 3
+    assert entry["host_overhead_ms"] == pytest.approx(0.20)
+    assert entry["tflops"]["device_median"] == pytest.approx(1e9 / 0.11e-3 / 1e12)
+
+
+@pytest.mark.parametrize("values, device, agrees, words", [
+    ([0.100], 0.101, True, None),
+    ([0.100], 0.110, False, "differs from do_bench's 0.1000 ms by 10.0%"),
+    ([0.100, 0.101], 0.1005, True, None),
+    ([0.100, 0.150], 0.100, None, "do_bench itself unstable"),
+    ([], None, None, "Triton is not installed"),
+])
+def test_cross_check_with_do_bench(values, device, agrees, words):
+    got = analysis.do_bench_check(values, device, 0.03, "Triton is not installed" if not values else None)
+    assert got["agrees"] is agrees
+    assert (got["reason"] is None) if words is None else (words in got["reason"])
+
+
+def test_do_bench_cannot_judge_a_call_that_takes_longer_to_queue_than_to_run():
+    # Compiled FlexAttention at (4,1024,8,64) on an H200: kernel 0.039 ms, 0.072 ms on the host,
+    # do_bench 0.052 ms (and 0.140 ms in a process whose calls took 0.149 ms on the host).
+    got = analysis.do_bench_check([0.0508, 0.0523], 0.0389, 0.03, None, [0.073, 0.072])
+    assert got["agrees"] is None and got["reason"].startswith("do_bench host-bound")
+    assert analysis.do_bench_check([0.0250], 0.0251, 0.03, None, [0.020])["agrees"] is True
+
+
+def process_result(process, devices, kernels_sha="a" * 64):
+    entry = backend_entry("X", trials=[trial(process, i, 0.3, d) for i, d in enumerate(devices)],
+                          kernels={"names": ["k"], "launch": {"num_stages": 1}, "source_sha256": kernels_sha})
+    entry["trials"][0].update(do_bench_ms=devices[0], host_call_ms=0.01)
+    return {"platform": "cuda", "flops": 1e9, "reference": {"status": "ok", "failure_kind": None, "reason": None},
+            "method": {"stable_spread": 0.03, "cross_check": {"tolerance": 0.03}, "device_fallbacks": {}},
+            "backends": {"x": entry}, "provenance": {"process": process, "finished": f"t{process}"}}
+
+
+def test_merging_processes_pools_their_trials_and_sees_a_process_that_differs():
+    same = merge.merge([process_result(0, [0.100, 0.101]), process_result(1, [0.1005, 0.100])], [])
+    entry = same["backends"]["x"]
+    assert [(t["process"], t["index"]) for t in entry["trials"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert entry["stats"]["stable"] and entry["stats"]["device_ms"]["n"] == 4
+    assert entry["observations"] == {"notes": [], "do_bench_reason": None} and same["provenance"]["finished"] == "t1"
+    assert entry["cross_check"]["agrees"] is True
+    bimodal = merge.merge([process_result(0, [0.046, 0.046]), process_result(1, [0.122, 0.121], "b" * 64)], [])
+    entry = bimodal["backends"]["x"]
+    assert not entry["stats"]["stable"]
+    assert "the processes ran different kernels" in entry["stats"]["unstable_reason"]
+    assert entry["cross_check"]["agrees"] is None  # do_bench saw the two processes differ too
+
+
+def test_a_power_capped_cell_whose_clock_moved_is_not_judged_against_do_bench():
+    def trial(clock, slowdown="software power cap"):
+        return {"device_ms": 0.494, "clock_slowdown": slowdown,
+                "gpu_state": {"start": None, "end": {"sm_clock_mhz": clock}}}
+
+    moved = [trial(1680), trial(1785), trial(1710)]
+    got = analysis.do_bench_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], moved)
+    assert got["agrees"] is None and "power-capped" in got["reason"] and "1680-1785 MHz" in got["reason"]
+    # Held down but steady: judged as usual (here: 3.6% apart, so it differs).
+    steady = [trial(1710), trial(1710), trial(1725)]
+    assert analysis.do_bench_check([0.5122, 0.5110], 0.494, 0.03, None, [0.05], steady)["agrees"] is False
+    # Clocks that moved without any slowdown reported (idle clocks coming up) are not a cap.
+    free = [trial(1680, None), trial(1980, None)]
+    assert analysis.do_bench_check([0.4950], 0.494, 0.03, None, [0.05], free)["agrees"] is True
+
+
+def test_a_power_capped_cell_whose_device_loop_ran_at_another_clock_than_do_bench_is_not_judged():
+    """Steady after do_bench, but the device loops ran faster: the two methods met the cap at
+    different clocks, so their difference is the clock's, not the method's."""
+    def trial(device_loop, end):
+        return {"device_ms": 0.4932, "clock_slowdown": "software power cap",
+                "gpu_state": {"start": None, "device_loop_sm_clock_mhz": device_loop, "end": {"sm_clock_mhz": end}}}
+
+    apart = [trial(1830, 1710), trial(1845, 1710), trial(1830, 1695)]
+    got = analysis.do_bench_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], apart)
+    assert got["agrees"] is None and "1695-1845 MHz" in got["reason"] and "device loops" in got["reason"]
+    together = [trial(1710, 1710), trial(1695, 1710), trial(1710, 1695)]
+    assert analysis.do_bench_check([0.5115, 0.5110], 0.4932, 0.03, None, [0.05], together)["agrees"] is False
+    # Medians within the tolerance agree, whatever the clocks did.
+    assert analysis.do_bench_check([0.5015, 0.5010], 0.4932, 0.03, None, [0.05], apart) == {
+        "do_bench_ms": pytest.approx(0.50125), "agrees": True, "reason": None}
+
+
+# ---------------------------------------------------------------- the run's intervals, the verdict
+
+H200 = Path(__file__).resolve().parents[1] / "examples" / "h200" / "archive" / "cuda-13.0"
+
+
+def h200_cells(entry: str) -> dict:
+    run = analyse_run(json.loads(next(H200.glob(f"{entry}-*")).joinpath("results.json").read_text()))
+    return {(r["variant"], r["shape_id"], n): b for r in run["results"] for n, b in r["backends"].items()
+            if b["status"] == "ok"}
+
+
+def test_on_the_committed_h200_pair_the_prediction_interval_holds_and_the_detector_sees_two_percent():
+    a, b = h200_cells("0001"), h200_cells("0002")
+    outside = [sum(not (x[k]["stats"]["device_ms"]["pi95"][0] <= y[k]["stats"]["device_ms"]["median"]
+                        <= x[k]["stats"]["device_ms"]["pi95"][1]) for k in x) for x, y in ((a, b), (b, a))]
+    assert all(count <= 5 for count in outside)  # 95% PI over 50 cells: P(Bin(50, 5%) >= 6) = 3.8%
+    reruns = [verdict.compare_cell(a[k], b[k])["verdict"] for k in a]
+    assert reruns.count("changed") == 0
+    stable = [k for k in a if a[k]["stats"]["stable"] and b[k]["stats"]["stable"]]
+    slower = [scaled(b[k], 1.02) for k in stable]
+    flagged = sum(verdict.compare_cell(a[k], s)["flag"] == "regression" for k, s in zip(stable, slower))
+    assert flagged >= 0.9 * len(stable)
+    assert "pooled over the 16 cells" in a[stable[0]]["stats"]["ci_method"] and POOL_CELLS == 16
+
+
+def scaled(entry: dict, factor: float) -> dict:
+    out = json.loads(json.dumps(entry))
+    out["stats"]["device_ms"]["median"] *= factor
+    return out
+
+
+def test_other_hardware_is_never_a_regression():
+    noise = {"sigma": 0.002, "df": 16, "replicates": 2}
+    h200 = {"platform": "cuda", "device": "NVIDIA H200", "arch": "sm_90", "cards": ["GPU-a"]}
+    h100 = {**h200, "device": "NVIDIA H100 80GB HBM3", "cards": ["GPU-b"]}
+    old = {"status": "ok", "stats": {"stable": True, "device_ms": {"median": 1.0, "noise": noise}}}
+    new = {"status": "ok", "stats": {"stable": True, "device_ms": {"median": 1.16, "noise": noise}}}
+    assert verdict.compare_cell(old, new, hardware=(h200, h200))["flag"] == "regression"
+    got = verdict.compare_cell(old, new, hardware=(h200, h100))
+    assert got["verdict"] == "cannot tell" and got["flag"] == "hardware" and "H100" in got["why"]
+    # Another card of the same model is the same hardware (the cards are named, not compared).
+    other_card = {**h200, "cards": ["GPU-c"]}
+    assert verdict.compare_cell(old, new, hardware=(h200, other_card))["flag"] == "regression"
+
+
+def test_a_step_in_a_series_is_named_where_it_happens():
+    noise = {"sigma": 0.002, "df": 16, "replicates": 2}
+    series = [(f"run{i}", {"median": m, "noise": noise}) for i, m in enumerate([1.0, 1.001, 0.999, 1.03, 1.031])]
+    step = verdict.find_step(series)
+    assert step["before"] == "run2" and step["after"] == "run3" and 1.025 < step["ratio"] < 1.035
+    assert verdict.find_step([(i, {**f, "median": 1.0}) for i, f in series]) is None
+    assert verdict.find_step(series[:2]) is None  # a pair is the pairwise verdict's job
+
+
+def test_the_peers_rules_on_known_samples():
+    old = [1.00, 1.01, 1.00, 1.01, 1.00, 1.01]
+    assert not peers.asv_changed(old, [v * 1.05 for v in old])  # below asv's factor 1.1
+    # Six samples against six: the smallest two-sided Mann-Whitney p is 2/924 > 0.002, so asv
+    # cannot flag any change on our trial counts.
+    assert not peers.asv_changed(old, [v * 1.5 for v in old])
+    assert peers.asv_changed(old * 2, [v * 1.5 for v in old * 2])
+    assert peers.nvbench_verdict(old, [v * 1.02 for v in old]) == "SLOW"
+    assert peers.nvbench_verdict(old, [v * 0.98 for v in old]) == "FAST"
+    assert peers.nvbench_verdict(old, old) == "SAME"
+
+
+def test_the_profiler_judges_a_cell_that_do_bench_cannot():
+    trials = [dict(trial(0, i, 0.06, 0.0247), do_bench_ms=d, host_call_ms=0.05, profiler_ms=0.0246)
+              for i, d in enumerate([0.0251, 0.0304, 0.0244])]
+    check = analysis.cross_checks(trials, 0.0247, 0.03, {"notes": [], "do_bench_reason": None})
+    assert check["agrees"] is None and "unstable" in check["reason"]
+    assert check["profiler"] == {"ms": 0.0246, "agrees": True, "reason": None}
+    assert analysis.judged(check) == {"by": "profiler", "agrees": True, "reason": None}
+    off = analysis.profiler_check([0.030], 0.0247, 0.03, trials)
+    assert off["agrees"] is False and "profiled kernels" in off["reason"]
