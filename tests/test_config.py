@@ -4,7 +4,6 @@ The checks run in-process through fabench.config.check, the function the Snakefi
 tests run snakemake itself to prove the wiring (one line, no job scheduled, no results folder).
 """
 
-import copy
 import json
 import os
 import re

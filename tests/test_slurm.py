@@ -10,9 +10,7 @@ import itertools
 import json
 import os
 import re
-import subprocess
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
