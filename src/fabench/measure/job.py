@@ -33,7 +33,7 @@ from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.merge import PRIVATE_KEY, SKIPPED_KEY
-from fabench.measure.runner import MEASURING_ENV
+from fabench.measure.runner import MEASURING_ENV, JobError
 from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import sha256_json
 from fabench.files import write_json
@@ -132,7 +132,7 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
     for name, entry in results.items():
-        print(f"[fabench]   process {process} {name}: {_summary(entry)}", flush=True)
+        progress(f"{spec['variant']} {shape_id(shape)} process {process} {name}: {_summary(entry)}")
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
     return _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                    {"started": started, "process": process,
@@ -219,17 +219,35 @@ def _fail_all(cells: dict, platform: str, reference_status: dict) -> None:
 def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, variant: str, shape: dict,
              gpu_state: GpuState) -> None:
     """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ..."""
+    job_name = f"{variant} {shape_id(shape)}"
     for name, cell in cells.items():
         cell.problem, cell.reference = problem, reference
-        print(f"[fabench] {variant} {shape_id(shape)} {name} ...", flush=True)
+        progress(f"{job_name} {name}: setting up")
         cell.setup()
+        progress(f"{job_name} {name}: {'ready' if cell.live else _summary(cell.entry)}")
     live = [cell for cell in cells.values() if cell.live]
-    for index in range(job["timing"]["trials"]):
-        for cell in live:
+    trials = job["timing"]["trials"]
+    for index in range(trials):
+        for name, cell in cells.items():
             if cell.live:
                 cell.trial(index, gpu_state)
+                progress(f"{job_name} {name}: trial {index + 1}/{trials} {_trial_text(cell)}")
     for cell in cells.values():
         cell.release()
+
+
+def progress(line: str) -> None:
+    """One line of progress, flushed at once: the workflow shows it live on the terminal and in
+    the job's log (stdout is a pipe there, which Python would otherwise buffer)."""
+    print(f"[fabench] {line}", flush=True)
+
+
+def _trial_text(cell: Cell) -> str:
+    if not cell.live:
+        return f"failed: {cell.entry['reason']}"
+    trial = cell.entry["trials"][-1]
+    device = f", {trial['device_ms']:.4f} ms device" if trial.get("device_ms") is not None else ""
+    return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
 
 
 def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0) -> dict:
@@ -273,7 +291,15 @@ def _kernel_config(triton: dict, path: Path | None) -> dict:
     """The Triton-role config this job measures: from the patched file when given (what aiter reads)."""
     if path is None:
         return {"path": None, "sha256": None, "values": dict(triton)}
-    return {"path": str(path), "sha256": file_sha256(path), "values": forward_config(json.loads(path.read_text()))}
+    try:
+        patched = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise JobError(f"the variant's patched aiter config {path} cannot be read as JSON ({err}); "
+                       f"delete it and run again to patch it anew") from None
+    if not isinstance(patched, dict):
+        raise JobError(f"the variant's patched aiter config {path} is not a JSON object; "
+                       f"delete it and run again to patch it anew")
+    return {"path": str(path), "sha256": file_sha256(path), "values": forward_config(patched)}
 
 
 def _summary(entry: dict) -> str:

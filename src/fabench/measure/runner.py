@@ -30,6 +30,7 @@ import subprocess
 import threading
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 from fabench.files import write_json
@@ -52,8 +53,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class JobError(Exception):
+    """A job that cannot run, for a reason the message states in full (no traceback needed)."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the job; when it fails, its last line of output is the reason, so that the terminal
+    and the job's log both end with it (the workflow tees this process's output to the log)."""
     args = parse_args(argv)
+    try:
+        return run(args)
+    except Exception as err:
+        if not isinstance(err, JobError):
+            traceback.print_exc()
+        print(f"[fabench] job failed: {job_name(args)}: {failure_text(err)}", file=sys.stderr, flush=True)
+        return 1
+
+
+def job_name(args: argparse.Namespace) -> str:
+    """`<variant> <shape id>[ process N]`, as the progress lines name the job."""
+    name = f"{args.spec.get('variant')} {args.spec.get('shape_id')}"
+    process = args.process_index if args.process_index is not None else args.process
+    return name if process is None else f"{name} process {process}"
+
+
+def failure_text(err: BaseException) -> str:
+    return str(err) if isinstance(err, JobError) else f"{type(err).__name__}: {err}"
+
+
+def run(args: argparse.Namespace) -> int:
     watch_workflow()
     commit = args.project_commit or git_commit(Path(__file__).parent)
     if args.process_index is not None:
