@@ -40,7 +40,9 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 # --- aiter at the pinned commit --------------------------------------------------------
-# Its build needs are pinned to releases of 2025, before the report's date.
+# Its build needs, and this package's build backend, are locked with their hashes in
+# envs/image-*.txt (releases of 2025, before the report's date; refresh: envs/refresh.sh).
+COPY envs/image-aiter.txt envs/image-package.txt /opt/fabench/envs/
 RUN set -eux; \
     if [ -z "${AITER_COMMIT}" ]; then echo "AITER_COMMIT is empty: no aiter in this image"; exit 0; fi; \
     if [ "${#AITER_COMMIT}" -ne 40 ]; then echo "AITER_COMMIT must be a full 40-character SHA" >&2; exit 1; fi; \
@@ -50,8 +52,7 @@ RUN set -eux; \
     test "$(git rev-parse HEAD)" = "${AITER_COMMIT}"; \
     git submodule sync --recursive; \
     git submodule update --init --recursive --jobs 4; \
-    python3 -m pip install setuptools==80.9.0 "setuptools-scm[toml]==8.3.1" wheel==0.45.1 packaging==25.0 \
-        psutil==7.0.0 ninja==1.11.1.4 pybind11==3.0.1 pandas==2.3.3 einops==0.8.1; \
+    python3 -m pip install --require-hashes -r /opt/fabench/envs/image-aiter.txt; \
     if [ -n "${MAX_JOBS}" ]; then export MAX_JOBS; fi; \
     GPU_ARCHS="${GPU_ARCHS}" PREBUILD_KERNELS="${AITER_PREBUILD_KERNELS}" \
         python3 -m pip install --no-build-isolation .; \
@@ -82,11 +83,13 @@ LABEL org.opencontainers.image.title="fabench" \
 
 # --- this project's package, last --------------------------------------------------------
 # --no-deps: the runner needs only torch (from the base) and the standard library; the
-# report's dependencies (Jinja2, jsonschema, PyYAML) stay on the host.
+# report's dependencies (Jinja2, jsonschema, PyYAML) stay on the host. Built with the locked
+# setuptools (--no-build-isolation: no unpinned download of a build backend).
 COPY pyproject.toml /opt/fabench/pyproject.toml
 COPY src /opt/fabench/src
 RUN set -eux; \
-    python3 -m pip install --no-deps /opt/fabench; \
+    python3 -m pip install --require-hashes -r /opt/fabench/envs/image-package.txt; \
+    python3 -m pip install --no-deps --no-build-isolation /opt/fabench; \
     python3 -c "import fabench; print('fabench', fabench.__version__)"
 
 WORKDIR /tmp

@@ -74,7 +74,7 @@ def browse(browser: str, page, *args: str) -> subprocess.CompletedProcess:
 def embedded_results(html_report) -> dict:
     """The results Snakemake's HTML report holds, by path: what its page lists and shows."""
     text = html_report.read_text()
-    start = text.index("var results = ") + len("var results = ")
+    start = text.index("var results = ", text.index('<script id="results">')) + len("var results = ")
     return json.JSONDecoder().raw_decode(text[start:])[0]
 
 
