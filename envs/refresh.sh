@@ -3,7 +3,7 @@
 # with its sha256). The host locks are resolved together (test.txt first, the others within it),
 # for CPython 3.11 on Linux x86_64, the machine the README's commands and CI run on; the CPU torch
 # wheel (torch==2.13.0+cpu) is found in /opt/wheels, where such a machine keeps it.
-#   bash envs/refresh.sh
+#   pip install uv==0.13.9 && bash envs/refresh.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 compile() { uv pip compile --quiet --generate-hashes --python-version 3.11 --find-links /opt/wheels "$@"; }
