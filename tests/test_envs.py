@@ -90,6 +90,7 @@ def test_the_readme_and_ci_install_the_locks():
 def test_pip_accepts_a_host_lock_whole_in_hash_checking_mode(lock, tmp_path):
     """pip resolves the lock alone, every dependency in it and every hash matching (nothing installed)."""
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-                           "--require-hashes", "--quiet", "--report", str(tmp_path / "plan.json"), "-r",
-                           str(ENVS / lock)], capture_output=True, text=True, timeout=1200)
+                           "--require-hashes", "--quiet", "--timeout", "60", "--retries", "2",
+                           "--report", str(tmp_path / "plan.json"), "-r", str(ENVS / lock)],
+                          capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
