@@ -40,7 +40,9 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 # --- aiter at the pinned commit --------------------------------------------------------
-# Its build needs are pinned to releases of 2025, before the report's date.
+# Its build needs, and this package's build backend, are locked with their hashes in
+# envs/image-*.txt (releases of 2025, before the report's date; refresh: envs/refresh.sh).
+COPY envs/image-aiter.txt envs/image-aiter-index.txt envs/image-package.txt /opt/fabench/envs/
 RUN set -eux; \
     if [ -z "${AITER_COMMIT}" ]; then echo "AITER_COMMIT is empty: no aiter in this image"; exit 0; fi; \
     if [ "${#AITER_COMMIT}" -ne 40 ]; then echo "AITER_COMMIT must be a full 40-character SHA" >&2; exit 1; fi; \
@@ -50,8 +52,7 @@ RUN set -eux; \
     test "$(git rev-parse HEAD)" = "${AITER_COMMIT}"; \
     git submodule sync --recursive; \
     git submodule update --init --recursive --jobs 4; \
-    python3 -m pip install setuptools==80.9.0 "setuptools-scm[toml]==8.3.1" wheel==0.45.1 packaging==25.0 \
-        psutil==7.0.0 ninja==1.11.1.4 pybind11==3.0.1 pandas==2.3.3 einops==0.8.1; \
+    python3 -m pip install --require-hashes -r /opt/fabench/envs/image-aiter.txt; \
     if [ -n "${MAX_JOBS}" ]; then export MAX_JOBS; fi; \
     GPU_ARCHS="${GPU_ARCHS}" PREBUILD_KERNELS="${AITER_PREBUILD_KERNELS}" \
         python3 -m pip install --no-build-isolation .; \
@@ -68,17 +69,15 @@ RUN set -eux; \
     python3 -c "import triton; print('triton', triton.__version__)"
 
 # --- or AMD's aiter from the package index ----------------------------------------------------
-# AITER_FROM_INDEX=1 (with AITER_COMMIT empty): amd-aiter at the version pyproject.toml's `aiter`
-# extra pins, with its pinned requirements (one source for the pin). Its Triton kernels and config
-# loader are the same Python as in a git build; it carries no compiled CK modules.
+# AITER_FROM_INDEX=1 (with AITER_COMMIT empty): amd-aiter and its requirements as pyproject.toml's
+# `aiter` extra pins them, locked with their hashes into envs/image-aiter-index.txt by
+# envs/refresh.sh (one source for the pins). Its Triton kernels and config loader are the same
+# Python as in a git build; it carries no compiled CK modules.
 ARG AITER_FROM_INDEX=
-COPY pyproject.toml /opt/fabench/pyproject.toml
 RUN set -eux; \
     if [ -z "${AITER_FROM_INDEX}" ]; then exit 0; fi; \
     if [ -n "${AITER_COMMIT}" ]; then echo "AITER_FROM_INDEX and AITER_COMMIT both set: choose one aiter" >&2; exit 1; fi; \
-    python3 -c "import tomllib; print(chr(10).join(tomllib.load(open('/opt/fabench/pyproject.toml', 'rb'))['project']['optional-dependencies']['aiter']))" > /tmp/aiter-requirements.txt; \
-    python3 -m pip install -r /tmp/aiter-requirements.txt; \
-    rm /tmp/aiter-requirements.txt; \
+    python3 -m pip install --require-hashes -r /opt/fabench/envs/image-aiter-index.txt; \
     python3 -c "import importlib.metadata as m; print('amd-aiter', m.version('amd-aiter'))"
 
 # Recorded for the runner's provenance and the image manifest.
@@ -98,10 +97,13 @@ LABEL org.opencontainers.image.title="fabench" \
 
 # --- this project's package, last --------------------------------------------------------
 # --no-deps: the runner needs only torch (from the base) and the standard library; the
-# report's dependencies (Jinja2, jsonschema, PyYAML) stay on the host.
+# report's dependencies (Jinja2, jsonschema, PyYAML) stay on the host. Built with the locked
+# setuptools (--no-build-isolation: no unpinned download of a build backend).
+COPY pyproject.toml /opt/fabench/pyproject.toml
 COPY src /opt/fabench/src
 RUN set -eux; \
-    python3 -m pip install --no-deps /opt/fabench; \
+    python3 -m pip install --require-hashes -r /opt/fabench/envs/image-package.txt; \
+    python3 -m pip install --no-deps --no-build-isolation /opt/fabench; \
     python3 -c "import fabench; print('fabench', fabench.__version__)"
 
 WORKDIR /tmp

@@ -1,6 +1,7 @@
 """`snakemake archive`, `snakemake compare` and `snakemake --report` on real CPU runs, and the
 HTML report opened in a real headless Chromium."""
 
+import base64
 import json
 import re
 import shutil
@@ -58,21 +59,65 @@ def test_archiving_again_adds_nothing_and_a_new_run_gets_a_new_id(archived):
     assert len(list((archived / "archive" / "cpu-b").glob("0*"))) == 1
 
 
-def test_the_html_report_shows_the_plots_in_a_real_browser(archived, tmp_path):
-    proc = snakemake(archived, "--report", "report.html", "compare", config=run_config("tiny-b", "cpu-b"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def chromium() -> str:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
-    page = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-                           "--dump-dom", f"file://{archived / 'report.html'}"], capture_output=True, text=True,
-                          timeout=180)
+    return browser
+
+
+def browse(browser: str, page, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                           *args, f"file://{page}"], capture_output=True, text=True, timeout=180)
+
+
+def embedded_results(html_report) -> dict:
+    """The results Snakemake's HTML report holds, by path: what its page lists and shows."""
+    text = html_report.read_text()
+    start = text.index("var results = ", text.index('<script id="results">')) + len("var results = ")
+    return json.JSONDecoder().raw_decode(text[start:])[0]
+
+
+def test_the_html_report_shows_the_reports_and_the_comparison_as_pages_in_a_real_browser(archived, tmp_path):
+    proc = snakemake(archived, "--report", "report.html", "compare", config=run_config("tiny-b", "cpu-b"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    browser = chromium()
+    page = browse(browser, archived / "report.html", "--dump-dom")
     assert page.returncode == 0, page.stderr[-2000:]
-    dom = page.stdout
     for name in ("versions-tuned.png", "latency.png", "speedup.png"):
-        assert name in dom  # each picture is listed in the report the browser built
+        assert name in page.stdout  # each picture is listed in the report the browser built
     shot = tmp_path / "report.png"
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-                    f"--screenshot={shot}", "--window-size=1400,1000", f"file://{archived / 'report.html'}"],
-                   capture_output=True, timeout=180, check=True)
+    browse(browser, archived / "report.html", f"--screenshot={shot}", "--window-size=1400,1000")
     assert shot.stat().st_size > 10_000  # a drawn page, not a blank one
+
+    results = embedded_results(archived / "report.html")
+    pages = {path: entry for path, entry in results.items() if path.endswith(".html")}
+    # this config's run (tiny-a was archived under another config) and the comparison of both entries
+    assert set(pages) == {"results/tiny-b/report.html", "compare/compare.html"}
+    assert not [path for path in results if path.endswith(".md")]  # no report offered as a download
+    for path, entry in pages.items():
+        head, _, data = entry["data_uri"].partition(",")
+        assert head.startswith("data:text/html")  # the report's viewer shows text/html in a frame
+        shown = tmp_path / path.replace("/", "-")
+        shown.write_bytes(base64.b64decode(data))
+        dom = browse(browser, shown, "--dump-dom").stdout
+        assert "<table>" in dom and "<img" in dom and 'src="data:image/png;base64,' in dom
+        if path.startswith("results/"):
+            assert "<td>(1, 64, 2, 32)</td>" in dom and "<th>Native (ms)</th>" in dom
+        else:
+            assert "cpu-a" in dom and "cpu-b" in dom and "Native" in dom
+
+
+def test_a_variant_only_an_archived_run_has_gets_its_comparison_figure(archived):
+    """Runs last in this module: it adds a third entry, with a third variant, to the archive."""
+    config = run_config("tiny-c", "cpu-c")
+    config["variants"] = {**config["variants"], "three-stages": {"title": "Three stages", "triton": {"num_stages": 3}}}
+    proc = snakemake(archived, "--cores", "1", "archive", config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = snakemake(archived, "--cores", "1", "compare", config=run_config("tiny-b", "cpu-b"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    comparison = json.loads((archived / "compare" / "compare.json").read_text())
+    assert "three-stages" in {row["variant"] for row in comparison["rows"]}
+    figure = archived / "compare" / "versions-three-stages.png"
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 20_000  # drawn, not a note
+    assert "](versions-three-stages.png)" in (archived / "compare" / "compare.md").read_text()

@@ -102,6 +102,9 @@ def test_image_tag_follows_inputs(tmp_path):
     for name in ("Dockerfile", ".dockerignore", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(SRC, tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "envs").mkdir()
+    for lock in ("image-aiter.txt", "image-aiter-index.txt", "image-package.txt"):
+        shutil.copy(ROOT / "envs" / lock, tmp_path / "envs" / lock)
     args = {"AITER_COMMIT": ""}
     tag = fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
     assert re.fullmatch(r"fabench:[0-9a-f]{16}", tag)
@@ -112,7 +115,10 @@ def test_image_tag_follows_inputs(tmp_path):
     assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) == tag
     assert fc.image_tag(tmp_path / "Dockerfile", {"AITER_COMMIT": "x"}, context=tmp_path) != tag
     (tmp_path / "src" / "fabench" / "container.py").write_text("# changed\n", "utf-8")
-    assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) != tag
+    changed = fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
+    assert changed != tag
+    (tmp_path / "envs" / "image-package.txt").write_text("# another lock\n", "utf-8")
+    assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) != changed
     assert fc.manifest_name("fabench:abc") == "fabench_abc.json"
 
 
@@ -130,11 +136,14 @@ def test_dockerfile_pins_and_legacy_builder():
     assert "<<" not in text
     assert not re.search(r"COPY\s+--chmod", text)
     assert "ENV FABENCH_BASE_IMAGE" in text and "FABENCH_AITER_COMMIT=${AITER_COMMIT}" in text
-    # our package's source is copied last: a change to src/ rebuilds no aiter layer
-    source_copy = text.index("\nCOPY src ")
-    assert "aiter" not in text[source_copy:].lower()
-    # the package-index aiter is pinned in one place: pyproject's `aiter` extra, read in the build
-    assert "amd-aiter==" not in text and "['optional-dependencies']['aiter']" in text
+    # our package is copied last: everything after its first COPY is about it (before it, only the
+    # pip layers' locks are copied, so that a change to src/ does not rebuild aiter)
+    first_copy = text.index("\nCOPY pyproject.toml ")
+    assert "aiter" not in text[first_copy:].lower()
+    assert [line.split()[1] for line in text[:first_copy].splitlines() if line.startswith("COPY ")] == [
+        "envs/image-aiter.txt"]
+    # the package-index aiter is pinned in one place: pyproject's `aiter` extra, locked by envs/refresh.sh
+    assert "amd-aiter==" not in text and "envs/image-aiter-index.txt" in text
 
 
 def test_probe_module_writes_what_the_manifest_needs(tmp_path):

@@ -53,7 +53,7 @@ def test_a_runner_stops_when_its_workflow_is_gone(tmp_path):
     runner = subprocess.Popen([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for_line(runner, "native ...")
+        _wait_for_line(runner, "native: setting up")
         assert runner.poll() is None
         workflow.kill()
         workflow.wait()

@@ -75,11 +75,13 @@ rule compare:
         entries=archive_state,
         published=published_numbers(),
     output:
-        markdown=report(
-            "compare/compare.md",
+        markdown="compare/compare.md",
+        # The comparison as a page of its own, pictures embedded: the HTML report shows it.
+        html=report(
+            "compare/compare.html",
             caption="../report/compare.rst",
             category="Across versions",
-            labels={"figure": "comparison (Markdown)"},
+            labels={"figure": "comparison"},
         ),
         json="compare/compare.json",
         plots=[
@@ -89,7 +91,7 @@ rule compare:
                 category="Across versions",
                 labels={"figure": f"variant {variant} across versions"},
             )
-            for variant in VARIANTS
+            for variant in COMPARED_VARIANTS
         ],
     log:
         "logs/compare.log",
@@ -98,7 +100,7 @@ rule compare:
         threshold=config["archive"]["threshold"],
         baseline=config["archive"]["baseline"],
         tolerance=config["archive"]["tolerance"],
-        variants=VARIANTS,
+        variants=COMPARED_VARIANTS,
         # entries deleted since the last comparison change this, so compare re-runs
         entry_ids=lambda wildcards: [
             os.path.relpath(os.path.dirname(p), config["archive"]["root"])

@@ -24,9 +24,11 @@ rule measure:
         launch=job_launcher,
         spec=job_spec_json,
         commit=PROJECT_COMMIT,
+    # The job's progress lines, live on the terminal and in its log; under Snakemake's bash strict
+    # mode (pipefail) the job fails when the launcher does, its last line being the reason.
     shell:
-        "{params.launch} --spec {params.spec:q} --process {wildcards.process:q} "
-        "--out {output:q} --project-commit {params.commit:q} > {log:q} 2>&1"
+        "PYTHONUNBUFFERED=1 {params.launch} --spec {params.spec:q} --process {wildcards.process:q} "
+        "--out {output:q} --project-commit {params.commit:q} 2>&1 | tee {log:q}"
 
 
 rule benchmark:

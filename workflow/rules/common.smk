@@ -350,3 +350,27 @@ def archive_state(wildcards):
 
 def archive_receipt(run):
     return f"results/{run}/archived.json"
+
+
+# The schema's pattern for a variant's name (workflow/schemas/config.schema.yaml).
+VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+
+
+def compared_variants():
+    """This config's variants, then every other variant an archived entry holds (its config.json
+    names them): compare draws a figure for each."""
+    names = list(VARIANTS)
+    for sums in archive_state(None):
+        try:
+            archived = json.loads((Path(sums).parent / "config.json").read_text())
+            names += [
+                name
+                for name in archived["variants"]
+                if isinstance(name, str) and re.fullmatch(VARIANT_NAME, name)
+            ]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a broken entry: compare names it and leaves it out
+    return list(dict.fromkeys(names))
+
+
+COMPARED_VARIANTS = compared_variants()

@@ -23,8 +23,10 @@ rule render_report:
         published=published_numbers(),
         plots=["results/{run}/plots/latency.png", "results/{run}/plots/speedup.png"],
     output:
-        report(
-            "results/{run}/report.md",
+        markdown="results/{run}/report.md",
+        # The same report as a page of its own, pictures embedded: the HTML report shows it.
+        html=report(
+            "results/{run}/report.html",
             caption="../report/run.rst",
             category="Run {run}",
             labels={"figure": "report"},

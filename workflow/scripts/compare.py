@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from fabench.files import write_atomic, write_json
+from fabench.report.html import markdown_page
 from fabench.report.plots import version_plot_name, versions_png
 from fabench.report.published import load_published
 from fabench.results.archive_read import list_entries
@@ -26,10 +27,13 @@ for item in comparison["left_out"]:
 plots = {Path(p).name: p for p in sm.output.plots}
 figures = [(f"variant {variant} across the archived versions", version_plot_name(variant))
            for variant in sm.params.variants]
-write_atomic(sm.output.markdown, render_markdown(comparison, figures=figures))
+markdown = render_markdown(comparison, figures=figures)
+write_atomic(sm.output.markdown, markdown)
 write_json(sm.output.json, comparison)
 for variant in sm.params.variants:
     write_atomic(plots[version_plot_name(variant)], versions_png(comparison, variant))
+# after the pictures, which the page embeds
+write_atomic(sm.output.html, markdown_page(markdown, Path(sm.output.html).parent, "Comparison across versions"))
 flagged = [f for f in comparison["flags"] if f["flag"] == "regression"]
 logging.info("%d entries compared, %d left out, %d regression flag(s)", len(comparison["entries"]),
              len(comparison["left_out"]), len(flagged))

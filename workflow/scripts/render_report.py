@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from fabench.files import write_atomic
+from fabench.report.html import markdown_page
 from fabench.report.published import load_published
 from fabench.report.render import render
 
@@ -11,7 +12,9 @@ sys.stderr = open(snakemake.log[0], "w")
 collected = json.loads(Path(snakemake.input.results).read_text())
 published = load_published(snakemake.input.published) if snakemake.input.published else None
 template_dir = Path(snakemake.params.template_dir)
-here = Path(snakemake.output[0]).parent
+here = Path(snakemake.output.markdown).parent
 figures = [(title, Path(path).relative_to(here).as_posix())
            for title, path in zip(("Latency against sequence length", "Speedup over native"), snakemake.input.plots)]
-write_atomic(snakemake.output[0], render(collected, dict(snakemake.params.config), published, template_dir, figures))
+markdown = render(collected, dict(snakemake.params.config), published, template_dir, figures)
+write_atomic(snakemake.output.markdown, markdown)
+write_atomic(snakemake.output.html, markdown_page(markdown, here, f"Run {collected['run']}"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import traceback
 from pathlib import Path
 
 from fabench.config import spec_error
@@ -67,3 +69,18 @@ def job_arguments(prog: str, description: str | None = None) -> Parser:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
     return parser
+
+
+class JobError(Exception):
+    """A job that cannot run, for a reason the message states in full (no traceback needed)."""
+
+
+def report_failure(err: BaseException, spec: dict, process: int | None) -> None:
+    """The failure's reason as the last line of output, so that the terminal and the job's log
+    both end with it (the workflow tees the job's output to its log); a traceback before it only
+    for an error nobody foresaw."""
+    if not isinstance(err, JobError):
+        traceback.print_exc()
+    name = f"{spec.get('variant')} {spec.get('shape_id')}" + (f" process {process}" if process is not None else "")
+    reason = str(err) if isinstance(err, JobError) else f"{type(err).__name__}: {err}"
+    print(f"[fabench] job failed: {name}: {reason}", file=sys.stderr, flush=True)

@@ -33,7 +33,7 @@ from fabench.measure.backends import BACKENDS, Backend, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
-from fabench.measure.invocation import MEASURING_ENV, USAGE, job_arguments
+from fabench.measure.invocation import MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
 from fabench.measure.merge import SKIPPED_KEY
 from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.analysis.entry import analyse_entry
@@ -125,9 +125,9 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     result = _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                      {"started": started, "process": process,
                       **provenance.collect(platform, sha256_json(config), project_commit)})
-    for name, entry in results.items():
-        print(f"[fabench]   process {process} {name}: {_summary(analyse_entry(copy.deepcopy(entry), result))}",
-              flush=True)
+    for name, entry in results.items():  # the figures as the analysis will derive them
+        progress(f"{variant} {shape_id(shape)} process {process} {name}: "
+                 f"{_summary(analyse_entry(copy.deepcopy(entry), result))}")
     return result
 
 
@@ -209,17 +209,34 @@ def _fail_all(cells: dict, platform: str, reference_status: dict) -> None:
 def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, variant: str, shape: dict,
              gpu_state: GpuState) -> None:
     """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ..."""
+    job_name = f"{variant} {shape_id(shape)}"
     for name, cell in cells.items():
         cell.problem, cell.reference = problem, reference
-        print(f"[fabench] {variant} {shape_id(shape)} {name} ...", flush=True)
+        progress(f"{job_name} {name}: setting up")
         cell.setup()
-    live = [cell for cell in cells.values() if cell.live]
-    for index in range(job["timing"]["trials"]):
-        for cell in live:
+        progress(f"{job_name} {name}: {'ready' if cell.live else _summary(cell.entry)}")
+    trials = job["timing"]["trials"]
+    for index in range(trials):
+        for name, cell in cells.items():
             if cell.live:
                 cell.trial(index, gpu_state)
+                progress(f"{job_name} {name}: trial {index + 1}/{trials} {_trial_text(cell)}")
     for cell in cells.values():
         cell.release()
+
+
+def progress(line: str) -> None:
+    """One line of progress, flushed at once: the workflow shows it live on the terminal and in
+    the job's log (stdout is a pipe there, which Python would otherwise buffer)."""
+    print(f"[fabench] {line}", flush=True)
+
+
+def _trial_text(cell: Cell) -> str:
+    if not cell.live:
+        return f"failed: {cell.entry['reason']}"
+    trial = cell.entry["trials"][-1]
+    device = f", {trial['device_ms']:.4f} ms device" if trial.get("device_ms") is not None else ""
+    return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
 
 
 def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0) -> dict:
@@ -261,7 +278,15 @@ def _kernel_config(triton: dict, path: Path | None, platform: str | None = None,
     with what aiter's own loader read from that file wherever aiter is installed (CPU included)."""
     if path is None:
         return {"path": None, "sha256": None, "values": dict(triton)}
-    record = {"path": str(path), "sha256": file_sha256(path), "values": forward_config(json.loads(path.read_text()))}
+    try:
+        patched = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise JobError(f"the variant's patched aiter config {path} cannot be read as JSON ({err}); "
+                       f"delete it and run again to patch it anew") from None
+    if not isinstance(patched, dict):
+        raise JobError(f"the variant's patched aiter config {path} is not a JSON object; "
+                       f"delete it and run again to patch it anew")
+    record = {"path": str(path), "sha256": file_sha256(path), "values": forward_config(patched)}
     if platform is not None:
         record["aiter_loader"] = _aiter_loader_read(path, platform, dtype)
     return record
@@ -322,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:  # the spec does not fit this host (no roles for its platform)
         print(f"python -m fabench.measure: error: {err}", file=sys.stderr, flush=True)
         os._exit(USAGE)
+    except Exception as err:  # its reason is the last line the terminal and the log show
+        report_failure(err, args.spec, args.process_index)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
     # (Inductor's compile workers, atexit hooks), for every process of every job.
     sys.stdout.flush()

@@ -39,7 +39,7 @@ from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
-from fabench.measure.invocation import USAGE, job_arguments, measuring_environment
+from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
 from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
 from fabench.watchdog import watch_workflow
 
@@ -54,7 +54,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the job; when it fails, its last line of output is the reason, so that the terminal
+    and the job's log both end with it (the workflow tees this process's output to the log)."""
     args = parse_args(argv)
+    try:
+        return run(args)
+    except Exception as err:
+        report_failure(err, args.spec, args.process)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
     watch_workflow()
     commit = args.project_commit or git_commit(Path(__file__).parent)
     try:

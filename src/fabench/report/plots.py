@@ -1,13 +1,17 @@
 """Pictures of a run and of the archive, as PNG bytes (matplotlib, Agg: no display needed).
 
-    latency_png(collected)      latency vs sequence length, one line per backend, a panel per variant
-    speedup_png(collected)      speedup over the baseline backend, first variant vs last (before/after tuning)
+    latency_png(collected)      latency vs sequence length, one line per backend: a panel per variant
+                                and shape family (batch, heads, head_dim)
+    speedup_png(collected)      speedup over the baseline backend of the vendor and Triton backends,
+                                every variant side by side, a panel per shape family
     versions_png(comparison, variant)
-                                each backend across archived versions, median with its 95% CI
+                                each backend across archived versions, median with its 95% CI, a
+                                panel per shape
 
 Each reads the recorded statistics (stats.device_ms, else stats.wall_mean_ms; a v1 result's
-device_ms.median or wall_mean_ms without error bars) and computes none of its own. Only shapes at
-the main head_dim (the one most shapes share) are drawn against sequence length.
+device_ms.median or wall_mean_ms without error bars) and computes none of its own. Every shape,
+variant and backend that ran is drawn; a legend names only what was drawn; the layout is
+matplotlib's constrained layout, so that no two labels overlap.
 
     python -m fabench.report.plots --results results/<run>/results.json --out-dir results/<run>/plots
 """
@@ -19,7 +23,7 @@ import io
 import json
 import math
 import sys
-from collections import Counter
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -59,9 +63,18 @@ def timing(backend: dict | None) -> tuple[float | None, tuple[float, float] | No
     return None, None, None
 
 
-def main_head_dim(results: list[dict]) -> int:
-    shapes = {r["shape_id"]: r["shape"] for r in results}
-    return Counter(s["head_dim"] for s in shapes.values()).most_common(1)[0][0]
+def family(shape: dict) -> tuple[int, int, int]:
+    """The shapes drawn against sequence length together: same batch, heads and head_dim."""
+    return shape["head_dim"], shape["batch"], shape["heads"]
+
+
+def families_of(shapes) -> list[tuple[int, int, int]]:
+    return sorted({family(shape) for shape in shapes})
+
+
+def family_words(key: tuple[int, int, int]) -> str:
+    head_dim, batch, heads = key
+    return f"head_dim {head_dim} (batch {batch}, heads {heads})"
 
 
 def variants_of(results: list[dict]) -> list[str]:
@@ -128,58 +141,66 @@ def error_bars(medians: list[float], cis: list[tuple[float, float] | None]):
     return [lower, upper]
 
 
-def empty_figure(message: str) -> bytes:
+def message_figure(message: str):
     fig, ax = plt.subplots(figsize=(6, 2))
     ax.axis("off")
     ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=11)
-    return png_bytes(fig)
+    return fig
 
 
 # ---------------------------------------------------------------- latency vs sequence length
 
-def latency_png(collected: dict, head_dim: int | None = None) -> bytes:
+def latency_png(collected: dict) -> bytes:
+    return png_bytes(latency_figure(collected))
+
+
+def latency_figure(collected: dict):
+    """A panel per (shape family, variant): each backend's median against sequence length."""
     results = collected["results"]
-    head_dim = head_dim or main_head_dim(results)
-    variants = variants_of(results)
+    variants, groups = variants_of(results), families_of(r["shape"] for r in results)
     names = backend_order(results)
     colors = colors_for(results, names)
-    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants) + 1.6, 4.6), sharey=True, squeeze=False)
-    metrics, missing = set(), []
-    for ax, variant in zip(axes[0], variants):
-        rows = sorted((r for r in results if r["variant"] == variant and r["shape"]["head_dim"] == head_dim),
-                      key=lambda r: r["shape"]["seq"])
-        for name in names:
-            points = [(r["shape"]["seq"], *timing(r["backends"].get(name)), r["backends"].get(name)) for r in rows]
-            if not any(p[1] is not None for p in points):
-                continue
-            for seq, median, _, _, backend in points:
-                if median is None and backend is not None and backend.get("status") == "failed":
-                    missing.append(f"{backend_label(results, name)} at seq {seq} in {variant} "
-                                   f"({backend.get('failure_kind') or 'failed'})")
-            # a gap (NaN) where a backend did not run, so no line bridges it
-            seqs = [p[0] for p in points]
-            medians = [p[1] if p[1] is not None else math.nan for p in points]
-            cis = [p[2] for p in points]
-            metrics.update(p[3] for p in points if p[3])
-            ax.errorbar(seqs, medians, yerr=error_bars(medians, cis), marker="o", markersize=4,
-                        capsize=3, linewidth=1.6, color=colors[name], label=backend_label(results, name))
-        ax.set_xscale("log", base=2)
-        seqs = sorted({r["shape"]["seq"] for r in rows})
-        ax.set_xticks(seqs, [str(s) for s in seqs])
-        ax.minorticks_off()
-        log_ms_axis(ax)
+    fig, axes = plt.subplots(len(groups), len(variants), figsize=(4.4 * len(variants) + 2.4, 3.4 * len(groups) + 1.2),
+                             sharey="row", squeeze=False, layout="constrained")
+    metrics, missing, handles = set(), [], {}
+    for row, group in zip(axes, groups):
+        for ax, variant in zip(row, variants):
+            cells = sorted((r for r in results if r["variant"] == variant and family(r["shape"]) == group),
+                           key=lambda r: r["shape"]["seq"])
+            for name in names:
+                drawn = draw_latency_line(ax, cells, name, backend_label(results, name), colors[name], metrics, missing)
+                if drawn is not None:
+                    handles.setdefault(name, drawn)
+            seqs = sorted({r["shape"]["seq"] for r in cells})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(seqs, [str(s) for s in seqs])
+            ax.minorticks_off()
+            log_ms_axis(ax)
+            ax.set_title(f"{variant}: {family_words(group)}", fontsize=10)
+        row[0].set_ylabel("ms (log scale)")
+    for ax in axes[-1]:
         ax.set_xlabel("sequence length (tokens)")
-        ax.set_title(f"{variant}", fontsize=11)
-    axes[0][0].set_ylabel(f"{metric_words(metrics)}, ms (log scale)")
-    shape = next((r["shape"] for r in results if r["shape"]["head_dim"] == head_dim), {})
-    fig.suptitle(f"Latency vs sequence length: {collected.get('run', '')}, {device_of(results)}\n"
-                 f"batch {shape.get('batch')}, heads {shape.get('heads')}, head_dim {head_dim}; "
-                 f"median of trials, bars = 95% CI", fontsize=11)
-    legend_right(fig, axes[0][-1])
-    if missing:
-        fig.text(0.01, -0.02, "Failed, not drawn: " + "; ".join(missing), fontsize=9, ha="left", va="top",
-                 color="#b00000", wrap=True)
-    return png_bytes(fig)
+    fig.suptitle(f"Latency vs sequence length: {collected.get('run', '')}, {device_of(results)}; "
+                 f"{metric_words(metrics)}, median of trials, bars = 95% CI", fontsize=11)
+    legend_outside(fig, [handles[name] for name in names if name in handles])
+    note_below(fig, "Failed, not drawn: ", missing)
+    return fig
+
+
+def draw_latency_line(ax, cells: list[dict], name: str, label: str, color: str, metrics: set, missing: list):
+    """One backend's line in one panel (a gap where it did not run); its handle, None if it never ran."""
+    points = [(r["shape"]["seq"], *timing(r["backends"].get(name)), r["backends"].get(name)) for r in cells]
+    if not any(p[1] is not None for p in points):
+        return None
+    for seq, median, _, _, backend in points:
+        if median is None and backend is not None and backend.get("status") == "failed":
+            missing.append(f"{label} at seq {seq} in {cells[0]['variant']}, head_dim {cells[0]['shape']['head_dim']} "
+                           f"({backend.get('failure_kind') or 'failed'})")
+    medians = [p[1] if p[1] is not None else math.nan for p in points]  # NaN: no line bridges the gap
+    metrics.update(p[3] for p in points if p[3])
+    drawn = ax.errorbar([p[0] for p in points], medians, yerr=error_bars(medians, [p[2] for p in points]),
+                        marker="o", markersize=4, capsize=3, linewidth=1.6, color=color, label=label)
+    return drawn
 
 
 def device_of(results: list[dict]) -> str:
@@ -187,122 +208,136 @@ def device_of(results: list[dict]) -> str:
     return ", ".join(devices)
 
 
-def legend_right(fig, ax) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    for other in fig.axes:
-        for h, lab in zip(*other.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=10)
-    fig.tight_layout()
+def legend_outside(fig, handles: list) -> None:
+    """The figure's one legend, right of the panels (constrained layout keeps it clear of them)."""
+    if handles:
+        fig.legend(handles=handles, loc="outside right center", frameon=False, fontsize=9)
 
 
-# ---------------------------------------------------------------- speedup before vs after
+def note_below(fig, lead: str, items: list[str]) -> None:
+    """A note under the panels, wrapped to the figure's width (drawn outside the panels' area)."""
+    if not items:
+        return
+    width = max(40, int(fig.get_figwidth() * 13))
+    text = textwrap.fill(lead + "; ".join(items), width)
+    fig.text(0.01, -0.01, text, fontsize=8, ha="left", va="top", color="#b00000")
 
-def speedup_png(collected: dict, head_dim: int | None = None) -> bytes:
+
+# ---------------------------------------------------------------- speedup over the baseline, every variant
+
+SPEEDUP_ROLES = ("vendor", "triton")
+VARIANT_HATCHES = ("//", "", "..", "xx", "\\\\", "++", "oo", "--")
+
+
+def speedup_png(collected: dict) -> bytes:
+    return png_bytes(speedup_figure(collected))
+
+
+def speedup_figure(collected: dict):
     """Speedup over the baseline backend (baseline median / backend median) of the vendor and Triton
-    backends, at each sequence length, in the first variant (before) and the last (after)."""
+    backends in every variant, at each sequence length: a panel per shape family."""
     results = collected["results"]
-    head_dim = head_dim or main_head_dim(results)
-    variants = variants_of(results)
-    before, after = variants[0], variants[-1]
-    first = results[0]
-    roles = [role for role in ("vendor", "triton")]
-    seqs = sorted({r["shape"]["seq"] for r in results if r["shape"]["head_dim"] == head_dim})
-    find = {(r["variant"], r["shape"]["seq"]): r for r in results if r["shape"]["head_dim"] == head_dim}
+    variants, groups = variants_of(results), families_of(r["shape"] for r in results)
+    baseline = backend_label(results, results[0]["roles"]["baseline"])
+    panels = [(group, speedup_series(results, variants, group)) for group in groups]
+    if not any(values for _, series in panels for *_, values in series):
+        return message_figure("No speedup to draw: the baseline or the compared backends did not run.")
+    bars = max(len(series) for _, series in panels) * max(len({r["shape"]["seq"] for r in results}), 1)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(max(7.5, 0.34 * bars + 3.5), 3.8 * len(groups) + 0.8),
+                             squeeze=False, layout="constrained")
+    handles = {}
+    for ax, (group, series) in zip(axes[:, 0], panels):
+        draw_speedup_panel(ax, results, group, series, handles)
+        ax.set_title(family_words(group), fontsize=10)
+        ax.set_ylabel(f"speedup over {baseline} (x)")
+    axes[-1, 0].set_xlabel("sequence length (tokens)")
+    fig.suptitle(f"Speedup over {baseline} (higher is faster), every variant: {collected.get('run', '')}, "
+                 f"{device_of(results)}", fontsize=11)
+    legend_outside(fig, list(handles.values()))
+    never = [f"{backend_label(results, results[0]['roles'][role])}, {variant}" for role in SPEEDUP_ROLES
+             for variant in variants if (role, variant) not in handles]
+    note_below(fig, "Did not run in any shape: ", never)
+    return fig
+
+
+def speedup_series(results: list[dict], variants: list[str], group: tuple) -> list[tuple[str, str, list]]:
+    """(role, variant, speedup per sequence length or None) of every role and variant that ran in the group."""
+    cells = {(r["variant"], r["shape"]["seq"]): r for r in results if family(r["shape"]) == group}
+    seqs = sorted({seq for _, seq in cells})
     series = []
-    for role in roles:
-        for variant in dict.fromkeys((before, after)):
-            values = []
-            for seq in seqs:
-                r = find.get((variant, seq))
-                base = timing(r["backends"].get(r["roles"]["baseline"]))[0] if r else None
-                mine = timing(r["backends"].get(r["roles"][role]))[0] if r else None
-                values.append(base / mine if base and mine else None)
-            name = first["roles"][role]
-            series.append((role, variant, f"{backend_label(results, name)}, {variant}", values))
-    if not any(v is not None for *_, values in series for v in values):
-        return empty_figure("No speedup to draw: the baseline or the compared backends did not run.")
-    fig, ax = plt.subplots(figsize=(9.5, 4.6))
-    width = 0.8 / len(series)
-    for i, (role, variant, label, values) in enumerate(series):
+    for role in SPEEDUP_ROLES:
+        for variant in variants:
+            values = [speedup(cells.get((variant, seq)), role) for seq in seqs]
+            if any(v is not None for v in values):
+                series.append((role, variant, values))
+    return series
+
+
+def speedup(result: dict | None, role: str) -> float | None:
+    if result is None:
+        return None
+    base = timing(result["backends"].get(result["roles"]["baseline"]))[0]
+    mine = timing(result["backends"].get(result["roles"][role]))[0]
+    return base / mine if base and mine else None
+
+
+def draw_speedup_panel(ax, results: list[dict], group: tuple, series: list, handles: dict) -> None:
+    """Bars grouped by sequence length, each labelled with its value upright above it."""
+    seqs = sorted({r["shape"]["seq"] for r in results if family(r["shape"]) == group})
+    variants = variants_of(results)
+    width = 0.84 / max(len(series), 1)
+    for i, (role, variant, values) in enumerate(series):
         xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(seqs))]
-        heights = [v or 0 for v in values]
-        bars = ax.bar(xs, heights, width * 0.95, label=label, color=ROLE_COLORS[role],
-                      alpha=0.45 if variant == before and before != after else 0.95,
-                      hatch="//" if variant == before and before != after else None, edgecolor="white")
+        hatch = VARIANT_HATCHES[variants.index(variant) % len(VARIANT_HATCHES)]
+        bars = ax.bar(xs, [v or 0 for v in values], width * 0.92, color=ROLE_COLORS[role], hatch=hatch,
+                      alpha=0.5 + 0.45 * (variants.index(variant) + 1) / len(variants), edgecolor="white",
+                      label=f"{backend_label(results, results[0]['roles'][role])}, {variant}")
+        handles.setdefault((role, variant), bars)
         for bar, value in zip(bars, values):
             text = "did not run" if value is None else f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=8, xytext=(0, 2), textcoords="offset points")
-    ax.axhline(1.0, color=ROLE_COLORS["baseline"], linewidth=1, linestyle="--",
-               label=f"{backend_label(results, first['roles']['baseline'])} = 1x")
+                        rotation=90, fontsize=7, xytext=(0, 2), textcoords="offset points")
+    line = ax.axhline(1.0, color=ROLE_COLORS["baseline"], linewidth=1, linestyle="--",
+                      label=f"{backend_label(results, results[0]['roles']['baseline'])} = 1x")
+    handles.setdefault("baseline", line)
     ax.set_xticks(range(len(seqs)), [str(s) for s in seqs])
-    ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel(f"speedup over {backend_label(results, first['roles']['baseline'])} (x, higher is faster)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.set_ylim(0, max(v or 0 for *_, values in series for v in values) * 1.15)
-    ax.set_title(f"Speedup before ({before}) vs after ({after}): {collected.get('run', '')}, {device_of(results)}, "
-                 f"head_dim {head_dim}", fontsize=11)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9, frameon=False)
-    fig.tight_layout()
-    return png_bytes(fig)
+    top = max((v for *_, values in series for v in values if v is not None), default=1.0)
+    ax.set_ylim(0, max(top, 1.0) * 1.45)  # room for the upright value labels above the tallest bar
 
 
 # ---------------------------------------------------------------- across archived versions
 
-def versions_png(comparison: dict, variant: str, max_shapes: int = 6) -> bytes:
-    """For one variant, a panel per shape at the main head_dim: each backend's median with its 95% CI
+def versions_png(comparison: dict, variant: str) -> bytes:
+    return png_bytes(versions_figure(comparison, variant))
+
+
+def versions_figure(comparison: dict, variant: str):
+    """For one variant, a panel per shape (every head_dim): each backend's median with its 95% CI
     in every archived entry (x axis, oldest first); flagged regressions ringed in red."""
     entries = [e["id"] for e in comparison["entries"]]
     rows = [r for r in comparison["rows"] if r["variant"] == variant]
     if not rows or not entries:
-        return empty_figure(f"No archived results for variant {variant}.")
+        return message_figure(f"No archived results for variant {variant}.")
     shapes = {r["shape_id"]: r["shape"] for r in rows}
-    main = Counter(s["head_dim"] for s in shapes.values()).most_common(1)[0][0]
-    shape_ids = sorted((s for s in shapes if shapes[s]["head_dim"] == main), key=lambda s: shapes[s]["seq"])
-    shape_ids = shape_ids[:max_shapes]
+    shape_ids = sorted(shapes, key=lambda s: (family(shapes[s]), shapes[s]["seq"]))
     columns = min(len(shape_ids), 2 if len(shape_ids) == 4 else 3)
     lines = (len(shape_ids) + columns - 1) // columns
-    fig, axes = plt.subplots(lines, columns, figsize=(max(4.6, 1.1 * len(entries) + 2.6) * columns, 3.6 * lines + 0.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(lines, columns, figsize=(max(4.6, 1.1 * len(entries) + 2.6) * columns + 2.4,
+                                                      3.4 * lines + 1.0), squeeze=False, layout="constrained")
     backends = list(dict.fromkeys(r["backend"] for r in rows))
-    palette = dict(zip(backends, list(ROLE_COLORS.values()) + list(OTHER_COLORS)))
+    palette = dict(zip(backends, list(ROLE_COLORS.values()) + list(OTHER_COLORS) * 4))
     flagged = {(f["shape_id"], f["backend"], f["entry"]) for f in comparison["flags"]
                if f["flag"] == "regression" and f["variant"] == variant}
-    metrics, marks = set(), set()
-    x = list(range(len(entries)))
+    metrics, marks, drawn = set(), set(), {}
     for ax, sid in zip(axes.flat, shape_ids):
         for r in (r for r in rows if r["shape_id"] == sid):
-            medians, cis = [], []
-            for i, cell in enumerate(r["cells"]):
-                median, ci, metric = timing(cell_backend(cell))
-                metrics.update([metric] if metric else [])
-                medians.append(math.nan if median is None else median)
-                cis.append(ci)
-                if cell.get("status") in ("failed", "unavailable") and any(c.get("status") == "ok" for c in r["cells"]):
-                    # did not run here but did elsewhere: an x on the axis, in the backend's colour
-                    ax.plot([i], [0.04], marker="x", markersize=9, markeredgewidth=2, color=palette[r["backend"]],
-                            transform=blended_transform_factory(ax.transData, ax.transAxes), clip_on=False)
-                    marks.add("missing")
-            if all(math.isnan(m) for m in medians):
-                continue
-            ax.errorbar(x, medians, yerr=error_bars(medians, cis), marker="o", markersize=4, capsize=4,
-                        linewidth=1.4, color=palette[r["backend"]], label=r["label"])
-            for xi, (m, cell) in enumerate(zip(medians, r["cells"])):
-                if cell.get("status") == "ok" and cell.get("stable") is False:
-                    ax.plot([xi], [m], marker="o", markersize=7, markerfacecolor="white",
-                            markeredgecolor=palette[r["backend"]], markeredgewidth=1.5)
-                    marks.add("unstable")
-                if (sid, r["backend"], entries[xi]) in flagged and not math.isnan(m):
-                    ax.plot([xi], [m], marker="o", markersize=11, markerfacecolor="none", markeredgecolor="red",
-                            markeredgewidth=1.8)
-                    marks.add("regression")
+            if draw_version_line(ax, r, entries, palette[r["backend"]], flagged, metrics, marks):
+                drawn.setdefault(r["backend"], r["label"])
         shape = shapes[sid]
-        ax.set_title(f"seq {shape['seq']} (B={shape['batch']}, H={shape['heads']}, D={shape['head_dim']})",
-                     fontsize=10)
-        ax.set_xticks(x, [entry_tick(e) for e in entries], fontsize=8)
+        ax.set_title(f"seq {shape['seq']}, head_dim {shape['head_dim']} (batch {shape['batch']}, "
+                     f"heads {shape['heads']})", fontsize=9)
+        ax.set_xticks(range(len(entries)), [entry_tick(e) for e in entries], fontsize=8)
         ax.set_xlim(-0.5, len(entries) - 0.5)
         log_ms_axis(ax)
         ax.set_ylabel("ms (log scale)")
@@ -310,21 +345,52 @@ def versions_png(comparison: dict, variant: str, max_shapes: int = 6) -> bytes:
         ax.axis("off")
     fig.suptitle(f"Variant {variant} across archived versions: {metric_words(metrics)}, median with 95% CI "
                  f"(oldest left)", fontsize=11)
-    handles = [Line2D([], [], color=palette[b], marker="o", markersize=4, linewidth=1.4,
-                      label=next(r["label"] for r in rows if r["backend"] == b)) for b in backends]
-    grey = "#555555"
-    proxies = {
-        "regression": Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
-                             markeredgecolor="red", markeredgewidth=1.8, label="flagged regression"),
-        "unstable": Line2D([], [], linestyle="none", marker="o", markersize=7, markerfacecolor="white",
-                           markeredgecolor=grey, markeredgewidth=1.5, label="unstable trials (not flagged)"),
-        "missing": Line2D([], [], linestyle="none", marker="x", markersize=9, markeredgewidth=2, color=grey,
-                          label="failed or unavailable"),
-    }
-    handles += [proxies[m] for m in ("regression", "unstable", "missing") if m in marks]
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=10)
-    fig.tight_layout()
-    return png_bytes(fig)
+    handles = [Line2D([], [], color=palette[b], marker="o", markersize=4, linewidth=1.4, label=label)
+               for b, label in drawn.items()]
+    handles += [MARK_PROXIES[m]() for m in ("regression", "unstable", "missing") if m in marks]
+    legend_outside(fig, handles)
+    return fig
+
+
+def draw_version_line(ax, row: dict, entries: list[str], color: str, flagged: set, metrics: set, marks: set) -> bool:
+    """One backend of one shape across the entries; True when it ran in at least one."""
+    medians, cis = [], []
+    ran = any(c.get("status") == "ok" for c in row["cells"])
+    for i, cell in enumerate(row["cells"]):
+        median, ci, metric = timing(cell_backend(cell))
+        metrics.update([metric] if metric else [])
+        medians.append(math.nan if median is None else median)
+        cis.append(ci)
+        if cell.get("status") in ("failed", "unavailable") and ran:
+            # did not run here but did elsewhere: an x on the axis, in the backend's colour
+            ax.plot([i], [0.04], marker="x", markersize=9, markeredgewidth=2, color=color,
+                    transform=blended_transform_factory(ax.transData, ax.transAxes), clip_on=False)
+            marks.add("missing")
+    if not ran:
+        return False
+    ax.errorbar(range(len(entries)), medians, yerr=error_bars(medians, cis), marker="o", markersize=4, capsize=4,
+                linewidth=1.4, color=color, label=row["label"])
+    for xi, (m, cell) in enumerate(zip(medians, row["cells"])):
+        if cell.get("status") == "ok" and cell.get("stable") is False:
+            ax.plot([xi], [m], marker="o", markersize=7, markerfacecolor="white", markeredgecolor=color,
+                    markeredgewidth=1.5)
+            marks.add("unstable")
+        if (row["shape_id"], row["backend"], entries[xi]) in flagged and not math.isnan(m):
+            ax.plot([xi], [m], marker="o", markersize=11, markerfacecolor="none", markeredgecolor="red",
+                    markeredgewidth=1.8)
+            marks.add("regression")
+    return True
+
+
+GREY = "#555555"
+MARK_PROXIES = {
+    "regression": lambda: Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
+                                 markeredgecolor="red", markeredgewidth=1.8, label="flagged regression"),
+    "unstable": lambda: Line2D([], [], linestyle="none", marker="o", markersize=7, markerfacecolor="white",
+                               markeredgecolor=GREY, markeredgewidth=1.5, label="unstable trials (not flagged)"),
+    "missing": lambda: Line2D([], [], linestyle="none", marker="x", markersize=9, markeredgewidth=2, color=GREY,
+                              label="failed or unavailable"),
+}
 
 
 def entry_tick(entry_id: str) -> str:

@@ -1,0 +1,57 @@
+"""A real `snakemake` run of the CPU test experiment: each backend's progress shows on the terminal
+while its job runs and in the job's log; a failed job's last line is its reason."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workflow_util import SNAKEFILE, tiny_config, write_config
+
+pytestmark = pytest.mark.slow
+
+SHAPE = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
+JOB = "results/tiny/tuned/b1-s64-h2-d32/process-0.json"
+LOG = "logs/tiny/tuned/b1-s64-h2-d32/process-0.log"
+
+
+def start_snakemake(directory, *args):
+    """snakemake as a terminal user runs it: its output and its jobs' output in one stream."""
+    config = write_config(directory, tiny_config(shapes=[SHAPE]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SNAKEFILE.parent / "src"),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(directory),
+                             "--cores", "1", *args, "--configfile", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with_its_reason(tmp_path):
+    proc = start_snakemake(tmp_path, JOB)
+    seen, live = [], None
+    for line in proc.stdout:
+        seen.append(line.rstrip("\n"))
+        if live is None and "[fabench] tuned b1-s64-h2-d32 native: trial 1/2" in line:
+            live = (tmp_path / JOB).exists()  # the job has not written its result yet
+    assert proc.wait(timeout=600) == 0, "\n".join(seen[-40:])
+    assert live is False, "no trial progress line reached the terminal before the job ended:\n" + "\n".join(seen)
+    terminal = [line for line in seen if line.startswith("[fabench] ")]
+    for backend in ("native", "sdpa"):
+        assert f"[fabench] tuned b1-s64-h2-d32 {backend}: ready" in terminal
+        assert any(f"{backend}: trial 2/2 " in line and " ms wall" in line for line in terminal)
+    assert "[fabench] tuned b1-s64-h2-d32 ck: unavailable: needs ROCm and AMD's aiter (this host: cpu)" in terminal
+    assert (tmp_path / LOG).read_text().splitlines() == terminal  # the log holds the same lines
+
+    # A broken input: the job fails, and what it shows last, on the terminal and in its log, is why.
+    patched = tmp_path / "results/tiny/aiter-config/tuned.json"
+    patched.write_text('{"fwd": ')
+    proc = start_snakemake(tmp_path, JOB)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode != 0
+    job_output = out.split("localrule measure:")[1].split("RuleException")[0]
+    last = [line for line in job_output.splitlines() if line.startswith("[fabench]")][-1]
+    assert last == ("[fabench] job failed: tuned b1-s64-h2-d32 process 0: the variant's patched aiter config "
+                    "results/tiny/aiter-config/tuned.json cannot be read as JSON (Expecting value: line 1 column 9 "
+                    "(char 8)); delete it and run again to patch it anew")
+    assert (tmp_path / LOG).read_text().splitlines()[-1] == last
+    assert "Traceback" not in job_output
