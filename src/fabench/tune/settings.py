@@ -1,0 +1,43 @@
+"""The sweep's part of the config: the rules across keys that the schema cannot state, and what
+one sweep job depends on (its spec)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from fabench.shapes import shape_id
+
+# What a sweep job measures with besides the run's shared settings; the objective and the variant
+# it becomes only change the host steps after the jobs.
+JOB_KEYS = ("strategy", "keep", "space", "reference", "memory_limit", "check_pruned", "timing", "kernel_module")
+
+
+def config_error(config: dict) -> str | None:
+    """One line naming the sweep key that cannot work, or None (also when there is no sweep)."""
+    sweep = config.get("sweep")
+    if not sweep:
+        return None
+    variants = config["variants"]
+    if sweep["reference"] not in variants:
+        return (f"sweep.reference: {sweep['reference']!r} is not a variant ({', '.join(variants)}); "
+                "name the variant whose config the candidates start from")
+    name = (sweep.get("variant") or {}).get("name", "swept")
+    if name == sweep["reference"]:
+        return f"sweep.variant.name: {name!r} is the reference variant; the winner needs a name of its own"
+    module = sweep.get("kernel_module")
+    if module and importlib.util.find_spec(module.split(".")[0]) is None:
+        return f"sweep.kernel_module: no module {module!r} can be imported here (expected a module on sys.path)"
+    return None
+
+
+def sweep_shapes(config: dict) -> dict[str, dict]:
+    """shape id -> shape for every shape the sweep times."""
+    shapes = config["sweep"]["shapes"] or config["shapes"]
+    return {shape_id(shape): shape for shape in shapes}
+
+
+def job_spec(config: dict, job_settings: dict, stage: str, shape: dict) -> dict:
+    """Everything one sweep job measures, and nothing else: a job re-runs exactly when this changes."""
+    sweep = {key: config["sweep"][key] for key in JOB_KEYS}
+    return {"stage": stage, "shape": dict(shape), "sweep": sweep, "settings": job_settings,
+            "reference_triton": dict(config["variants"][sweep["reference"]]["triton"])}
