@@ -12,6 +12,7 @@ include: "workflow/rules/container.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
+include: "workflow/rules/tune.smk"
 
 
 report: "workflow/report/workflow.rst"

@@ -22,6 +22,7 @@ rule render_report:
         templates=REPORT_TEMPLATES,
         published=published_numbers(),
         plots=["results/{run}/plots/latency.png", "results/{run}/plots/speedup.png"],
+        sweep=sweep_summary,
     output:
         report(
             "results/{run}/report.md",

@@ -14,4 +14,6 @@ template_dir = Path(snakemake.params.template_dir)
 here = Path(snakemake.output[0]).parent
 figures = [(title, Path(path).relative_to(here).as_posix())
            for title, path in zip(("Latency against sequence length", "Speedup over native"), snakemake.input.plots)]
-write_atomic(snakemake.output[0], render(collected, dict(snakemake.params.config), published, template_dir, figures))
+sweep = json.loads(Path(snakemake.input.sweep).read_text()) if snakemake.input.sweep else None
+write_atomic(snakemake.output[0],
+             render(collected, dict(snakemake.params.config), published, template_dir, figures, sweep))
