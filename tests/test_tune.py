@@ -152,7 +152,6 @@ def test_jobs_that_timed_other_candidates_are_refused():
 # --- the config ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, message", [
-    (lambda s: s.update(reference="best"), r"sweep.reference: 'best' is not a variant \(default, tuned\)"),
     (lambda s: s.update(variant={"name": "tuned"}), "sweep.variant.name: 'tuned' is the reference variant"),
     (lambda s: s.update(kernel_module="no_such_module.mha"), "sweep.kernel_module: no module 'no_such_module.mha'"),
     (lambda s: s["space"].update(BLOCK_K=[16]), "sweep.space: Additional properties are not allowed"),
@@ -167,6 +166,15 @@ def test_a_bad_sweep_key_is_named_in_one_line(change, message):
     with pytest.raises(ConfigError, match=message) as err:
         check(config, SCHEMAS, REPO)
     assert "\n" not in str(err.value)
+
+
+def test_a_reference_that_is_no_variant_stops_a_sweep_but_not_a_run_without_one():
+    config = default_config()
+    config["sweep"]["reference"] = "best"
+    check(config, SCHEMAS, REPO)  # a run of its own variants need not sweep
+    assert settings.usage_error(config) == ("sweep.reference: 'best' is not a variant (default, tuned); "
+                                            "name the variant whose config the candidates start from")
+    assert settings.usage_error({**config, "sweep": None}).startswith("sweep: the config has no sweep")
 
 
 def test_a_sweep_jobs_spec_leaves_out_what_only_the_pick_reads():
@@ -312,3 +320,58 @@ def test_the_winner_is_aiters_config_accepted_by_the_patch_step_and_read_by_aite
     assert get_config(False, torch.float16) == variants["swept"]["triton"]
     # The config check accepts the variants file as a --configfile.
     check({**config, "variants": variants}, SCHEMAS, REPO)
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+def swept_copy(result: dict, scale: float) -> dict:
+    """The tuned job's result as the swept variant's, its Triton figure scaled (a faster config)."""
+    swept = copy.deepcopy(result)
+    swept["variant"] = "swept"
+    stats = swept["backends"][swept["roles"]["triton"]]["stats"]["device_ms"]
+    stats["median"] *= scale
+    stats["ci95"] = [stats["median"] * 0.99, stats["median"] * 1.01]
+    return swept
+
+
+def sweep_record(config: dict) -> dict:
+    jobs = stage_jobs({"ref": (1.0, 1.0), "A": (0.8, 0.8)})
+    for shape_job, shape_id in zip(jobs, ("b4-s512-h8-d256", "b4-s4096-h8-d256")):
+        shape_job.update(shape_id=shape_id, platform="cuda", device="NVIDIA H200", memory_limit=H200_SHARED_MEMORY,
+                         not_applied={"waves_per_eu": "Triton's CUDA backend refuses it"}, timing={
+                             "trials": 2, "iters": 10, "min_trial_ms": 5, "min_warmup_ms": 20}, elapsed_s=60.0)
+        for r in shape_job["candidates"]:
+            r.update(id="M64-N32-w4-s1-pv1" if r["id"] == "ref" else "M128-N64-w8-s2-pv1",
+                     memory={"bytes": 196_608, "limit": H200_SHARED_MEMORY, "fits": True, "formula": "..."},
+                     pruned_check=None, kernel_shared_memory=200_000, required_bytes=None, stable=True,
+                     values={"BLOCK_M": 128, "BLOCK_N": 64} if r["id"] == "A" else {})
+    sweep = {**config["sweep"], "variant": {"name": "swept", "title": "After Sweep", "label": "Swept config"}}
+    summary = pick.summarize({"sweep": jobs}, sweep)
+    summary["winner"]["overrides"] = pick.winner_overrides(summary, config["variants"])
+    return summary
+
+
+@pytest.mark.parametrize("scale, verdict", [(0.8, "faster by more than the intervals allow"),
+                                            (0.995, "not faster by more than the intervals allow")])
+def test_the_report_shows_before_after_and_swept_and_the_sweeps_table(scale, verdict):
+    from fabench.report.render import render
+    from fabench.results.collect import collect
+
+    fixtures = REPO / "tests" / "fixtures" / "h200-run"
+    config = json.loads((REPO / "tests" / "fixtures" / "config.json").read_text())
+    config["sweep"] = default_config()["sweep"]
+    config["variants"]["swept"] = {"title": "After Sweep", "label": "Swept config", "triton": {"BLOCK_M": 128}}
+    collected = collect([fixtures / "default-512.json", fixtures / "tuned-512.json"], list(config["variants"]))
+    collected["results"].append(swept_copy(collected["results"][1], scale))
+    report = render(collected, config, sweep=sweep_record(config))
+    assert "#### After Sweep" in report.split("### Tuning Sweep")[0]  # the third variant's own table
+    sweep = report.split("### Tuning Sweep")[1]
+    tuned_ms = collected["results"][1]["backends"]["flex"]["stats"]["device_ms"]["median"]
+    assert "| Config (B,S,H,D) | Default config | Tuned config | Swept config | Swept config vs Tuned config |" in sweep
+    row = next(line for line in sweep.splitlines() if line.startswith("| (4, 512, 8, 256) | 0.213"))
+    assert f"{tuned_ms:.3f} [{tuned_ms:.3f}, {tuned_ms:.3f}]" in row and f"{1 / scale:.2f}x" in row
+    assert verdict in sweep
+    assert "**Winner**: `M128-N64-w8-s2-pv1`" in sweep and "1.25x over tuned" in sweep
+    assert "| `M64-N32-w4-s1-pv1` (reference) | 1.00x | 1.000 [0.990, 1.010] |" in sweep
+    assert "`waves_per_eu`: Triton's CUDA backend refuses it" in sweep
+    assert "over the model's figure: 1.02 to 1.02" in sweep

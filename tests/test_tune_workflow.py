@@ -90,3 +90,11 @@ def test_the_plan_of_an_exhaustive_sweep_is_one_job_per_shape(tmp_path, standin_
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = planned_jobs(proc)
     assert plan["sweep_stage"] == 2 and plan["sweep_pick"] == 1 and "sweep_shortlist" not in plan
+
+
+def test_a_sweep_from_no_variant_is_refused_in_one_line_before_any_job(tmp_path):
+    config = sweep_config()
+    config["sweep"]["reference"] = "best"
+    proc = snakemake(tmp_path, "-n", "tune", config=config)
+    assert proc.returncode != 0
+    assert "invalid config: sweep.reference: 'best' is not a variant (default, tuned)" in proc.stdout + proc.stderr

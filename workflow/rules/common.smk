@@ -313,18 +313,23 @@ def sweep_jobs(run, stages=SWEEP_STAGES):
     )
 
 
+def require_sweep():
+    """One line naming the sweep key that stops a run from sweeping, before any job starts."""
+    problem = fabench_sweep.usage_error(config)
+    if problem:
+        raise WorkflowError(f"invalid config: {problem}")
+
+
 def sweep_variants_file(run):
     """The sweep's last output: the config's variants and the winner (a --configfile)."""
-    if not SWEEP:
-        raise WorkflowError(
-            "invalid config: sweep: the config has no sweep (see config.yaml)"
-        )
+    require_sweep()
     return f"results/{run}/tune/variants.yaml"
 
 
 def sweep_summary(wildcards):
     """The sweep's record, which the report shows when the run measures the sweep's variant."""
     if SWEEP and SWEEP_VARIANT in VARIANTS:
+        require_sweep()
         return f"results/{wildcards.run}/tune/sweep.json"
     return []
 

@@ -57,6 +57,7 @@ rule sweep_pick:
         "../scripts/sweep_pick.py"
 
 
+# A function, so that a config that cannot sweep fails only when the sweep is asked for.
 rule tune:
     input:
-        all_runs(sweep_variants_file),
+        lambda wildcards: all_runs(sweep_variants_file),

@@ -13,20 +13,29 @@ JOB_KEYS = ("strategy", "keep", "space", "reference", "memory_limit", "check_pru
 
 
 def config_error(config: dict) -> str | None:
-    """One line naming the sweep key that cannot work, or None (also when there is no sweep)."""
+    """One line naming the sweep key that cannot work, or None (also when there is no sweep).
+    Whether the reference names one of the run's variants is asked only of a run that sweeps
+    (usage_error): a config file of one's own variants need not keep config.yaml's `tuned`."""
     sweep = config.get("sweep")
     if not sweep:
         return None
-    variants = config["variants"]
-    if sweep["reference"] not in variants:
-        return (f"sweep.reference: {sweep['reference']!r} is not a variant ({', '.join(variants)}); "
-                "name the variant whose config the candidates start from")
     name = (sweep.get("variant") or {}).get("name", "swept")
     if name == sweep["reference"]:
         return f"sweep.variant.name: {name!r} is the reference variant; the winner needs a name of its own"
     module = sweep.get("kernel_module")
     if module and importlib.util.find_spec(module.split(".")[0]) is None:
         return f"sweep.kernel_module: no module {module!r} can be imported here (expected a module on sys.path)"
+    return None
+
+
+def usage_error(config: dict) -> str | None:
+    """What stops this config from sweeping (the tune target, or a report of the sweep's variant)."""
+    sweep, variants = config.get("sweep"), config["variants"]
+    if not sweep:
+        return "sweep: the config has no sweep (config.yaml has one to copy)"
+    if sweep["reference"] not in variants:
+        return (f"sweep.reference: {sweep['reference']!r} is not a variant ({', '.join(variants)}); "
+                "name the variant whose config the candidates start from")
     return None
 
 
