@@ -177,6 +177,14 @@ def test_a_reference_that_is_no_variant_stops_a_sweep_but_not_a_run_without_one(
     assert settings.usage_error({**config, "sweep": None}).startswith("sweep: the config has no sweep")
 
 
+def test_the_sweep_times_the_main_head_dims_shapes_unless_told_otherwise():
+    config = default_config()
+    config["sweep"]["shapes"] = None
+    assert list(settings.sweep_shapes(config)) == [f"b4-s{s}-h8-d256" for s in (512, 1024, 2048, 4096)]
+    config["sweep"]["shapes"] = [config["shapes"][-1]]
+    assert list(settings.sweep_shapes(config)) == ["b4-s1024-h8-d64"]
+
+
 def test_a_sweep_jobs_spec_leaves_out_what_only_the_pick_reads():
     config = tiny_config()
     config["sweep"].update(timing={}, keep=5, memory_limit=None, check_pruned=True, kernel_module=None)

@@ -19,6 +19,7 @@ def sweep_config(strategy: str = "coarse_refine") -> dict:
     config["sweep"] = {"strategy": strategy, "keep": 2, "objective": "geomean", "reference": "tuned",
                        "space": {"BLOCK_M": [32, 128], "BLOCK_N": [32, 64], "num_warps": [4], "num_stages": [1, 2],
                                  "PRELOAD_V": [True, False], "waves_per_eu": [1, 2]},
+                       "shapes": config["shapes"],  # both head dims (by default only the main one)
                        "kernel_module": "support.mha_standin", "memory_limit": mha_standin.HARDWARE_LIMIT,
                        "timing": {"iters": 1, "trials": 2, "min_trial_ms": 0, "min_warmup_ms": 0, "max_warmup_ms": 0}}
     return config

@@ -101,7 +101,8 @@ def run(spec: dict, reference_path: Path, shortlist_path: Path | None = None) ->
     return {"stage": stage, "shape": shape, "shape_id": shape_id(shape), "platform": platform,
             "device": _device_name(platform), "memory_limit": limit,
             "not_applied": dropped_keys, "timing": job["timing"], "reference": reference,
-            "candidates": records, "elapsed_s": time.perf_counter() - began}
+            "candidates": records, "compile_s": sum(r["compile_s"] or 0.0 for r in records),
+            "elapsed_s": time.perf_counter() - began}
 
 
 def candidate_record(candidate: dict, **values) -> dict:

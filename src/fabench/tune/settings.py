@@ -4,6 +4,7 @@ one sweep job depends on (its spec)."""
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 
 from fabench.shapes import shape_id
 
@@ -40,8 +41,13 @@ def usage_error(config: dict) -> str | None:
 
 
 def sweep_shapes(config: dict) -> dict[str, dict]:
-    """shape id -> shape for every shape the sweep times."""
-    shapes = config["sweep"]["shapes"] or config["shapes"]
+    """shape id -> shape for every shape the sweep times: sweep.shapes, else the experiment's shapes
+    of its main head_dim (the one most of them share, the report's subject: the published 256).
+    Each other head_dim compiles every candidate once more (the kernel is specialised on it)."""
+    shapes = config["sweep"]["shapes"]
+    if not shapes:
+        main = Counter(shape["head_dim"] for shape in config["shapes"]).most_common(1)[0][0]
+        shapes = [shape for shape in config["shapes"] if shape["head_dim"] == main]
     return {shape_id(shape): shape for shape in shapes}
 
 
