@@ -76,9 +76,10 @@ def shape_text(shape: dict) -> str:
 
 
 def _require_kernel(cell: Cell, name: str | None) -> None:
-    """A call that launched no kernel of the swept kernel's name ran something else: fell back."""
+    """A call that launched kernels but none of the swept kernel's name ran something else: fell
+    back. (A profile that saw no kernel at all cannot judge.)"""
     names = (cell.entry.get("kernels") or {}).get("names") or []
-    if name and cell.gpu and not any(name in launched for launched in names):
+    if name and cell.gpu and names and not any(name in launched for launched in names):
         cell.fail(FallbackError(f"the call launched no {name} kernel (kernels: {', '.join(names[:6]) or 'none'})"))
 
 
