@@ -40,11 +40,13 @@ class Kernel:
             if module_name:
                 self.module = importlib.import_module(module_name)
                 self.launch_options = getattr(self.module, "launch_options", self.launch_options)
-            else:
+            else:  # aiter's own, loaded as the benchmark's Triton backend loads it
                 from fabench.measure import aiter_kernel
 
-                self.module = aiter_kernel.load_triton_mha(platform)
-                self.launch_options, self.kernel_name = aiter_kernel.launch_options, AITER_KERNEL
+                self.module = aiter_kernel.api_module(platform)
+                kernel = aiter_kernel.forward_kernel(aiter_kernel.loader_module(platform))
+                self.launch_options = lambda config: aiter_kernel.launch_options(config, kernel)
+                self.kernel_name = AITER_KERNEL
         except Exception as err:  # reported for every candidate; the pick step names it
             self.reason = f"the kernel could not be loaded: {type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
