@@ -238,8 +238,9 @@ def test_the_job_times_every_candidate_and_the_known_fastest_is_fastest(standin_
 
 
 def test_wrong_numbers_are_recorded_and_cannot_win(standin_job):
-    wrong = [r for r in standin_job["candidates"] if mha_standin.wrong_numbers(r["config"])]
-    assert wrong and all(r["status"] == "failed" and r["failure_kind"] == "correctness" for r in wrong)
+    wrong = [r for r in standin_job["candidates"]  # those refused for memory never got to compute
+             if mha_standin.wrong_numbers(r["config"]) and r["failure_kind"] != "out_of_resources"]
+    assert len(wrong) == 6 and all(r["status"] == "failed" and r["failure_kind"] == "correctness" for r in wrong)
     assert all(r["ms"] is not None for r in wrong)  # timed all the same: how fast the wrong answer was
 
 
@@ -305,7 +306,6 @@ def test_the_winner_is_aiters_config_accepted_by_the_patch_step_and_read_by_aite
                      kernel_shared_memory=None, required_bytes=None)
     outputs = {"summary": tmp_path / "sweep.json", "config": tmp_path / "swept.json",
                "meta": tmp_path / "swept.meta.json", "variants": tmp_path / "variants.yaml"}
-    packaged = importlib.util.find_spec("aiter").submodule_search_locations[0] + "/ops/triton/configs"
     summary = pick.write_winner({"sweep": jobs}, sweep, config["variants"], outputs, manifest=None)
     assert summary["winner"]["id"] == "A" and json.loads(outputs["summary"].read_text())["winner"]["id"] == "A"
 
@@ -316,9 +316,7 @@ def test_the_winner_is_aiters_config_accepted_by_the_patch_step_and_read_by_aite
     patched = tmp_path / "patched" / "swept.json"
     patch_local(variants["swept"]["triton"], patched, tmp_path / "patched" / "swept.meta.json")
     assert file_sha256(patched) == file_sha256(outputs["config"])
-    written = json.loads(outputs["config"].read_text())
-    assert written["fwd"]["dropout_or_fp32"] == json.loads(
-        open(f"{packaged}/MI300X-MHA-DEFAULT.json").read())["fwd"]["dropout_or_fp32"]  # the rest is aiter's
+    assert json.loads(outputs["config"].read_text())["fwd"]["default"] == variants["swept"]["triton"]
     # aiter's own loader reads the winner back, under the name it asks for.
     (tmp_path / "aiter-configs").mkdir()
     (tmp_path / "aiter-configs" / "MI300X-MHA-DEFAULT.json").write_bytes(outputs["config"].read_bytes())
