@@ -78,6 +78,11 @@ def test_the_winner_runs_through_the_benchmark_and_the_report_shows_three_varian
     assert "**Winner**: `M128-N64-w4-s1-pv1`" in sweep and "measured by the benchmark's own jobs" in sweep
     assert "#### Every candidate: stage coarse (5 candidates" in sweep
     assert "pruned: model 49,152 B > 40,000 B; compile refused (required 58,982 B)" in sweep
+    # Measuring the winner changed nothing the sweep depends on: neither command has anything left.
+    for args in (["tune", "--configfile", str(configfile)],
+                 ["report", "--configfile", str(configfile), str(run / "tune" / "variants.yaml")]):
+        again = snakemake(directory, "-n", *args)
+        assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
 
 
 def test_without_a_sweep_variant_the_report_needs_no_sweep(tuned_run):

@@ -326,6 +326,12 @@ def sweep_variants_file(run):
     return f"results/{run}/tune/variants.yaml"
 
 
+def sweep_base_variants():
+    """The config's variants but the sweep's own: the same whether or not the run was given the
+    sweep's variants.yaml, so that giving it re-runs no step of the sweep."""
+    return {k: v for k, v in config["variants"].items() if k != SWEEP_VARIANT}
+
+
 def sweep_summary(wildcards):
     """The sweep's record, which the report shows when the run measures the sweep's variant."""
     if SWEEP and SWEEP_VARIANT in VARIANTS:

@@ -52,7 +52,7 @@ rule sweep_pick:
         "logs/{run}/tune/pick.log",
     params:
         sweep=SWEEP,
-        variants=config["variants"],
+        variants=sweep_base_variants(),
     script:
         "../scripts/sweep_pick.py"
 
