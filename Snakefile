@@ -12,6 +12,7 @@ include: "workflow/rules/container.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/archive.smk"
+include: "workflow/rules/tune.smk"
 
 
 # Host steps run where Snakemake runs, never as cluster jobs and never waiting for a GPU: under a

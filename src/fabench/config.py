@@ -136,10 +136,17 @@ def check(config: dict, schemas: Path, project: Path) -> None:
     import yaml  # here, not at the top: the runner in the image imports this module, without PyYAML
 
     schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    problem = schema_error(config, schema) or _consistency_error(config) or \
+    problem = schema_error(config, schema) or _consistency_error(config) or sweep_error(config) or \
         _published_error(config.get("published"), schemas, project)
     if problem:
         raise ConfigError(problem)
+
+
+def sweep_error(config: dict) -> str | None:
+    """The sweep's rules across keys (fabench.tune.settings)."""
+    from fabench.tune.settings import config_error
+
+    return config_error(config)
 
 
 def _published_error(published: str | None, schemas: Path, project: Path) -> str | None:

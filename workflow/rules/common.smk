@@ -23,6 +23,8 @@ from fabench.measure import lease as fabench_lease
 from fabench.measure.devices import DeviceError
 from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
+from fabench.tune import settings as fabench_sweep
+from fabench.tune.space import stages as sweep_stages
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
 SCHEMAS = Path(workflow.basedir) / "workflow" / "schemas"
@@ -287,23 +289,31 @@ def job_launcher(wildcards, input):
     is the same, so the runner's relative paths under results/<run> hold.
     """
     if use_docker():
-        args = [
-            "-m",
-            "fabench.container",
-            "run-job",
-            "--manifest",
-            input.manifest,
-            "--aiter-config",
-            input.kernel_config,
-            "--results-dir",
-            f"results/{wildcards.run}",
-            "--cache-dir",
-            image_settings(wildcards.run)["cache_dir"],
-            "--",
-        ]
+        args = container_job_args(wildcards.run, input.manifest, input.kernel_config)
     else:
         args = ["-m", "fabench.measure", "--aiter-config", input.kernel_config]
     return shlex.join([PYTHON, *args])
+
+
+def container_job_args(run, manifest, aiter_config, module=None):
+    """`-m fabench.container run-job ... --`: a job in the run's container (`module` in place of
+    fabench.measure), with aiter_config mounted over aiter's packaged file."""
+    chosen = ["--module", module] if module else []
+    return [
+        "-m",
+        "fabench.container",
+        "run-job",
+        *chosen,
+        "--manifest",
+        manifest,
+        "--aiter-config",
+        aiter_config,
+        "--results-dir",
+        f"results/{run}",
+        "--cache-dir",
+        image_settings(run)["cache_dir"],
+        "--",
+    ]
 
 
 # --- collect and report ---------------------------------------------------------------------------
@@ -374,3 +384,85 @@ def compared_variants():
 
 
 COMPARED_VARIANTS = compared_variants()
+
+
+# --- the tuning sweep (workflow/rules/tune.smk) ----------------------------------------------------
+SWEEP = config.get("sweep")
+SWEEP_STAGES = sweep_stages(SWEEP["strategy"]) if SWEEP else ()
+SWEEP_SHAPES = fabench_sweep.sweep_shapes(config) if SWEEP else {}
+SWEEP_VARIANT = SWEEP["variant"]["name"] if SWEEP else None
+
+
+def sweep_jobs(run, stages=SWEEP_STAGES):
+    """The sweep jobs' records of the given stages: one per (stage, shape)."""
+    return expand(
+        "results/{run}/tune/{stage}/{shape}.json",
+        run=run,
+        stage=stages,
+        shape=list(SWEEP_SHAPES),
+    )
+
+
+def require_sweep():
+    """One line naming the sweep key that stops a run from sweeping, before any job starts."""
+    problem = fabench_sweep.usage_error(config)
+    if problem:
+        raise WorkflowError(f"invalid config: {problem}")
+
+
+def sweep_variants_file(run):
+    """The sweep's last output: the config's variants and the winner (a --configfile)."""
+    require_sweep()
+    return f"results/{run}/tune/variants.yaml"
+
+
+def sweep_base_variants():
+    """The config's variants but the sweep's own: the same whether or not the run was given the
+    sweep's variants.yaml, so that giving it re-runs no step of the sweep."""
+    return {k: v for k, v in config["variants"].items() if k != SWEEP_VARIANT}
+
+
+def sweep_summary(wildcards):
+    """The sweep's record, which the report shows when the run measures the sweep's variant."""
+    if SWEEP and SWEEP_VARIANT in VARIANTS:
+        require_sweep()
+        return f"results/{wildcards.run}/tune/sweep.json"
+    return []
+
+
+def sweep_reference_config(wildcards):
+    return f"results/{wildcards.run}/aiter-config/{SWEEP['reference']}.json"
+
+
+def sweep_shortlist(wildcards):
+    return (
+        f"results/{wildcards.run}/tune/shortlist.json"
+        if wildcards.stage == "refine"
+        else []
+    )
+
+
+def sweep_shortlist_args(wildcards, input):
+    return shlex.join(["--shortlist", input.shortlist]) if input.shortlist else ""
+
+
+def sweep_job_spec_json(wildcards):
+    """What a sweep job measures, as its params: it re-runs when this changes, and only then."""
+    spec = fabench_sweep.job_spec(
+        config,
+        fabench_config.job_settings(config),
+        wildcards.stage,
+        SWEEP_SHAPES[wildcards.shape],
+    )
+    return json.dumps(spec, sort_keys=True)
+
+
+def sweep_launcher(wildcards, input):
+    """This Python, or the run's container, running fabench.tune with the reference's config."""
+    if use_docker():
+        args = container_job_args(
+            wildcards.run, input.manifest, input.reference, "fabench.tune"
+        )
+    else:
+        args = ["-m", "fabench.tune", "--aiter-config", input.reference]
+    return shlex.join([PYTHON, *args])

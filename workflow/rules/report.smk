@@ -22,6 +22,7 @@ rule render_report:
         templates=REPORT_TEMPLATES,
         published=published_numbers(),
         plots=["results/{run}/plots/latency.png", "results/{run}/plots/speedup.png"],
+        sweep=sweep_summary,
     output:
         markdown="results/{run}/report.md",
         # The same report as a page of its own, pictures embedded: the HTML report shows it.

@@ -15,6 +15,7 @@ template_dir = Path(snakemake.params.template_dir)
 here = Path(snakemake.output.markdown).parent
 figures = [(title, Path(path).relative_to(here).as_posix())
            for title, path in zip(("Latency against sequence length", "Speedup over native"), snakemake.input.plots)]
-markdown = render(collected, dict(snakemake.params.config), published, template_dir, figures)
+sweep = json.loads(Path(snakemake.input.sweep).read_text()) if snakemake.input.sweep else None
+markdown = render(collected, dict(snakemake.params.config), published, template_dir, figures, sweep)
 write_atomic(snakemake.output.markdown, markdown)
 write_atomic(snakemake.output.html, markdown_page(markdown, here, f"Run {collected['run']}"))

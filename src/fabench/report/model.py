@@ -74,11 +74,12 @@ class ShapeNames:
 class Run:
     """The collected results and the config, indexed the ways the sections need."""
 
-    def __init__(self, collected: dict, config: dict):
+    def __init__(self, collected: dict, config: dict, sweep: dict | None = None):
         if not collected.get("results"):
             raise ValueError("nothing to report: the collected run has no results")
         self.name = collected.get("run") or config.get("run")
         self.config = config
+        self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
         # The head_dim most shapes share is the report's subject (the published report's 256);
         # other head dims are side comparisons, as its appendix's d_k=64 line.

@@ -18,13 +18,15 @@ import jinja2
 from fabench.report.format import fmt_ms, md_text
 from fabench.report.model import ROLES, Run
 from fabench.report.sections import appendix, comparison, correctness, overview, precision, results, timing
+from fabench.report.sections import sweep as sweep_section
 
 # The repository's report/ folder: report.md.j2, _macros.md.j2 and sections/.
 TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "report"
 TEMPLATE = "report.md.j2"
 # Context name -> module computing it; report.md.j2 includes sections/<name>.md.j2 for each.
 SECTIONS = {"overview": overview, "results": results, "comparison": comparison,
-            "correctness": correctness, "timing": timing, "precision": precision, "appendix": appendix}
+            "correctness": correctness, "timing": timing, "precision": precision, "sweep": sweep_section,
+            "appendix": appendix}
 
 
 def template_env(template_dir: str | os.PathLike) -> jinja2.Environment:
@@ -37,12 +39,14 @@ def template_env(template_dir: str | os.PathLike) -> jinja2.Environment:
 
 
 def render(collected: dict, config: dict, published: dict | None = None,
-           template_dir: str | os.PathLike = TEMPLATE_DIR, figures: Sequence[tuple[str, str]] = ()) -> str:
+           template_dir: str | os.PathLike = TEMPLATE_DIR, figures: Sequence[tuple[str, str]] = (),
+           sweep: dict | None = None) -> str:
     """The report as Markdown. `collected` is results.json as fabench.results.collect writes it,
     `config` the run's config in the user's order (variants: first is the reference, last the one
     compared with it), `published` the loaded report/published/*.yaml or None (no comparison),
-    `figures` (title, path relative to the report) of the pictures drawn from the same results."""
-    run = Run(collected, config)
+    `figures` (title, path relative to the report) of the pictures drawn from the same results,
+    `sweep` the tuning sweep's record (results/<run>/tune/sweep.json) or None."""
+    run = Run(collected, config, sweep)
     context = {name: module.context(run, published) for name, module in SECTIONS.items()}
     context["labels"] = {role: md_text(run.label(role)) for role in ROLES}
     context["figures"] = [{"title": md_text(title), "path": path} for title, path in figures]

@@ -1,0 +1,5 @@
+import sys
+
+from fabench.tune.job import main
+
+sys.exit(main())
