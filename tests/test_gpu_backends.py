@@ -8,7 +8,7 @@ import torch
 
 from fabench.measure import kernels
 from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
-from fabench.analysis.entry import analyse_entry
+from fabench.analysis.entry import analyse_measured
 from fabench.measure import job as measure_job
 from fabench.measure.job import job_settings, reference_output
 from workflow_util import tiny_config
@@ -28,12 +28,7 @@ JOB = settings()
 
 def measure_backend(backend, p, reference, job) -> dict:
     """One backend measured alone, its figures derived by the analysis stage as a job's would be."""
-    entry = measure_job.measure_backend(backend, p, reference, job)
-    timing = job["timing"]
-    result = {"platform": "cuda", "flops": job["flops"],
-              "method": {"stable_spread": timing["stable_spread"],
-                         "cross_check": {"tolerance": timing["cross_check_tolerance"]}}}
-    return analyse_entry(entry, result)
+    return analyse_measured(measure_job.measure_backend(backend, p, reference, job), job)
 
 
 def problem(head_dim, kernel_config, seq=512):

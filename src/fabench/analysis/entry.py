@@ -65,6 +65,15 @@ def analyse_entry(entry: dict, result: dict) -> dict:
     return entry
 
 
+def analyse_measured(entry: dict, job: dict) -> dict:
+    """An entry measured outside a job's result (one backend alone, a sweep's candidate), derived
+    with the job's settings as a result of that job would record them (in place; returned)."""
+    timing = job["timing"]
+    return analyse_entry(entry, {"platform": job["platform"], "flops": job["flops"],
+                                 "method": {"stable_spread": timing["stable_spread"],
+                                            "cross_check": {"tolerance": timing["cross_check_tolerance"]}}})
+
+
 def analyse_result(result: dict) -> dict:
     """Every backend entry of one job's result derived from its raw data (in place; returned)."""
     for entry in result["backends"].values():

@@ -8,6 +8,9 @@ import gc
 
 import torch
 
+from fabench.analysis.entry import analyse_measured
+from fabench.analysis.figures import METRICS
+from fabench.analysis.noise import add_intervals
 from fabench.measure.backends import Backend, FallbackError, Prepared, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
@@ -62,13 +65,23 @@ def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, s
     gc.collect()
     if platform != "cpu":
         torch.cuda.empty_cache()
+    entries = analysed(cells, job)
     records = []
     for candidate in candidates:
         if candidate["id"] in cells:
-            records.append(from_entry(candidate, cells[candidate["id"]].finish()))
+            records.append(from_entry(candidate, entries[candidate["id"]]))
         else:
             records.append(pruned(candidate, kernel, problem, check_pruned))
     return records
+
+
+def analysed(cells: dict, job: dict) -> dict:
+    """Every candidate's figures from the analysis stage, their intervals from the noise pooled over
+    the job's candidates of similar duration (one process: between trials, as a CPU run's)."""
+    entries = {cid: analyse_measured(cell.finish(), job) for cid, cell in cells.items()}
+    for metric in METRICS:
+        add_intervals([{"backends": entries}], metric)
+    return entries
 
 
 def shape_text(shape: dict) -> str:
