@@ -39,7 +39,7 @@ def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with
     for backend in ("native", "sdpa"):
         assert f"[fabench] tuned b1-s64-h2-d32 {backend}: ready" in terminal
         assert any(f"{backend}: trial 2/2 " in line and " ms wall" in line for line in terminal)
-    assert "[fabench] tuned b1-s64-h2-d32 ck: unavailable: needs ROCm and AMD's aiter (this host: cpu)" in terminal
+    assert "[fabench] tuned b1-s64-h2-d32 ck: unavailable: needs ROCm: aiter's CK kernels are HIP code (this host: cpu)" in terminal
     assert (tmp_path / LOG).read_text().splitlines() == terminal  # the log holds the same lines
 
     # A broken input: the job fails, and what it shows last, on the terminal and in its log, is why.
