@@ -17,6 +17,7 @@ from fabench import config as fabench_config
 from fabench.container import image as fabench_image
 from fabench.container import job as fabench_job
 from fabench.gitinfo import git_commit
+from fabench.results import archive_read as fabench_archive
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
@@ -280,6 +281,11 @@ def archive_state(wildcards):
             )
     found = Path(config["archive"]["root"]).glob("*/*/SHA256SUMS")
     return sorted(str(p) for p in found if os.path.normpath(p) not in own)
+
+
+def archive_fingerprint(wildcards):
+    """Each archived entry's id and a digest of its files now (fabench.results.archive_read)."""
+    return fabench_archive.archive_fingerprint(config["archive"]["root"])
 
 
 def archive_receipt(run):
