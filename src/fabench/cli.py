@@ -90,8 +90,9 @@ def build_parser() -> Parser:
     store.add_argument("--extra", action="append", type=extra_type, default=[], metavar="NAME=PATH",
                        help="another file to keep with the run (repeatable)")
     store.add_argument("--schema", type=Path, help="result schema (default: the checkout's or the package's)")
-    listing = actions.add_parser("list", help="every entry: label, run id, date, device, ok or broken")
-    verify = actions.add_parser("verify", help="check an entry's files against its SHA256SUMS")
+    listing = actions.add_parser("list", help="every entry: label, run id, date, device, ok or broken; "
+                                                      "removes what an interrupted store left")
+    verify = actions.add_parser("verify", help="check an entry's files against its SHA256SUMS and its record")
     verify.add_argument("entry", metavar="ENTRY")
     for sub in (store, listing, verify):
         sub.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
@@ -182,7 +183,8 @@ def cmd_verify(args) -> int:
     except UsageError as err:
         return fail("fabench archive verify", f"error: {err}", USAGE)
     if entry.ok:
-        print(f"{entry.id}: ok ({len((entry.record or {}).get('files', {})) + 1} files match SHA256SUMS)")
+        files = len((entry.record or {}).get("files", {})) + 1
+        print(f"{entry.id}: ok ({files} files match SHA256SUMS and record.json; identity {entry.identity[:16]})")
         return 0
     for problem in entry.problems:
         print(f"{entry.id}: {problem}")
