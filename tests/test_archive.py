@@ -78,7 +78,7 @@ def test_entry_named_by_platform_version_with_checksums_and_record(two_runs):
     assert record["versions"]["hip"] == "6.4.43482" and record["versions"]["aiter_commit"] == ROCM_6_4["aiter_commit"]
     assert record["versions"]["torch"] == "2.7.1+rocm6.4" and record["versions"]["triton"] == "3.3.1"
     assert record["config_sha256"] and record["project_commit"] and record["started"] and record["finished"]
-    assert record["jobs"] == 10 and entry.name.endswith(record["content_sha256"][:8])
+    assert record["jobs"] == 10 and entry.name.endswith(record["measurements_sha256"][:8])
     assert verify_entry(entry) == []
 
 

@@ -3,14 +3,17 @@ HTML report opened in a real headless Chromium."""
 
 import base64
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 
 import pytest
 
 from fabench.results.archive_read import verify_entry
-from workflow_util import snakemake, tiny_config
+from workflow_util import SNAKEFILE, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -121,3 +124,62 @@ def test_a_variant_only_an_archived_run_has_gets_its_comparison_figure(archived)
     figure = archived / "compare" / "versions-three-stages.png"
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 20_000  # drawn, not a note
     assert "](versions-three-stages.png)" in (archived / "compare" / "compare.md").read_text()
+
+def copy_of(archived, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(archived, work, symlinks=True)
+    return work
+
+
+def test_compare_runs_again_when_any_archived_byte_changes(archived, tmp_path):
+    """Not only when the files' times say so: an edit that keeps the file's time is compared again,
+    and the edited entry is left out."""
+    work = copy_of(archived, tmp_path)
+    config = run_config("tiny-b", "cpu-b")
+    quiet = snakemake(work, "--cores", "1", "compare", config=config)
+    assert quiet.returncode == 0 and "Nothing to be done" in quiet.stdout + quiet.stderr
+    entry = work / json.loads((work / "results" / "tiny-a" / "archived.json").read_text())["path"]
+    results = entry / "results.json"
+    times = results.stat()
+    os.chmod(results, 0o644)
+    results.write_text(results.read_text().replace('"wall_mean_ms": 0.', '"wall_mean_ms": 1.', 1))
+    os.utime(results, ns=(times.st_atime_ns, times.st_mtime_ns))
+    again = snakemake(work, "--cores", "1", "compare", config=config)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" not in again.stdout + again.stderr
+    left_out = json.loads((work / "compare" / "compare.json").read_text())["left_out"]
+    assert [item["id"] for item in left_out] == [f"cpu-a/{entry.name}"]
+    assert left_out[0]["problems"] == ["results.json: changed (sha256 differs from SHA256SUMS)"]
+
+
+def test_a_killed_snakemake_archive_is_recovered_by_running_it_again(archived, tmp_path):
+    """SIGKILL to `snakemake archive` after the entry was renamed into place, before its receipt:
+    running it again (after Snakemake's own --unlock) names the stored entry, adds none."""
+    work = copy_of(archived, tmp_path)
+    receipt = work / "results" / "tiny-a" / "archived.json"
+    shutil.rmtree(work / json.loads(receipt.read_text())["path"])  # deleted: the run can be archived anew
+    receipt.unlink()
+    config = run_config("tiny-a", "cpu-a")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(work),
+           "--configfile", str(write_config(work, config)), "--cores", "1", "archive"]
+    env = {**os.environ, "FABENCH_TEST_PAUSE_AT": "stored",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(SNAKEFILE.parent / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "paused at stored" in line:
+            break
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert "paused at stored" in seen[-1], "".join(seen)[-3000:]
+    [stored] = sorted((work / "archive" / "cpu-a").glob("0*"))
+    assert stored.name.startswith("0002-") and verify_entry(stored) == [] and not receipt.exists()
+
+    assert snakemake(work, "--unlock", config=config).returncode == 0
+    again = snakemake(work, "--cores", "1", "archive", config=config)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"already archived as cpu-a/{stored.name}" in again.stderr
+    assert json.loads(receipt.read_text())["entry"] == f"cpu-a/{stored.name}"
+    assert sorted((work / "archive" / "cpu-a").glob("0*")) == [stored]

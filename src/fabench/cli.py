@@ -10,20 +10,24 @@ An ENTRY is an entry's directory, or <label>/<run-id> (also <label>/<number>, or
 for its newest intact entry) under --root. `compare` without entries compares every entry in --root.
 
 Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
-out of a comparison, a run refused as incomplete); 2 a usage error (bad option, no such entry).
+out of a comparison, a run refused as incomplete or as already archived) or an entry that could
+not be written (a full disk: nothing is left of it); 2 a usage error (bad option or --label, no
+such entry); 130 interrupted (SIGINT or SIGTERM: an entry is stored whole or not at all).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Sequence
 
 from fabench.files import write_atomic, write_json
 
-USAGE, INTEGRITY = 2, 1
+USAGE, INTEGRITY, INTERRUPTED = 2, 1, 130
 
 
 class UsageError(Exception):
@@ -59,6 +63,20 @@ def extra_type(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def label_type(text: str) -> str:
+    from fabench.results.archive_store import label_problem
+
+    problem = label_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.removeprefix("label "))
+    return text
+
+
+def say(prog: str):
+    """One line on stderr per thing the user should know (waiting, recovered staging)."""
+    return lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True)
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="fabench", description=__doc__.split("\n")[0],
                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
@@ -68,12 +86,13 @@ def build_parser() -> Parser:
     actions = archive.add_subparsers(dest="action", required=True, parser_class=Parser)
     store = actions.add_parser("store", help="archive a finished run as a new entry")
     store.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="results/<run>/")
-    store.add_argument("--label", help="entry label (default: the platform version, e.g. rocm-7.0.51831)")
+    store.add_argument("--label", type=label_type, help="entry label (default: the platform version, e.g. rocm-7.0.51831)")
     store.add_argument("--extra", action="append", type=extra_type, default=[], metavar="NAME=PATH",
                        help="another file to keep with the run (repeatable)")
     store.add_argument("--schema", type=Path, help="result schema (default: the checkout's or the package's)")
-    listing = actions.add_parser("list", help="every entry: label, run id, date, device, ok or broken")
-    verify = actions.add_parser("verify", help="check an entry's files against its SHA256SUMS")
+    listing = actions.add_parser("list", help="every entry: label, run id, date, device, ok or broken; "
+                                                      "removes what an interrupted store left")
+    verify = actions.add_parser("verify", help="check an entry's files against its SHA256SUMS and its record")
     verify.add_argument("entry", metavar="ENTRY")
     for sub in (store, listing, verify):
         sub.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
@@ -98,7 +117,7 @@ def build_parser() -> Parser:
 
 def cmd_store(args) -> int:
     from fabench.results.archive_layout import ArchiveError
-    from fabench.results.archive_store import archive_run
+    from fabench.results.archive_store import StoreInterrupted, archive_run
     from fabench.results.collect import result_schema
 
     prog = "fabench archive store"
@@ -112,18 +131,23 @@ def cmd_store(args) -> int:
     except (OSError, ValueError) as err:
         return fail(prog, f"error: --schema {args.schema}: {err}", USAGE)
     try:
-        entry = archive_run(args.run_dir, args.root, args.label, dict(args.extra), schema=schema)
+        entry = archive_run(args.run_dir, args.root, args.label, dict(args.extra), schema=schema, notify=say(prog))
     except ArchiveError as err:
         return fail(prog, f"refused: {err}", INTEGRITY)
+    except StoreInterrupted as err:
+        return fail(prog, str(err), INTERRUPTED)
     print(entry)
     return 0
 
 
 def cmd_list(args) -> int:
+    from fabench.results.archive_lock import recover
     from fabench.results.archive_read import list_entries
 
     if not args.root.is_dir():
         return fail("fabench archive list", f"error: {args.root}: no such archive folder", USAGE)
+    for line in recover(args.root):
+        say("fabench archive list")(line)
     entries = list_entries(args.root)
     if not entries:
         print(f"no entries under {args.root}")
@@ -159,7 +183,8 @@ def cmd_verify(args) -> int:
     except UsageError as err:
         return fail("fabench archive verify", f"error: {err}", USAGE)
     if entry.ok:
-        print(f"{entry.id}: ok ({len((entry.record or {}).get('files', {})) + 1} files match SHA256SUMS)")
+        files = len((entry.record or {}).get("files", {})) + 1
+        print(f"{entry.id}: ok ({files} files match SHA256SUMS and record.json; identity {entry.identity[:16]})")
         return 0
     for problem in entry.problems:
         print(f"{entry.id}: {problem}")
@@ -229,14 +254,21 @@ COMMANDS = {("archive", "store"): cmd_store, ("archive", "list"): cmd_list, ("ar
             ("compare", None): cmd_compare}
 
 
+def terminate_as_interrupt(signum, frame):
+    """SIGTERM ends a command as SIGINT does: through its clean-up (a store's staging removed)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():  # main() may be called from a thread
+        signal.signal(signal.SIGTERM, terminate_as_interrupt)
     try:
         return COMMANDS[(args.command, getattr(args, "action", None))](args)
     except BrokenPipeError:  # fabench compare | head
         return 0
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

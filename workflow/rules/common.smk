@@ -22,6 +22,7 @@ from fabench.gitinfo import git_commit
 from fabench.measure import lease as fabench_lease
 from fabench.measure.devices import DeviceError
 from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
+from fabench.results import archive_read as fabench_archive
 from fabench.shapes import SHAPE_ID_PATTERN, shape_id
 from fabench.tune import settings as fabench_sweep
 from fabench.tune.space import stages as sweep_stages
@@ -356,6 +357,11 @@ def archive_state(wildcards):
             )
     found = Path(config["archive"]["root"]).glob("*/*/SHA256SUMS")
     return sorted(str(p) for p in found if os.path.normpath(p) not in own)
+
+
+def archive_fingerprint(wildcards):
+    """Each archived entry's id and a digest of its files now (fabench.results.archive_read)."""
+    return fabench_archive.archive_fingerprint(config["archive"]["root"])
 
 
 def archive_receipt(run):

@@ -1,15 +1,26 @@
-"""Reading the archive: an entry verified against its SHA256SUMS, loaded, listed with the others
-in version order, or found from a path or an id (the layout: archive_layout).
+"""Reading the archive: an entry verified (its files against SHA256SUMS, SHA256SUMS against its
+record, its run id against its identity), loaded, listed with the others in version order, or
+found from a path or an id (the layout, identity and integrity: archive_layout). Every entry this
+module returns has been verified, and an entry's results are read only as the bytes verified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabench.results.archive_layout import RECORD, RUN_ID_PATTERN, SUMS, ArchiveError, parse_sums, sha256_hex
+from fabench.results.archive_layout import (RECORD, RECORD_FORMAT, RECORD_FORMAT_V1, RUN_ID_PATTERN, SUMS,
+                                            ArchiveError, content_sha256, measurements_sha256, parse_sums,
+                                            sha256_hex)
+
+RESULTS = "results.json"
+
+
+class EntryChanged(ArchiveError):
+    """An entry's file changed after it was verified."""
 
 
 def natural_key(text: str) -> tuple:
@@ -18,16 +29,25 @@ def natural_key(text: str) -> tuple:
 
 
 def verify_entry(entry_dir: Path) -> list[str]:
-    """Every integrity problem of an entry, each naming the file: changed, truncated, missing, extra."""
+    """Every integrity problem of an entry, each naming the file: changed, truncated, missing,
+    extra, or a disagreement between SHA256SUMS, record.json, the run id and the measurements."""
     entry_dir = Path(entry_dir)
+    problems, sums = file_problems(entry_dir)
+    if problems:
+        return problems  # the files named: what the record says of them adds nothing
+    return record_problems(entry_dir, sums)
+
+
+def file_problems(entry_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """Each file against SHA256SUMS; and SHA256SUMS as {name: sha256}."""
     if not entry_dir.is_dir():
-        return [f"{entry_dir}: not a directory"]
+        return [f"{entry_dir}: not a directory"], {}
     try:
         sums, problems = parse_sums((entry_dir / SUMS).read_text())
     except FileNotFoundError:
-        return [f"{SUMS}: missing (nothing in the entry can be checked)"]
+        return [f"{SUMS}: missing (nothing in the entry can be checked)"], {}
     except (OSError, UnicodeDecodeError) as err:
-        return [f"{SUMS}: unreadable ({err})"]
+        return [f"{SUMS}: unreadable ({err})"], {}
     sizes = {}
     try:
         record_sizes = json.loads((entry_dir / RECORD).read_text()).get("files", {})
@@ -57,7 +77,52 @@ def verify_entry(entry_dir: Path) -> list[str]:
             problems.append(f"{name}: truncated ({len(data)} of {size} bytes)")
         else:
             problems.append(f"{name}: changed (sha256 differs from {SUMS})")
-    return problems
+    if RECORD not in sums and not problems:
+        problems.append(f"{RECORD}: missing")
+    return problems, sums
+
+
+def record_problems(entry_dir: Path, sums: dict[str, str]) -> list[str]:
+    """SHA256SUMS, record.json, the entry's place, run id and measurements agree (the files
+    already match SHA256SUMS)."""
+    try:
+        record = json.loads((entry_dir / RECORD).read_text())
+        recorded = {name: info["sha256"] for name, info in record["files"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [f"{RECORD}: not an archive record (no files with their sha256)"]
+    if record.get("format") not in (RECORD_FORMAT_V1, RECORD_FORMAT):
+        return [f"{RECORD}: format {record.get('format')!r} is not one this fabench reads"]
+    listed = {name: digest for name, digest in sums.items() if name != RECORD}
+    problems = [f"{name}: {SUMS} and {RECORD} disagree (rewritten after archiving)"
+                for name in sorted(set(listed) & set(recorded)) if listed[name] != recorded[name]]
+    problems += [f"{name}: in {SUMS}, not in {RECORD} (added after archiving)" for name in sorted(set(listed) - set(recorded))]
+    problems += [f"{name}: in {RECORD}, not in {SUMS}" for name in sorted(set(recorded) - set(listed))]
+    if problems:
+        return problems
+    if record.get("content_sha256") != content_sha256(recorded):
+        return [f"{RECORD}: content_sha256 is not the digest of the files it lists (rewritten after archiving)"]
+    label, run_id = entry_dir.parent.name, entry_dir.name
+    if (record.get("label"), record.get("run_id")) != (label, run_id):
+        return [f"{RECORD}: records {record.get('label')}/{record.get('run_id')}, stored as {label}/{run_id} "
+                "(moved or renamed)"]
+    if record["format"] == RECORD_FORMAT_V1:
+        identity_key, identity = "content_sha256", record["content_sha256"]
+    else:
+        identity_key, identity = "measurements_sha256", record.get("measurements_sha256")
+        measured = measurements_of(entry_dir / RESULTS)
+        if measured != identity:
+            return [f"{RESULTS}: its measurements do not match {RECORD}'s measurements_sha256"]
+    if not run_id.endswith(f"-{str(identity)[:8]}"):
+        return [f"{run_id}: the run id's hash is not the entry's {identity_key} ({str(identity)[:8]})"]
+    return []
+
+
+def measurements_of(results_path: Path) -> str | None:
+    """The identity of the measurements in a results.json, or None when it cannot be read."""
+    try:
+        return measurements_sha256(json.loads(Path(results_path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 @dataclass
@@ -90,8 +155,19 @@ class Entry:
     def get(self, key: str, default=None):
         return (self.record or {}).get(key, default)
 
+    @property
+    def identity(self) -> str | None:
+        """The digest of the entry's measurements: recorded (format 2), else derived from its results."""
+        return self.get("measurements_sha256") or measurements_of(self.path / RESULTS)
+
     def results(self) -> dict:
-        return json.loads((self.path / "results.json").read_text())
+        """The collected results, read only when they are the bytes that were verified."""
+        if not self.ok:
+            raise EntryChanged(f"{self.id}: not intact ({'; '.join(self.problems)})")
+        data = (self.path / RESULTS).read_bytes()
+        if sha256_hex(data) != self.get("files", {}).get(RESULTS, {}).get("sha256"):
+            raise EntryChanged(f"{self.id}: {RESULTS} changed after it was verified")
+        return json.loads(data)
 
 
 def load_entry(entry_dir: Path) -> Entry:
@@ -104,24 +180,40 @@ def load_entry(entry_dir: Path) -> Entry:
         entry.record = json.loads((entry_dir / RECORD).read_text())
     except (OSError, ValueError):
         entry.record = None
-    if entry.record is not None and not entry.problems:
-        if (entry.record.get("label"), entry.record.get("run_id")) != (entry.label, entry.run_id):
-            entry.problems.append(f"{RECORD}: records {entry.record.get('label')}/{entry.record.get('run_id')}, "
-                                  f"stored as {entry.id} (moved or renamed)")
+    if not isinstance(entry.record, dict):
+        entry.record = None
     return entry
+
+
+def entry_dirs(archive_root: Path) -> list[Path]:
+    """The folders of every entry under archive_root (not the hidden ones: .ids, staging, the lock)."""
+    archive_root = Path(archive_root)
+    if not archive_root.is_dir():
+        return []
+    return [entry_dir
+            for label_dir in sorted(p for p in archive_root.iterdir() if p.is_dir() and not p.name.startswith("."))
+            for entry_dir in sorted(p for p in label_dir.iterdir() if not p.name.startswith("."))
+            if entry_dir.is_dir()]
 
 
 def list_entries(archive_root: Path) -> list[Entry]:
     """Every entry under archive_root, verified, in version order (label naturally, then number)."""
-    archive_root = Path(archive_root)
-    if not archive_root.is_dir():
-        return []
-    entries = []
-    for label_dir in sorted(p for p in archive_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for entry_dir in sorted(p for p in label_dir.iterdir() if not p.name.startswith(".")):
-            if entry_dir.is_dir():
-                entries.append(load_entry(entry_dir))
-    return sorted(entries, key=lambda e: e.sort_key)
+    return sorted((load_entry(entry_dir) for entry_dir in entry_dirs(archive_root)), key=lambda e: e.sort_key)
+
+
+def archive_fingerprint(archive_root: Path) -> dict[str, str]:
+    """Each entry's <label>/<run-id> and the sha256 of its files' names and bytes as they are now:
+    any byte changed, added or removed anywhere in an entry changes it (the compare rule's params,
+    so that Snakemake compares again, whatever the files' times say)."""
+    fingerprint = {}
+    for entry_dir in entry_dirs(archive_root):
+        digest = hashlib.sha256()
+        for path in sorted(entry_dir.rglob("*")):
+            digest.update(path.relative_to(entry_dir).as_posix().encode() + b"\0")
+            if path.is_file() and not path.is_symlink():
+                digest.update(sha256_hex(path.read_bytes()).encode())
+        fingerprint[f"{entry_dir.parent.name}/{entry_dir.name}"] = digest.hexdigest()
+    return fingerprint
 
 
 def resolve_entry(spec: str, archive_root: Path) -> Path:

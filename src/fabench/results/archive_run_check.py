@@ -1,5 +1,7 @@
-"""Whether a run directory is a finished run, ready to archive: its collected results.json passes
-the collector's checks, its report.md exists, and no job it should have run is missing.
+"""Whether a run directory is a finished run, ready to archive: its resolved config is there, its
+collected results.json passes the collector's checks, its report.md exists, and every job of its
+config (and every job a caller names) has its result file and its result in results.json. Every
+way into the archive (the archive rule, `fabench archive store`, archive_run) applies this check.
 """
 
 from __future__ import annotations
@@ -58,16 +60,31 @@ def expected_jobs_from_config(config: dict) -> set[tuple[str, str]]:
     return {(variant, shape_id(shape)) for variant in config.get("variants", {}) for shape in config.get("shapes", [])}
 
 
-def check_run(run_dir: Path, expected_jobs: Iterable[tuple[str, str]] | None = None, schema: dict | None = None,
-              config: dict | None = None) -> dict:
+def read_config(path: Path | None) -> tuple[dict | None, str | None]:
+    """The run's resolved config, or why it cannot be had."""
+    if path is None or not Path(path).is_file():
+        return None, "config.json missing (the run's resolved config: snakemake writes it, or give --extra config.json=PATH)"
+    config, error = read_json(Path(path))
+    if error is None and not (isinstance(config, dict) and isinstance(config.get("variants"), dict)
+                              and isinstance(config.get("shapes"), list)):
+        error = f"{Path(path).name}: not a resolved config (no variants and shapes)"
+    return (config, None) if error is None else (None, error)
+
+
+def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[tuple[str, str]] = (),
+              schema: dict | None = None) -> dict:
     """The collected results of a finished run, or IncompleteRun naming every reason it is not.
 
-    Jobs expected: `expected_jobs` when given, else every (variant, shape) of `config` (the run's
-    config.json), else whatever results.json holds."""
+    Jobs expected: every (variant, shape) of the resolved config at `config_path`, and every one
+    of `expected_jobs`; each needs <variant>/<shape_id>.json in the run and its result in
+    results.json."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise IncompleteRun(run_dir, ["no such directory"])
     reasons = []
+    config, error = read_config(config_path)
+    if error:
+        reasons.append(error)
     collected, error = read_json(run_dir / "results.json")
     if error:
         reasons.append(error)
@@ -76,13 +93,21 @@ def check_run(run_dir: Path, expected_jobs: Iterable[tuple[str, str]] | None = N
     if not (run_dir / "report.md").is_file():
         reasons.append("report.md missing")
     if not reasons:
-        if expected_jobs is None and config is not None:
-            expected_jobs = expected_jobs_from_config(config)
-        have = {(r["variant"], r["shape_id"]) for r in collected["results"]}
-        missing = sorted(set(expected_jobs or ()) - have)
-        if missing:
-            reasons.append(f"{len(missing)} job(s) missing from results.json: "
-                           + ", ".join(f"{v}/{s}" for v, s in missing))
+        reasons += missing_jobs(run_dir, collected, expected_jobs_from_config(config) | set(expected_jobs))
     if reasons:
         raise IncompleteRun(run_dir, reasons)
     return collected
+
+
+def missing_jobs(run_dir: Path, collected: dict, expected: set[tuple[str, str]]) -> list[str]:
+    reasons = []
+    unfiled = sorted(f"{v}/{s}.json" for v, s in expected if not (run_dir / v / f"{s}.json").is_file())
+    if unfiled:
+        reasons.append(f"{len(unfiled)} job result file(s) missing: {', '.join(unfiled)} "
+                       "(the run is not finished: snakemake measures them again)")
+    have = {(r["variant"], r["shape_id"]) for r in collected["results"]}
+    missing = sorted(expected - have)
+    if missing:
+        reasons.append(f"{len(missing)} job(s) missing from results.json: "
+                       + ", ".join(f"{v}/{s}" for v, s in missing))
+    return reasons

@@ -1,40 +1,48 @@
-"""Storing a finished run as a new archive entry (the layout: archive_layout).
+"""Storing a finished run as a new archive entry (the layout, identity and integrity: archive_layout).
 
 The label is the platform version the results were measured with: rocm-<hip version> on ROCm,
 cuda-<CUDA version> on CUDA, cpu-torch<version> on a CPU; a caller may choose another. The run id
 is <number>-<hash>: the number counts up per label from 0001 (as pytest-benchmark numbers its
 saved runs) and is never given twice, even after an entry is deleted, because each number is
 claimed by creating label/.ids/<number> exclusively; the hash is the first 8 hex digits of the
-sha256 over the run's files, so the same run archived twice shows the same hash under two numbers.
+entry's identity, the digest of its measurements.
 
-An entry is written into a staging directory beside it (every file through write_atomic) and
-renamed into place when complete, so a reader sees a whole entry or none; the rename fails if the
-entry exists, and no code here opens a file of an existing entry for writing.
+A store holds the archive's writer lock (archive_lock) from the identity check to the rename: the
+archive holds each measurement once. An entry is written into a staging directory beside it
+(every file through write_atomic) and renamed into place when complete, so a reader sees a whole
+entry or none; the rename fails if the entry exists, and no code here opens a file of an existing
+entry for writing. A store that fails (a full disk) takes back its number and leaves nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping
 
 from fabench.files import write_atomic, write_json
-from fabench.results.archive_layout import (IDS_DIR, LABEL_PATTERN, RECORD, RECORD_FORMAT, RUN_ID_PATTERN,
-                                            STAGING_PREFIX, SUMS, ArchiveError, sha256_hex, sums_text)
-from fabench.results.archive_read import load_entry
-from fabench.results.archive_run_check import IncompleteRun, check_run, read_json
+from fabench.results.archive_layout import (IDS_DIR, LABEL_MAX, LABEL_PATTERN, RECORD, RECORD_FORMAT,
+                                            RUN_ID_PATTERN, STAGING_PREFIX, SUMS, ArchiveError, content_sha256,
+                                            measurements_sha256, sha256_hex, sums_text)
+from fabench.results.archive_lock import Notify, archive_lock, remove_stale_staging
+from fabench.results.archive_read import entry_dirs, load_entry
+from fabench.results.archive_run_check import IncompleteRun, check_run  # noqa: F401 (IncompleteRun: re-exported)
 
 # What of a run directory is kept: the per-job files are left out, results.json holds them all.
 RUN_FILES = ("results.json", "report.md", "config.json")
 # The resolved config is kept as config.json: the run's own, else the one frozen for the report.
 CONFIG_SOURCES = ("config.json", "report-config.json")
 RUN_GLOBS = ("aiter-config/*.json", "*.png", "plots/*.png")
+PAUSE_ENV = "FABENCH_TEST_PAUSE_AT"
 VERSION_KEYS = ("driver", "cuda", "hip", "rocm", "cudnn", "torch", "triton", "aiter", "aiter_commit",
                 "runtime", "image", "image_id")
 
@@ -64,9 +72,19 @@ def platform_version(results: list[dict]) -> str:
     return check_label(prefix + versions.pop())
 
 
+def label_problem(label: object) -> str | None:
+    """Why `label` cannot name an archive folder, or None."""
+    if not isinstance(label, str) or not re.fullmatch(LABEL_PATTERN, label):
+        return f"label {label!r}: use letters, digits and . _ + - (starting with a letter or digit)"
+    if len(label) > LABEL_MAX:
+        return f"label {label[:20]!r}... is {len(label)} characters: at most {LABEL_MAX}"
+    return None
+
+
 def check_label(label: str) -> str:
-    if not re.fullmatch(LABEL_PATTERN, label or ""):
-        raise ArchiveError(f"label {label!r}: use letters, digits and . _ + - (not starting with a symbol)")
+    problem = label_problem(label)
+    if problem:
+        raise ArchiveError(problem)
     return label
 
 
@@ -107,8 +125,8 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def make_record(collected: dict, label: str, run_id: str, content_sha256: str, files: Mapping[str, bytes],
-                archived_at: str | None = None) -> dict:
+def make_record(collected: dict, label: str, run_id: str, content_digest: str, identity: str,
+                files: Mapping[str, bytes], archived_at: str | None = None) -> dict:
     results = collected["results"]
     prov = [r["provenance"] for r in results]
     times = lambda key: sorted(p[key] for p in prov if p.get(key))  # noqa: E731
@@ -117,7 +135,8 @@ def make_record(collected: dict, label: str, run_id: str, content_sha256: str, f
         "label": label,
         "run_id": run_id,
         "number": int(run_id.split("-")[0]),
-        "content_sha256": content_sha256,
+        "measurements_sha256": identity,
+        "content_sha256": content_digest,
         "run": collected["run"],
         "archived_at": archived_at or _utc_now(),
         "archived_on": socket.gethostname(),
@@ -143,32 +162,49 @@ def make_record(collected: dict, label: str, run_id: str, content_sha256: str, f
 
 # ---------------------------------------------------------------- writing
 
-def _refuse_archived_content(label_dir: Path, run_hash: str) -> None:
-    """A run is archived once: an entry of this label holding the same files (the same content
-    hash in its run id) refuses it. Deleting that entry allows it again; two archivers started
-    at the same moment on the same run can both pass this check."""
-    for entry in sorted(label_dir.iterdir()):
-        if re.fullmatch(RUN_ID_PATTERN, entry.name) and entry.name.endswith(f"-{run_hash}"):
-            raise AlreadyArchived(f"this run is already archived as {label_dir.name}/{entry.name} "
-                                  "(the same files): an archived run is kept once")
+class AlreadyArchived(ArchiveError):
+    """The same measurements are already an entry of the archive (`entry`, its folder)."""
+
+    def __init__(self, message: str, entry: Path):
+        super().__init__(message)
+        self.entry = entry
 
 
-def _claim_number(label_dir: Path, run_hash: str) -> int:
-    """The next number of this label, claimed by an exclusive create: two writers never get one number."""
+class StoreInterrupted(KeyboardInterrupt):
+    """SIGINT during a store; the message says whether the entry was stored whole or not at all."""
+
+
+def _refuse_archived_measurements(archive_root: Path, identity: str) -> None:
+    """The archive holds each measurement once, whatever its label, run name, titles or report:
+    an entry anywhere in the archive with the same identity refuses the run (called under the lock)."""
+    for entry_dir in entry_dirs(archive_root):
+        entry = load_entry(entry_dir)
+        if entry.identity == identity:
+            state = "" if entry.ok else f"; that entry is broken ({'; '.join(entry.problems)}): delete it to archive again"
+            raise AlreadyArchived(f"these measurements are already archived as {entry.id}{state}", entry_dir)
+
+
+def _claim_number(label_dir: Path, run_hash: str) -> Path:
+    """The next number of this label, claimed by an exclusive create of .ids/<number>: its path."""
     ids = label_dir / IDS_DIR
     ids.mkdir(parents=True, exist_ok=True)
     used = [int(m.group(1)) for p in ids.iterdir() if (m := re.fullmatch(r"(\d{4,})", p.name))]
     used += [int(m.group(1)) for p in label_dir.iterdir() if (m := re.fullmatch(RUN_ID_PATTERN, p.name))]
     number = max(used, default=0) + 1
     while True:
+        claim = ids / f"{number:04d}"
         try:
-            fd = os.open(ids / f"{number:04d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             number += 1
             continue
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"{number:04d}-{run_hash} {_utc_now()}\n")
-        return number
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(f"{number:04d}-{run_hash} {_utc_now()}\n")
+        except BaseException:
+            claim.unlink()
+            raise
+        return claim
 
 
 def store_entry(entry_dir: Path, files: Mapping[str, bytes]) -> Path:
@@ -189,6 +225,7 @@ def store_entry(entry_dir: Path, files: Mapping[str, bytes]) -> Path:
             os.chmod(path, 0o755 if path.is_dir() else 0o444)
         os.chmod(staging, 0o755)
         _fsync_dir(staging)
+        pause_for_tests("staged")
         # rename() replaces an empty directory: check first, then let it fail on a non-empty one.
         if entry_dir.exists():
             raise ArchiveError(f"archive entry {entry_dir} appeared while writing: not overwritten")
@@ -196,10 +233,10 @@ def store_entry(entry_dir: Path, files: Mapping[str, bytes]) -> Path:
             os.rename(staging, entry_dir)
         except OSError as err:
             raise ArchiveError(f"archive entry {entry_dir} exists ({err.strerror}): not overwritten") from None
-        _fsync_dir(entry_dir.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    _fsync_dir(entry_dir.parent)
     return entry_dir
 
 
@@ -211,42 +248,82 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class AlreadyArchived(ArchiveError):
-    """The same run (the same files) is already an entry of this label."""
+def pause_for_tests(step: str) -> None:
+    """FABENCH_TEST_PAUSE_AT=<step> (locked, staged, stored) stops a store there for a minute,
+    after saying so on stderr, so that a test's signal lands at that step."""
+    if os.environ.get(PAUSE_ENV) == step:
+        print(f"fabench: paused at {step} ({PAUSE_ENV})", file=sys.stderr, flush=True)
+        time.sleep(60)
 
 
 def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
                 extra_files: Mapping[str, os.PathLike | str] | None = None, *,
-                expected_jobs: Iterable[tuple[str, str]] | None = None, schema: dict | None = None) -> Path:
+                expected_jobs: Iterable[tuple[str, str]] = (), schema: dict | None = None,
+                notify: Notify | None = None) -> Path:
     """Store the finished run in `run_dir` as a new entry archive_root/<label>/<run-id>/; its path.
 
-    Refuses (IncompleteRun, nothing written) a run whose results.json is missing or invalid, whose
-    report is missing, or that lacks a job of `expected_jobs` (default: every variant x shape of
-    its config.json, the run's or the one in `extra_files`); and (AlreadyArchived) a run that is
-    already an entry of its label."""
+    Refuses, with nothing written: (IncompleteRun) a run that is not finished (archive_run_check:
+    the resolved config, results, report and every job of the config and of `expected_jobs`);
+    (AlreadyArchived) measurements already in the archive; (ArchiveError) an entry that cannot be
+    written, a full disk say. `notify` hears about waiting for the lock and about what an
+    interrupted store left behind. SIGINT raises StoreInterrupted, saying what was stored."""
     run_dir, archive_root = Path(run_dir), Path(archive_root)
+    if label is not None:
+        check_label(label)
     extra_files = dict(extra_files or {})
-    config = None
     if "config.json" not in extra_files:
         found = [run_dir / name for name in CONFIG_SOURCES if (run_dir / name).is_file()]
         if found:
             extra_files["config.json"] = found[0]
-    config_path = Path(extra_files.get("config.json") or run_dir / "config.json")
-    if expected_jobs is None and config_path.is_file():
-        config, error = read_json(config_path)
-        if error or not isinstance(config, dict):
-            raise IncompleteRun(run_dir, [error or f"{config_path}: not a config"])
-    collected = check_run(run_dir, expected_jobs, schema, config)
-    label = check_label(label) if label is not None else platform_version(collected["results"])
+    collected = check_run(run_dir, Path(extra_files["config.json"]) if "config.json" in extra_files else None,
+                          expected_jobs, schema)
+    label = label if label is not None else platform_version(collected["results"])
     contents = _read_files(run_dir, extra_files)
-    run_hash = sha256_hex(sums_text(contents).encode())[:8]
-    label_dir = archive_root / label
-    label_dir.mkdir(parents=True, exist_ok=True)
-    _refuse_archived_content(label_dir, run_hash)
-    run_id = f"{_claim_number(label_dir, run_hash):04d}-{run_hash}"
-    record = make_record(collected, label, run_id, sha256_hex(sums_text(contents).encode()), contents)
-    contents[RECORD] = (json.dumps(record, indent=2) + "\n").encode()
-    return store_entry(label_dir / run_id, contents)
+    identity = measurements_sha256(collected)
+    try:
+        with archive_lock(archive_root, notify):
+            for line in remove_stale_staging(archive_root):
+                if notify:
+                    notify(line)
+            pause_for_tests("locked")
+            _refuse_archived_measurements(archive_root, identity)
+            entry = _write_entry(archive_root / label, collected, identity, contents)
+            pause_for_tests("stored")
+    except KeyboardInterrupt:
+        stored = [p for p in (archive_root / label).glob(f"*-{identity[:8]}") if load_entry(p).identity == identity]
+        raise StoreInterrupted(f"interrupted; {stored[0]} was stored whole" if stored
+                               else "interrupted; nothing was archived (no entry, no staging left)") from None
+    return entry
+
+
+def _write_entry(label_dir: Path, collected: dict, identity: str, contents: dict[str, bytes]) -> Path:
+    """The entry written under label_dir, or ArchiveError with nothing left of it (full disk)."""
+    made_label = not label_dir.exists()
+    claim = entry_dir = None
+    try:
+        claim = _claim_number(label_dir, identity[:8])
+        entry_dir = label_dir / f"{claim.name}-{identity[:8]}"
+        digests = {name: sha256_hex(data) for name, data in contents.items()}
+        record = make_record(collected, label_dir.name, entry_dir.name, content_sha256(digests), identity, contents)
+        return store_entry(entry_dir, {**contents, RECORD: (json.dumps(record, indent=2) + "\n").encode()})
+    except BaseException as err:
+        if entry_dir is not None and entry_dir.exists():
+            raise  # the entry is whole: it stays, with its number
+        _release(claim, label_dir if made_label else None)
+        if isinstance(err, OSError):
+            raise ArchiveError(f"cannot write the entry under {label_dir}: {err.strerror or err}; "
+                               "nothing was archived") from None
+        raise
+
+
+def _release(claim: Path | None, new_label_dir: Path | None) -> None:
+    """Undo a store that wrote no entry: its number claim, and the label folder it created."""
+    with contextlib.suppress(OSError):
+        if claim is not None:
+            claim.unlink()
+        if new_label_dir is not None:
+            (new_label_dir / IDS_DIR).rmdir()
+            new_label_dir.rmdir()
 
 
 def write_receipt(path: Path, entry_dir: Path) -> None:
@@ -254,4 +331,3 @@ def write_receipt(path: Path, entry_dir: Path) -> None:
     entry = load_entry(entry_dir)
     write_json(path, {"entry": entry.id, "path": str(entry_dir), "content_sha256": (entry.record or {}).get(
         "content_sha256"), "sha256sums": sha256_hex((Path(entry_dir) / SUMS).read_bytes())})
-

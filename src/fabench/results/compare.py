@@ -18,7 +18,7 @@ from typing import Iterable
 
 from fabench.analysis import analyse_run
 from fabench.analysis.verdict import ALPHA, SAME_MARGIN, compare_cell, hardware_identity
-from fabench.results.archive_read import Entry
+from fabench.results.archive_read import Entry, EntryChanged
 from fabench.results.collect import shape_key
 
 COMPARE_FORMAT = "fabench-compare/1"
@@ -80,7 +80,9 @@ def usable_results(entry: Entry) -> tuple[list[dict] | None, list[str]]:
     if not entry.ok:
         return None, list(entry.problems)
     try:
-        results = entry.results()["results"]
+        results = entry.results()["results"]  # the verified bytes, or EntryChanged
+    except EntryChanged as err:
+        return None, [str(err).split(": ", 1)[-1]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         return None, [f"results.json: unreadable ({err})"]
     if any(r.get("schema_version", 1) < 2 for r in results):
