@@ -49,9 +49,9 @@ def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode != 0
     job_output = out.split("localrule measure:")[1].split("RuleException")[0]
-    last = [line for line in job_output.splitlines() if line.startswith("[fabench]")][-1]
-    assert last == ("[fabench] job failed: tuned b1-s64-h2-d32 process 0: the variant's patched aiter config "
-                    "results/tiny/aiter-config/tuned.json cannot be read as JSON (Expecting value: line 1 column 9 "
-                    "(char 8)); delete it and run again to patch it anew")
+    # The runner checks its arguments before any process: the reason is its one line, last.
+    last = [line for line in job_output.splitlines() if line.strip()][-1]
+    assert last == ("python -m fabench.measure: error: argument --aiter-config: results/tiny/aiter-config/tuned.json "
+                    "is not JSON (Expecting value: line 1 column 9 (char 8))")
     assert (tmp_path / LOG).read_text().splitlines()[-1] == last
     assert "Traceback" not in job_output
