@@ -231,15 +231,24 @@ def test_the_reader_checks_the_bytes_it_returns(run, tmp_path):
 
 
 def test_entries_archived_before_identities_verify_and_keep_theirs(schema, tmp_path):
-    """examples/h200/archive predates measurements_sha256 (record format 1): its entries verify,
-    their identity is derived from their results, and their measurements are not archived twice."""
+    """examples/h200/archive holds entries from before measurements_sha256 (record format 1) beside
+    later ones (format 2): all verify, an old entry's identity is derived from its results and equals
+    what a new entry records, and measurements are not archived twice."""
     root = tmp_path / "archive"
     shutil.copytree(EXAMPLES, root)
+    formats = []
     for entry_dir in entries_in(root):
         entry = load_entry(entry_dir)
         assert entry.ok, entry.problems
-        assert entry.get("format") == "fabench-archive-entry/1" and "measurements_sha256" not in entry.record
-        assert entry.identity == measurements_sha256(json.loads((entry_dir / "results.json").read_text()))
+        derived = measurements_sha256(json.loads((entry_dir / "results.json").read_text()))
+        formats.append(entry.get("format"))
+        if entry.get("format") == "fabench-archive-entry/1":
+            assert "measurements_sha256" not in entry.record
+        else:
+            assert entry.get("format") == "fabench-archive-entry/2"
+            assert entry.record["measurements_sha256"] == derived
+        assert entry.identity == derived
+    assert "fabench-archive-entry/1" in formats, "the example archive no longer exercises format 1"
     first = entries_in(root)[0]
     run_dir = tmp_path / "results" / "h200-a"  # the run as it was before archiving
     shutil.copytree(first, run_dir, ignore=shutil.ignore_patterns("record.json", "SHA256SUMS"))
