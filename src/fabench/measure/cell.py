@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from fabench.measure import kernels, metrics, timing
+from fabench.measure import kernels, metrics, timeline, timing
 from fabench.measure.backends import Backend, Prepared, Problem
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState, slowdown
@@ -49,12 +49,15 @@ class Cell:
         if reason:
             self.entry.update(status="unavailable", reason=reason)
             return False
+        name = self.backend.name
         try:
-            self.prepared = self.backend.prepare(self.problem)
+            with timeline.phase("prepare", name):
+                self.prepared = self.backend.prepare(self.problem)
             self.entry["kernel_config"] = self.prepared.kernel_config
             self.entry["implementation"] = self.prepared.implementation
             with self.prepared.context():
-                self._first_call()
+                with timeline.phase("first call and check", name):
+                    self._first_call()
                 if self.gpu:
                     self._kernels_and_timer()
         except Exception as err:  # a backend's failure is a result, never the job's end
@@ -89,11 +92,13 @@ class Cell:
                               if correctness["finite"] else "wrong numbers: output has inf or nan")
 
     def _kernels_and_timer(self) -> None:
-        launches = kernels.profile_call(self.prepared.fn)
-        self.entry["kernels"] = kernels.describe(launches, self.generated)
-        self.timer = timing.DeviceTimer(self.prepared.fn, self.job["timing"]["clear_l2"],
-                                        kernels_per_call=len(launches),
-                                        method=self.job["timing"]["device_method"])
+        with timeline.phase("kernel identification", self.backend.name):
+            launches = kernels.profile_call(self.prepared.fn)
+            self.entry["kernels"] = kernels.describe(launches, self.generated)
+        with timeline.phase("device timer set-up", self.backend.name):
+            self.timer = timing.DeviceTimer(self.prepared.fn, self.job["timing"]["clear_l2"],
+                                            kernels_per_call=len(launches),
+                                            method=self.job["timing"]["device_method"])
         self.device_fallback = self.timer.fallback_reason
 
     # --- once per trial -------------------------------------------------------------------
@@ -106,20 +111,25 @@ class Cell:
                 # The published warm-up count once per process, its first call being the checked one.
                 first = not self.entry["trials"]
                 calls = max(settings["warmup"] - 1, 0) if first else 0
-                warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls,
-                                      gpu_state.sm_clock)
+                with self._phase("warm-up", index):
+                    warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls,
+                                          gpu_state.sm_clock)
                 iters = timing.trial_iters(settings, warm["estimate_ms"])
                 # Device loop and do_bench right after the warm-up, back to back, so both see the
                 # GPU in the state the warm-up settled; the published method's loop, which idles
                 # the GPU at every synchronize, last.
-                device = self._device_ms(iters, index)
+                with self._phase("device loop", index):
+                    device = self._device_ms(iters, index)
                 # One query, so do_bench follows without a pause: under a power cap the two methods
                 # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
                 after_device = gpu_state.sm_clock()
-                peer = self._cross_check_trial()
-                profiled = self._profiled_ms()
+                with self._phase("do_bench", index):
+                    peer = self._cross_check_trial()
+                with self._phase("profiler", index):
+                    profiled = self._profiled_ms()
                 end = gpu_state.read()  # the state the device figures were taken in
-                wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
+                with self._phase("wall loop", index):
+                    wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
         except Exception as err:
             self.fail(err, f"trial {index} of process {self.process}: ")
             return
@@ -136,6 +146,9 @@ class Cell:
             # the capped clock whenever it is used for long; the record says so in words.
             "clock_slowdown": slowdown(end),
         })
+
+    def _phase(self, name: str, trial: int):
+        return timeline.phase(name, self.backend.name, trial)
 
     def _device_ms(self, iters: int, index: int) -> float | None:
         if self.timer is None:

@@ -14,6 +14,10 @@ reason; neither stops the job. Only bad arguments or an unwritable output fail t
 
 from __future__ import annotations
 
+import time
+
+IMPORTS_BEGAN = time.time()  # the process's time line starts its imports phase here
+
 import contextlib
 import copy
 import dataclasses
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from fabench.measure import metrics, provenance
+from fabench.measure import metrics, provenance, timeline
 from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
 from fabench.measure.backends import BACKENDS, Backend, Problem
@@ -41,6 +45,8 @@ from fabench.config import SpecError, roles_error, sha256_json, timing_settings
 from fabench.files import write_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
 from fabench.shapes import shape_id
+
+IMPORTS_ENDED = time.time()
 
 
 def make_inputs(shape: dict, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
@@ -103,16 +109,20 @@ def job_settings(config: dict, platform: str, shape: dict) -> dict:
 def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int = 0) -> dict:
     """Measure one job in this process; process is its index among the job's repeats."""
     started = provenance.now()
+    clock = timeline.restart()
     config, variant, shape = spec["settings"], spec["variant"], spec["shape"]
-    platform = plat.detect()
-    if platform == "cpu":
-        use_cpu_threads(config["cpu"].get("threads"))
-    job = job_settings(config, platform, shape)
-    kernel_config = _kernel_config(spec["triton"], kernel_config_path, platform, config["dtype"])
+    with clock.phase("device set-up"):
+        platform = plat.detect()
+        if platform == "cpu":
+            use_cpu_threads(config["cpu"].get("threads"))
+        job = job_settings(config, platform, shape)
+        gpu_state = GpuState(platform)
+    with clock.phase("aiter config read-back"):
+        kernel_config = _kernel_config(spec["triton"], kernel_config_path, platform, config["dtype"])
     cells = {name: Cell(backend_here(name, config, platform), None, None, job, process)
              for name in config["backends"]}
-    gpu_state = GpuState(platform)
-    inputs, reference_status = _inputs_and_reference(shape, config, platform)
+    with clock.phase("inputs and fp32 reference"):
+        inputs, reference_status = _inputs_and_reference(shape, config, platform)
     if inputs is None:
         _fail_all(cells, platform, reference_status)
     else:
@@ -122,12 +132,14 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
     del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
-    result = _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
-                     {"started": started, "process": process,
-                      **provenance.collect(platform, sha256_json(config), project_commit)})
-    for name, entry in results.items():  # the figures as the analysis will derive them
-        progress(f"{variant} {shape_id(shape)} process {process} {name}: "
-                 f"{_summary(analyse_entry(copy.deepcopy(entry), result))}")
+    with clock.phase("provenance"):
+        result = _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
+                         {"started": started, "process": process,
+                          **provenance.collect(platform, sha256_json(config), project_commit)})
+    with clock.phase("summary"):
+        for name, entry in results.items():  # the figures as the analysis will derive them
+            progress(f"{variant} {shape_id(shape)} process {process} {name}: "
+                     f"{_summary(analyse_entry(copy.deepcopy(entry), result))}")
     return result
 
 
@@ -221,8 +233,12 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, 
             if cell.live:
                 cell.trial(index, gpu_state)
                 progress(f"{job_name} {name}: trial {index + 1}/{trials} {_trial_text(cell)}")
-    for cell in cells.values():
-        cell.release()
+    with timeline.phase("release"):
+        for cell in cells.values():
+            cell.release(collect=False)
+        gc.collect()
+        if problem.platform != "cpu":
+            torch.cuda.empty_cache()
 
 
 def progress(line: str) -> None:
@@ -334,7 +350,12 @@ def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit:
         write_json(out, {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in "
                                       f"{wanted} process(es)"})
         return
-    write_json(out, run_job(spec, kernel_config_path, project_commit, process))
+    result = run_job(spec, kernel_config_path, project_commit, process)
+    clock = timeline.current()
+    clock.add("imports", IMPORTS_BEGAN, IMPORTS_ENDED)
+    # Writing and exiting come after the record: the runner records when the process ended.
+    result["timeline"] = clock.record()
+    write_json(out, result)
 
 
 def main(argv: list[str] | None = None) -> int:

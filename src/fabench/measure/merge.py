@@ -44,6 +44,8 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     if failed_reference:
         merged["reference"] = failed_reference
     merged["provenance"]["finished"] = results[-1]["provenance"]["finished"]
+    merged.pop("timeline", None)
+    merged["timelines"] = [dict(r["timeline"], process=i) for i, r in zip(ids, results) if r.get("timeline")]
     merged["provenance"].pop("process", None)
     return analyse_run({"results": [merged]})["results"][0]
 

@@ -30,9 +30,10 @@ import argparse
 import json
 import signal
 import subprocess
-import threading
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from fabench.files import write_json
@@ -41,6 +42,7 @@ from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
 from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
 from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
+from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -129,9 +131,10 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
     """Run measuring process `index`: its result (None when it wrote none) and how it ended."""
     with tempfile.TemporaryDirectory(prefix="fabench-process-") as tmp:
         out = Path(tmp) / "process.json"
-        code = run_process(args, commit, index, out)
+        code, spawned_at, exited_at = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
-    return result, {"index": index, "exit_code": code, "wrote_result": result is not None}
+    return result, {"index": index, "exit_code": code, "wrote_result": result is not None,
+                    "spawned_at": spawned_at, "exited_at": exited_at}
 
 
 def refused(result: dict | None, ended: dict) -> bool:
@@ -144,8 +147,10 @@ def runner_command() -> list[str]:
     return [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
 
 
-def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> int:
-    """One measuring process; SIGTERM to this one (workflow gone, job cancelled) ends it too."""
+def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> tuple[int, float, float]:
+    """One measuring process: its exit code, when it was started and when it had ended (seconds
+    since the epoch, for the run's time line). SIGTERM to this one (workflow gone, job
+    cancelled) ends it too."""
     cmd = [sys.executable, "-m", JOB_MODULE, "--spec", json.dumps(args.spec), "--out", str(out),
            "--process-index", str(index)]
     if args.aiter_config is not None:
@@ -153,7 +158,10 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
     if commit:
         cmd += ["--project-commit", commit]
     print(f"[fabench] process {index}: {JOB_MODULE}", flush=True)
-    child = subprocess.Popen(cmd, env=measuring_environment(args.lease), pass_fds=args.lease.inheritable_fds())
+    env = measuring_environment(args.lease)
+    spawned_at = time.time()
+    env[SPAWNED_AT_ENV] = repr(spawned_at)
+    child = subprocess.Popen(cmd, env=env, pass_fds=args.lease.inheritable_fds())
 
     stopped = []
 
@@ -171,9 +179,10 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
         code = child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    exited_at = time.time()
     if stopped:
         raise SystemExit(128 + stopped[0])
-    return code
+    return code, spawned_at, exited_at
 
 
 def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:
