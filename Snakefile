@@ -33,6 +33,7 @@ report: "workflow/report/workflow.rst"
 
 onstart:
     check_engine(workflow.dag.needrun_jobs())
+    record_workflow_start()
 
 
 # The report and every job result it is made from: a result deleted after the report was

@@ -198,3 +198,19 @@ def test_the_profiler_judges_a_cell_that_do_bench_cannot():
     assert analysis.judged(check) == {"by": "profiler", "agrees": True, "reason": None}
     off = analysis.profiler_check([0.030], 0.0247, 0.03, trials)
     assert off["agrees"] is False and "profiled kernels" in off["reason"]
+
+
+def test_only_the_first_process_profiles_and_generated_code_is_still_compared_across_processes():
+    def unprofiled(process, devices, generated):
+        result = process_result(process, devices)
+        result["backends"]["x"]["kernels"] = {"names": None, "launch": None, "source_sha256": None,
+                                              "generated_sha256": generated}
+        return result
+
+    first = process_result(0, [0.100, 0.101])
+    first["backends"]["x"]["kernels"]["generated_sha256"] = "g" * 64
+    same = merge.merge([first, unprofiled(1, [0.1005, 0.100], "g" * 64)], [])["backends"]["x"]
+    assert same["kernels"]["names"] == ["k"] and same["observations"]["notes"] == []
+    other = merge.merge([first, unprofiled(1, [0.1005, 0.100], "h" * 64)], [])["backends"]["x"]
+    assert "the processes ran different kernels" in other["observations"]["notes"][0]
+    assert "process 1: not profiled" in other["observations"]["notes"][0]

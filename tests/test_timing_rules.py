@@ -30,3 +30,23 @@ def test_clock_event_reasons_in_words():
     assert slowdown({"clock_event_reasons": 0}) is None
     assert slowdown({"clock_event_reasons": None}) is None
     assert slowdown(None) is None
+
+
+def test_the_sleep_factor_comes_down_when_the_gpu_waited_most_of_its_sleep_for_nothing():
+    from fabench.measure.timing import MIN_SLEEP_FACTOR, relaxed_sleep_factor
+
+    # The GPU waited 2.0 ms before the first iteration, which the host had queued at 0.1 ms: 1.9 ms spare.
+    assert relaxed_sleep_factor(16.0, [0.1, 0.3, 0.5], [2.0, 2.4, 2.8]) == 8.0
+    assert relaxed_sleep_factor(1.5, [0.1, 0.3, 0.5], [2.0, 2.4, 2.8]) == MIN_SLEEP_FACTOR
+    # Launch-bound: the last iteration was queued just before the GPU got to it; the sleep was needed.
+    assert relaxed_sleep_factor(16.0, [0.1, 0.9, 1.7], [2.0, 2.05, 2.1]) == 16.0
+
+
+def test_the_device_loop_takes_min_samples_and_min_trial_ms_and_the_published_loop_its_count():
+    from fabench.measure.timing import device_samples, trial_iters
+
+    timing = {"iters": 100, "min_samples": 10, "min_trial_ms": 20}
+    assert device_samples(timing, 18.0) == 10  # native fp32 at seq 4096: 10 samples, not 100
+    assert device_samples(timing, 0.03) == 667  # short kernels: min_trial_ms of device time
+    assert trial_iters(timing, 18.0) == 100  # the published method keeps its published count
+    assert device_samples(timing, None) == 100  # no estimate: as many as the published count

@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -18,6 +19,7 @@ from fabench import config_layers as fabench_layers
 from fabench.container import aiter_config as fabench_aiter
 from fabench.container import image as fabench_image
 from fabench.container import job as fabench_job
+from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as fabench_lease
 from fabench.measure.devices import DeviceError
@@ -217,6 +219,16 @@ def image_settings(run):
 
 
 # The rules whose jobs talk to the Docker engine when the runtime is docker.
+# When this Snakemake started (its Snakefile parsed), written once the workflow runs (onstart), so
+# that the report can say how long the whole run took, from Snakemake's start to the report.
+WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
+WORKFLOW_STARTED_AT = time.time()
+
+
+def record_workflow_start():
+    write_json(WORKFLOW_STARTED, {"started_at": WORKFLOW_STARTED_AT, "pid": os.getpid()})
+
+
 ENGINE_RULES = {"build_image", "patch_config", "measure"}
 
 

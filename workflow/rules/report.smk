@@ -38,5 +38,6 @@ rule render_report:
         # What the report reads of the config: a change (a title, the order) re-renders it.
         config=lambda wildcards: config,
         template_dir=REPORT_TEMPLATE_DIR,
+        workflow_started=WORKFLOW_STARTED,
     script:
         "../scripts/render_report.py"

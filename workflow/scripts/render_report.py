@@ -16,6 +16,8 @@ here = Path(snakemake.output.markdown).parent
 figures = [(title, Path(path).relative_to(here).as_posix())
            for title, path in zip(("Latency against sequence length", "Speedup over native"), snakemake.input.plots)]
 sweep = json.loads(Path(snakemake.input.sweep).read_text()) if snakemake.input.sweep else None
-markdown = render(collected, dict(snakemake.params.config), published, template_dir, figures, sweep)
+started = Path(snakemake.params.workflow_started)  # written when this workflow started (onstart)
+started_at = json.loads(started.read_text())["started_at"] if started.is_file() else None
+markdown = render(collected, dict(snakemake.params.config), published, template_dir, figures, sweep, started_at)
 write_atomic(snakemake.output.markdown, markdown)
 write_atomic(snakemake.output.html, markdown_page(markdown, here, f"Run {collected['run']}"))

@@ -21,8 +21,11 @@ from fabench.measure.platform import synchronize
 from fabench.results.contract import backend_entry
 
 
-# Calls profiled after each trial; their kernels' durations are summed and divided by this.
+# Calls profiled in process 0's last trial, each behind an L2 clear; the check is their median span.
 PROFILED_CALLS = 5
+# Kernels per call assumed by the device loop's chunking where no profile counted them (processes
+# after the first): it sizes chunks to stay below the launch queue's depth, nothing else.
+UNPROFILED_KERNELS_PER_CALL = 8
 
 
 class Cell:
@@ -35,6 +38,7 @@ class Cell:
         self.timer: timing.DeviceTimer | None = None
         self.live = False
         self.device_fallback: str | None = None  # why the device time is not from graph replays
+        self.launches_per_call: int | None = None  # kernels one call launches, where profiled
 
     @property
     def gpu(self) -> bool:
@@ -91,14 +95,23 @@ class Cell:
                                      f"(at least {tol['min_cosine']:g})"
                               if correctness["finite"] else "wrong numbers: output has inf or nan")
 
+    @property
+    def profiled(self) -> bool:
+        """Whether this process profiles the backend's kernels: the job's first process only. The
+        profiler's first use in a process cost 4.9-6.9 s on an H200 (a third of a process's time),
+        and the kernels a job launches are one fact of the job; the merge notes processes whose
+        Inductor source differs (kernels.describe hashes it without the profiler)."""
+        return self.process == 0
+
     def _kernels_and_timer(self) -> None:
         with timeline.phase("kernel identification", self.backend.name):
-            launches = kernels.profile_call(self.prepared.fn)
+            launches = kernels.profile_call(self.prepared.fn) if self.profiled else None
             self.entry["kernels"] = kernels.describe(launches, self.generated)
+            self.launches_per_call = len(launches) if launches is not None else None
         with timeline.phase("device timer set-up", self.backend.name):
+            per_call = self.launches_per_call or UNPROFILED_KERNELS_PER_CALL
             self.timer = timing.DeviceTimer(self.prepared.fn, self.job["timing"]["clear_l2"],
-                                            kernels_per_call=len(launches),
-                                            method=self.job["timing"]["device_method"])
+                                            kernels_per_call=per_call, method=self.job["timing"]["device_method"])
         self.device_fallback = self.timer.fallback_reason
 
     # --- once per trial -------------------------------------------------------------------
@@ -115,18 +128,24 @@ class Cell:
                     warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls,
                                           gpu_state.sm_clock)
                 iters = timing.trial_iters(settings, warm["estimate_ms"])
+                samples = timing.device_samples(settings, warm["estimate_ms"])
+                # The cross-checks once per process, in its last trial: each judges the cell's
+                # figure, and per trial they cost more than the trials (do_bench alone ~0.13 s a call).
+                last = index == settings["trials"] - 1
                 # Device loop and do_bench right after the warm-up, back to back, so both see the
                 # GPU in the state the warm-up settled; the published method's loop, which idles
                 # the GPU at every synchronize, last.
                 with self._phase("device loop", index):
-                    device = self._device_ms(iters, index)
+                    device = self._device_ms(samples, index)
                 # One query, so do_bench follows without a pause: under a power cap the two methods
                 # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
                 after_device = gpu_state.sm_clock()
-                with self._phase("do_bench", index):
-                    peer = self._cross_check_trial()
-                with self._phase("profiler", index):
-                    profiled = self._profiled_ms()
+                peer, profiled = ({"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}), None
+                if last:
+                    with self._phase("do_bench", index):
+                        peer = self._cross_check_trial()
+                    with self._phase("profiler", index):
+                        profiled = self._profiled_ms()
                 end = gpu_state.read()  # the state the device figures were taken in
                 with self._phase("wall loop", index):
                     wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
@@ -138,8 +157,8 @@ class Cell:
                               f"{settings['max_warmup_ms']} ms")
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
-            "device_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
-            "profiler_ms": profiled,
+            "device_ms": device, "device_samples": samples if device is not None else None, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
+            **({"profiler_calls_ms": profiled} if profiled else {}),
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
             if self.gpu and (start or end) else None,
             # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
@@ -182,16 +201,17 @@ class Cell:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
             return none
 
-    def _profiled_ms(self) -> float | None:
-        """The kernels' own durations per call from torch.profiler (as tritonbench's profiler
-        mode): a check without the host in it, so short kernels that do_bench cannot judge are
-        checked too. None on a CPU, or when the profiler saw no kernel (the note says so)."""
-        if self.timer is None:
+    def _profiled_ms(self) -> list[float] | None:
+        """The kernels' own time per call from torch.profiler (as tritonbench's profiler mode), in
+        the conditions of our device loop: a check without the host in it, so short kernels that
+        do_bench cannot judge are checked too. None on a CPU, in processes that do not profile, or
+        when the trace could not be read (the note says why)."""
+        if self.timer is None or not self.profiled:
             return None
-        value = kernels.kernel_time_ms(self.prepared.fn, PROFILED_CALLS)
-        if value is None and not any("profiler" in note for note in self.notes):
-            self.notes.append(f"process {self.process}: the profiler recorded no kernel durations")
-        return value
+        spans, why_not = kernels.call_spans_ms(self.prepared.fn, PROFILED_CALLS, self.launches_per_call, self.timer)
+        if spans is None:
+            self.notes.append(f"process {self.process}: no profiler check: {why_not}")
+        return spans
 
     def finish(self) -> dict:
         """The raw entry: trials and observations; fabench.analysis derives every figure from it."""

@@ -1,5 +1,6 @@
 """How a measuring process is started: its arguments (the runner's, plus --process-index), checked
-before any process starts, and its environment (the runner sets it, the result records it).
+before any process starts, and its environment (the runner sets it, the result records it):
+compile caches under build/compile-cache/ and the settings below.
 
 Inductor compiles in a pool of worker processes that start (each importing torch) while the job
 measures: CPU load that enters every host-side figure, and their shutdown delays the exit. One
@@ -18,13 +19,19 @@ from pathlib import Path
 from fabench.config import spec_error
 
 MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+# Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel) are cached across
+# processes, jobs and runs in one directory the user can see and delete (the docker runtime has
+# its own, build/container-cache/); a value set by the caller wins.
+COMPILE_CACHE = Path("build") / "compile-cache"
+CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
 
 
 def measuring_environment(lease=None) -> dict:
     """The measuring process's environment: with a lease (fabench.measure.lease), the job's GPU
     alone and the lease it records."""
-    env = {**MEASURING_ENV, **os.environ}
+    cache = Path.cwd() / COMPILE_CACHE
+    env = {**MEASURING_ENV, **{key: str(cache / sub) for key, sub in CACHE_ENV.items()}, **os.environ}
     return lease.environment(env) if lease is not None else env
 
 

@@ -19,7 +19,6 @@ import time
 IMPORTS_BEGAN = time.time()  # the process's time line starts its imports phase here
 
 import contextlib
-import copy
 import dataclasses
 import gc
 import json
@@ -37,13 +36,11 @@ from fabench.measure.backends import BACKENDS, Backend, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
-from fabench.measure.invocation import MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
-from fabench.measure.merge import SKIPPED_KEY
+from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
 from fabench.measure.timing import DEVICE_TIME_METHODS
-from fabench.analysis.entry import analyse_entry
 from fabench.config import SpecError, roles_error, sha256_json, timing_settings
 from fabench.files import write_json
-from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, WALL_METHOD
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY, WALL_METHOD
 from fabench.shapes import shape_id
 
 IMPORTS_ENDED = time.time()
@@ -136,10 +133,9 @@ def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | N
         result = _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                          {"started": started, "process": process,
                           **provenance.collect(platform, sha256_json(config), project_commit)})
-    with clock.phase("summary"):
-        for name, entry in results.items():  # the figures as the analysis will derive them
-            progress(f"{variant} {shape_id(shape)} process {process} {name}: "
-                     f"{_summary(analyse_entry(copy.deepcopy(entry), result))}")
+    # The figures are the analysis stage's (the merge prints them); a process says what it recorded.
+    for name, entry in results.items():
+        progress(f"{variant} {shape_id(shape)} process {process} {name}: {_summary(entry)}")
     return result
 
 
@@ -284,7 +280,7 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
         "stable_spread": timing["stable_spread"],
         "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"]},
         "gpu_state": gpu_state.describe(),
-        "environment": {key: os.environ.get(key) for key in MEASURING_ENV},
+        "environment": {key: os.environ.get(key) for key in (*MEASURING_ENV, *CACHE_ENV)},
         "cpu_threads": torch.get_num_threads(),
     }
 
@@ -324,16 +320,13 @@ def _aiter_loader_read(path: Path, platform: str, dtype: str) -> dict:
 
 
 def _summary(entry: dict) -> str:
+    """A backend's raw outcome in this process (its figures are derived by fabench.analysis)."""
     if entry["status"] == "unavailable":
         return f"unavailable: {entry['reason']}"
-    if entry["status"] == "failed" and entry["wall_mean_ms"] is None:
-        return f"failed: {entry['reason']}"
-    text = f"{entry['status']}: {entry['wall_mean_ms']:.4f} ms wall"
-    if entry["device_ms"]:
-        text += f", {entry['device_ms']['median']:.4f} ms device"
-    if entry["stats"] and not entry["stats"]["stable"]:
-        text += f" (unstable: {entry['stats']['unstable_reason']})"
-    return text + (f" ({entry['reason']})" if entry["reason"] else "")
+    trials = len(entry["trials"])
+    if entry["status"] == "failed":
+        return f"failed after {trials} trial(s): {entry['reason']}" if trials else f"failed: {entry['reason']}"
+    return f"ok, {trials} trial(s) recorded"
 
 
 def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,

@@ -30,21 +30,62 @@ def profile_call(fn: Callable[[], object], calls: int = 1) -> list[dict]:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    return [_launch(e) for e in _kernel_events(prof)]
+
+
+def call_spans_ms(fn: Callable[[], object], calls: int, launches_per_call: int | None,
+                  timer) -> tuple[list[float] | None, str | None]:
+    """The profiler's figures for `calls` calls in the device loop's conditions, or why there are none.
+
+    As the device loop times it (fabench.measure.timing.DeviceTimer): the L2 cleared before each
+    call, every call queued behind a GPU sleep long enough for the host to stay ahead, and the time
+    from the call's first kernel's start to its last kernel's end (the gaps between its kernels
+    included, as events include them). Summing kernel durations instead, with a warm L2, read 3-44%
+    below the device medians on an H200. Each call's kernels are told apart by position: the trace
+    holds the sleep, then per call the L2 clear and the call's `launches_per_call` kernels; a trace
+    of another length is not read (the reason says so). The analysis stage takes their median.
+    """
+    if not launches_per_call:
+        return None, "the kernels one call launches were not counted"
+    from torch.profiler import ProfilerActivity, profile
+
+    def queued_calls():
+        timer.sleep_ahead(calls)
+        for _ in range(calls):
+            timer.clear_cache()
+            fn()
+        torch.cuda.synchronize()
+
+    with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        warnings.simplefilter("ignore")
+        queued_calls()
+    return spans_from_trace(_kernel_events(prof), calls, launches_per_call, timer.cache is not None)
+
+
+def spans_from_trace(kernels: list[dict], calls: int, per_call: int, cleared: bool) -> tuple[list[float] | None, str | None]:
+    """Each call's span (ms) from the trace's kernels in start order (see call_span_ms)."""
+    per_block = per_call + (1 if cleared else 0)
+    expected = 1 + calls * per_block
+    if len(kernels) != expected:
+        return None, (f"the trace holds {len(kernels)} kernels, not the {expected} expected (a sleep, then "
+                      f"{calls} x ({'an L2 clear and ' if cleared else ''}{per_call} kernels))")
+    spans = []
+    for call in range(calls):
+        first = 1 + call * per_block + (1 if cleared else 0)
+        ours = kernels[first:first + per_call]
+        spans.append((max(k["ts"] + k["dur"] for k in ours) - ours[0]["ts"]) / 1000.0)
+    return spans, None
+
+
+def _kernel_events(prof) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
         with open(path) as handle:
             events = json.load(handle).get("traceEvents", [])
-    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("dur") is not None]
     kernels.sort(key=lambda e: e.get("ts", 0))
-    return [_launch(e) for e in kernels]
-
-
-def kernel_time_ms(fn: Callable[[], object], calls: int) -> float | None:
-    """The kernels' own device time per call (their trace durations summed, over `calls` calls),
-    None when the trace holds no kernel durations."""
-    durations = [launch["duration_us"] for launch in profile_call(fn, calls) if launch["duration_us"]]
-    return sum(durations) / calls / 1000.0 if durations else None
+    return kernels
 
 
 def _launch(event: dict) -> dict:
@@ -131,14 +172,21 @@ def kernel_source(autotuner) -> str | None:
     return getattr(fn, "src", None) or getattr(getattr(fn, "fn", None), "src", None)
 
 
-def describe(launches: list[dict], modules: list | None) -> dict:
-    """The backend entry's `kernels`: names, the main kernel's launch settings, source hash.
+def describe(launches: list[dict] | None, modules: list | None) -> dict:
+    """The backend entry's `kernels`: names, the main kernel's launch settings, source hashes.
+
+    `launches` None: the process did not profile (only a job's first process does); names and
+    launch are then None, and only `generated_sha256` (every kernel the compiling call generated)
+    is known, which every process records so that the merge can compare them.
 
     The main kernel is the one that ran longest in the profiled call. For Inductor kernels its
     settings come from the generated module (plus grid and block from the trace) and the hash is
     of the Triton source of every generated kernel launched; otherwise launch holds what the
     trace shows and there is no source to hash.
     """
+    if launches is None:  # not profiled in this process: what Inductor generated still tells
+        return {"names": None, "launch": None, "source_sha256": None,
+                "generated_sha256": _source_digest(inductor_kernels(modules or []))}
     names = kernel_names(launches)
     if not launches:
         return {"names": [], "launch": None, "source_sha256": None}
@@ -155,8 +203,13 @@ def describe(launches: list[dict], modules: list | None) -> dict:
             launch.update(inductor_launch(chosen))
         except Exception as err:  # Inductor's internals move between releases: say so, go on
             launch["inductor_error"] = f"{type(err).__name__}: {err}"
-    sources = [kernel_source(ours[name]) for name in sorted(ours)]
-    digest = None
-    if ours and all(sources):
-        digest = hashlib.sha256("\n".join(sources).encode()).hexdigest()
-    return {"names": names, "launch": launch, "source_sha256": digest}
+    return {"names": names, "launch": launch, "source_sha256": _source_digest(ours),
+            "generated_sha256": _source_digest(generated)}
+
+
+def _source_digest(generated: dict) -> str | None:
+    """sha256 of the Triton source of the generated kernels, by name; None without (all) sources."""
+    sources = [kernel_source(generated[name]) for name in sorted(generated)]
+    if not generated or not all(sources):
+        return None
+    return hashlib.sha256("\n".join(sources).encode()).hexdigest()

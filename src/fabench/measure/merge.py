@@ -22,13 +22,8 @@ from pathlib import Path
 
 from fabench.files import write_json
 from fabench.analysis import analyse_run
+from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
-# A process file that is no measurement: a process beyond its platform's repeats (planned for a
-# GPU that the job did not find), which measured nothing and is left out of the merge.
-SKIPPED_KEY = "_skipped"
-# A process file made for a process that wrote no result (killed, crashed): every backend failed
-# with why. Kept only when no process of the job measured; otherwise only its exit is recorded.
-PROCESS_FAILED_KEY = "_process_failed"
 
 
 def merge(results: list[dict], processes: list[dict]) -> dict:
@@ -170,17 +165,32 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
 
 
 def kernel_differences(entries: list[dict], ids: list[int]) -> list[str]:
-    """A note when the processes launched different kernels or compiled different sources."""
+    """A note when the processes launched different kernels or compiled different sources.
+
+    Only a job's first process profiles its kernels (names, launch settings); every process records
+    the digest of what Inductor generated, so generated code is compared across all of them."""
     seen = [(i, e["kernels"]) for i, e in zip(ids, entries) if e["kernels"]]
-    if len(seen) < 2:
+    profiled = [(i, k) for i, k in seen if k.get("names") is not None]
+    launched = {_launch_signature(k) for _, k in profiled}
+    generated = {k.get("generated_sha256") for _, k in seen if "generated_sha256" in k}
+    if len(launched) <= 1 and len(generated) <= 1:
         return []
-    signature = [(k["names"], k["source_sha256"], (k["launch"] or {}).get("num_stages"),
-                  (k["launch"] or {}).get("num_warps"), (k["launch"] or {}).get("block_sizes")) for _, k in seen]
-    if all(s == signature[0] for s in signature):
-        return []
-    described = "; ".join(f"process {i}: {', '.join(k['names'])} (source sha256 {str(k['source_sha256'])[:12]}, "
-                          f"launch {k['launch']})" for i, k in seen)
+    described = "; ".join(_kernels_text(i, k) for i, k in seen)
     return [f"the processes ran different kernels: {described}"]
+
+
+def _launch_signature(kernels: dict) -> tuple:
+    launch = kernels["launch"] or {}
+    return (tuple(kernels["names"]), kernels["source_sha256"], launch.get("num_stages"), launch.get("num_warps"),
+            json.dumps(launch.get("block_sizes"), sort_keys=True))
+
+
+def _kernels_text(index: int, kernels: dict) -> str:
+    generated = f"generated sha256 {str(kernels.get('generated_sha256'))[:12]}"
+    if kernels.get("names") is None:
+        return f"process {index}: not profiled ({generated})"
+    return (f"process {index}: {', '.join(kernels['names'])} (source sha256 {str(kernels['source_sha256'])[:12]}, "
+            f"{generated}, launch {kernels['launch']})")
 
 
 def _fallbacks(results: list[dict]) -> dict:

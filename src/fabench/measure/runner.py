@@ -41,8 +41,8 @@ from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
 from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
-from fabench.measure.merge import PROCESS_FAILED_KEY, SKIPPED_KEY, merge
 from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -103,6 +103,8 @@ def one_process(args: argparse.Namespace, commit: str | None) -> int:
 
 
 def coordinate(args: argparse.Namespace, commit: str | None) -> int:
+    from fabench.measure.merge import merge  # the analysis stage (SciPy): only where this process merges
+
     results, processes = [], []
     wanted = 1  # until the first process says how many its platform asks for
     index = 0

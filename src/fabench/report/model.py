@@ -74,7 +74,8 @@ class ShapeNames:
 class Run:
     """The collected results and the config, indexed the ways the sections need."""
 
-    def __init__(self, collected: dict, config: dict, sweep: dict | None = None):
+    def __init__(self, collected: dict, config: dict, sweep: dict | None = None, started_at: float | None = None):
+        self.started_at = started_at  # when the workflow that renders this report started (epoch s), if known
         if not collected.get("results"):
             raise ValueError("nothing to report: the collected run has no results")
         self.name = collected.get("run") or config.get("run")

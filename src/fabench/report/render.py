@@ -18,6 +18,7 @@ import jinja2
 from fabench.report.format import fmt_ms, md_text
 from fabench.report.model import ROLES, Run
 from fabench.report.sections import appendix, comparison, correctness, overview, precision, results, timing
+from fabench.report.sections import timeline as timeline_section
 from fabench.report.sections import sweep as sweep_section
 
 # The repository's report/ folder: report.md.j2, _macros.md.j2 and sections/.
@@ -25,7 +26,8 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "report"
 TEMPLATE = "report.md.j2"
 # Context name -> module computing it; report.md.j2 includes sections/<name>.md.j2 for each.
 SECTIONS = {"overview": overview, "results": results, "comparison": comparison,
-            "correctness": correctness, "timing": timing, "precision": precision, "sweep": sweep_section,
+            "correctness": correctness, "timing": timing, "timeline": timeline_section, "precision": precision,
+            "sweep": sweep_section,
             "appendix": appendix}
 
 
@@ -40,13 +42,14 @@ def template_env(template_dir: str | os.PathLike) -> jinja2.Environment:
 
 def render(collected: dict, config: dict, published: dict | None = None,
            template_dir: str | os.PathLike = TEMPLATE_DIR, figures: Sequence[tuple[str, str]] = (),
-           sweep: dict | None = None) -> str:
+           sweep: dict | None = None, started_at: float | None = None) -> str:
     """The report as Markdown. `collected` is results.json as fabench.results.collect writes it,
     `config` the run's config in the user's order (variants: first is the reference, last the one
     compared with it), `published` the loaded report/published/*.yaml or None (no comparison),
     `figures` (title, path relative to the report) of the pictures drawn from the same results,
-    `sweep` the tuning sweep's record (results/<run>/tune/sweep.json) or None."""
-    run = Run(collected, config, sweep)
+    `sweep` the tuning sweep's record (results/<run>/tune/sweep.json) or None, `started_at` when
+    the workflow rendering it started (seconds since the epoch), for the run's time line."""
+    run = Run(collected, config, sweep, started_at)
     context = {name: module.context(run, published) for name, module in SECTIONS.items()}
     context["labels"] = {role: md_text(run.label(role)) for role in ROLES}
     context["figures"] = [{"title": md_text(title), "path": path} for title, path in figures]

@@ -14,6 +14,13 @@ from pathlib import Path
 SCHEMA_VERSION = 3
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "result.schema.json"
 
+# A process file that is no measurement: a process beyond its platform's repeats (planned for a
+# GPU that the job did not find), which measured nothing and is left out of the merge.
+SKIPPED_KEY = "_skipped"
+# A process file made for a process that wrote no result (killed, crashed): every backend failed
+# with why. Kept only when no process of the job measured; otherwise only its exit is recorded.
+PROCESS_FAILED_KEY = "_process_failed"
+
 STATUSES = ("ok", "unavailable", "failed")
 FAILURE_KINDS = ("oom", "out_of_resources", "unsupported", "correctness", "fallback", "config_mismatch", "error")
 

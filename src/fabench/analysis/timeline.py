@@ -1,0 +1,115 @@
+"""Where a run's time went: the measuring processes' recorded phases, summed by kind of work.
+
+Each process records its phases (fabench.measure.timeline) and the runner when it started the
+process and saw it end (method.process_exits). Two phases are derived here from those: the
+interpreter's start-up (spawned until the imports began) and writing and exiting (the last phase's
+end until the process had ended). The groups separate the measurement itself (warm-up, the timed
+loops) from everything a faster pipeline can cut.
+
+Also whether any two processes measured on one GPU at the same time, from the same records: the
+discipline is one timed process per GPU, and a run on several GPUs has to show it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+# Phase -> the kind of work it is, in the order the report lists the kinds.
+GROUPS = {
+    "start-up": ("interpreter start", "imports", "device set-up", "aiter config read-back",
+                 "inputs and fp32 reference"),
+    "compiling and the correctness check": ("prepare", "first call and check"),
+    "kernel identification": ("kernel identification", "device timer set-up"),
+    "measuring: warm-up": ("warm-up",),
+    "measuring: timed loops": ("device loop", "wall loop"),
+    "independent checks": ("do_bench", "profiler"),
+    "ending": ("release", "provenance", "write and exit"),
+}
+GROUP_OF = {phase: group for group, phases in GROUPS.items() for phase in phases}
+MEASURING = ("measuring: warm-up", "measuring: timed loops")
+
+
+def process_phases(timeline: dict, ended: dict | None) -> list[dict]:
+    """A process's phases, with the two the runner's record gives (start-up, exit) added."""
+    phases = list(timeline.get("phases") or [])
+    if not phases:
+        return []
+    first = min(p["start"] for p in phases)
+    last = max(p["end"] for p in phases)
+    spawned = (ended or {}).get("spawned_at") or timeline.get("spawned_at")
+    derived = []
+    if spawned is not None and spawned <= first:
+        derived.append({"phase": "interpreter start", "start": spawned, "end": first})
+    exited = (ended or {}).get("exited_at")
+    if exited is not None and exited >= last:
+        derived.append({"phase": "write and exit", "start": last, "end": exited})
+    return derived + phases
+
+
+def job_processes(result: dict) -> list[dict]:
+    """Each process of a job's result: its index, GPU, span and phases (none for results measured
+    before time lines were recorded)."""
+    exits = {e["index"]: e for e in (result.get("method") or {}).get("process_exits") or []}
+    processes = []
+    for timeline in result.get("timelines") or []:
+        ended = exits.get(timeline.get("process"))
+        phases = process_phases(timeline, ended)
+        if not phases:
+            continue
+        processes.append({"job": f"{result['variant']} {result['shape_id']}", "process": timeline.get("process"),
+                          "gpu": (ended or {}).get("gpu_uuid"), "host": (ended or {}).get("host"),
+                          "start": min(p["start"] for p in phases), "end": max(p["end"] for p in phases),
+                          "phases": phases})
+    return processes
+
+
+def run_time_line(results: list[dict], workflow_started_at: float | None = None,
+                  report_at: float | None = None) -> dict | None:
+    """The run's time by kind of work, summed over its processes, and its spans; None when no
+    result recorded a time line."""
+    processes = [p for r in results for p in job_processes(r)]
+    if not processes:
+        return None
+    by_group: dict[str, float] = defaultdict(float)
+    by_phase: dict[str, float] = defaultdict(float)
+    for process in processes:
+        for phase in process["phases"]:
+            seconds = phase["end"] - phase["start"]
+            by_phase[phase["phase"]] += seconds
+            by_group[GROUP_OF.get(phase["phase"], "other")] += seconds
+    in_processes = sum(p["end"] - p["start"] for p in processes)
+    first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)
+    groups = [{"group": g, "seconds": by_group[g], "share": by_group[g] / in_processes if in_processes else 0.0}
+              for g in [*GROUPS, "other"] if by_group.get(g)]
+    return {
+        "processes": len(processes),
+        "in_processes_s": in_processes,
+        "measuring_s": sum(by_group[g] for g in MEASURING),
+        "groups": groups,
+        "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),
+        "measure_span_s": last - first,
+        "workflow_s": (report_at - workflow_started_at) if workflow_started_at and report_at else None,
+        "before_first_process_s": (first - workflow_started_at) if workflow_started_at else None,
+        "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
+        "overlaps": gpu_overlaps(processes),
+    }
+
+
+def gpu_overlaps(processes: list[dict]) -> list[str]:
+    """Pairs of processes that measured on one GPU at the same time (there should be none)."""
+    found = []
+    by_gpu = defaultdict(list)
+    for process in processes:
+        if process["gpu"]:
+            by_gpu[(process["host"], process["gpu"])].append(process)
+    for (_, gpu), group in by_gpu.items():
+        group.sort(key=lambda p: p["start"])
+        latest = group[0]  # of the processes so far, the one that ended last
+        for after in group[1:]:
+            if after["start"] < latest["end"]:
+                together = min(latest["end"], after["end"]) - after["start"]
+                found.append(f"{latest['job']} process {latest['process']} and {after['job']} process "
+                             f"{after['process']} on {gpu}: {together:.2f} s together")
+            if after["end"] > latest["end"]:
+                latest = after
+    return found
