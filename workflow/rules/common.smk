@@ -226,7 +226,9 @@ WORKFLOW_STARTED_AT = time.time()
 
 
 def record_workflow_start():
-    write_json(WORKFLOW_STARTED, {"started_at": WORKFLOW_STARTED_AT, "pid": os.getpid()})
+    write_json(
+        WORKFLOW_STARTED, {"started_at": WORKFLOW_STARTED_AT, "pid": os.getpid()}
+    )
 
 
 ENGINE_RULES = {"build_image", "patch_config", "measure"}
