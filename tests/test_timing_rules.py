@@ -33,11 +33,11 @@ def test_clock_event_reasons_in_words():
 
 
 def test_the_sleep_factor_comes_down_when_the_gpu_waited_most_of_its_sleep_for_nothing():
-    from fabench.measure.timing import MIN_SLEEP_FACTOR, relaxed_sleep_factor
+    from fabench.measure.timing import SLEEP_FACTOR, relaxed_sleep_factor
 
     # The GPU waited 2.0 ms before the first iteration, which the host had queued at 0.1 ms: 1.9 ms spare.
     assert relaxed_sleep_factor(16.0, [0.1, 0.3, 0.5], [2.0, 2.4, 2.8]) == 8.0
-    assert relaxed_sleep_factor(1.5, [0.1, 0.3, 0.5], [2.0, 2.4, 2.8]) == MIN_SLEEP_FACTOR
+    assert relaxed_sleep_factor(3.0, [0.1, 0.3, 0.5], [2.0, 2.4, 2.8]) == SLEEP_FACTOR  # never below the first
     # Launch-bound: the last iteration was queued just before the GPU got to it; the sleep was needed.
     assert relaxed_sleep_factor(16.0, [0.1, 0.9, 1.7], [2.0, 2.05, 2.1]) == 16.0
 

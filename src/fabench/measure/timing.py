@@ -39,7 +39,7 @@ from fabench.measure.platform import synchronize
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2
 MAX_QUEUED_OPS = 512  # stay well below the launch queue's depth: a full queue blocks the host
 MAX_SLEEP_FACTOR = 64
-MIN_SLEEP_FACTOR = 1.0
+SLEEP_FACTOR = 2.0  # the first chunk's; relaxing never goes below it
 # A fed chunk whose GPU waited this share of its sleep for nothing halves the sleep factor.
 SPARE_TO_RELAX = 0.75
 MAX_RETRIES = 3  # a chunk the GPU caught up with is measured again, this often at most
@@ -116,7 +116,8 @@ class DeviceTimer:
         self.cache = l2_buffer() if clear_l2 else None
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
-        self.sleep_factor = 2.0
+        self.sleep_factor = SLEEP_FACTOR
+        self.busy_ms = 0.0  # device time of every timed iteration, chunks measured again included
         self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
 
     def samples(self, n: int) -> list[float]:
@@ -169,10 +170,12 @@ class DeviceTimer:
         self.device_ms_per_iter = starts[0].elapsed_time(ends[-1]) / count
         queued_ms = [(q - began) * 1000.0 for q in queued]
         reached_ms = [marker.elapsed_time(start) for start in starts]
+        times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
+        self.busy_ms += sum(times)
         fed = _fed(queued_ms, reached_ms)
         if fed:
             self.sleep_factor = relaxed_sleep_factor(self.sleep_factor, queued_ms, reached_ms)
-        return [start.elapsed_time(end) for start, end in zip(starts, ends)], fed
+        return times, fed
 
 
 def _fed(queued_ms: list[float], reached_ms: list[float]) -> bool:
@@ -187,16 +190,18 @@ def _fed(queued_ms: list[float], reached_ms: list[float]) -> bool:
 
 
 def relaxed_sleep_factor(factor: float, queued_ms: list[float], reached_ms: list[float]) -> float:
-    """The sleep factor after a fed chunk: halved when the GPU waited most of its sleep for nothing.
+    """The sleep factor after a fed chunk: halved, down to the first chunk's, when the GPU waited
+    most of its sleep for nothing.
 
-    A chunk the GPU caught up with doubles the factor; without this it never came down again, and
-    one early slow chunk (a first call's host path, a clock still ramping) left every later sleep
-    long: an H100 idled 57% of a long kernel's device loop (test_gpu_backends). `spare`, the least
-    time between an iteration being queued and the GPU reaching it, is what the sleep had too much;
-    reached_ms[0] is how long the GPU waited before the first iteration."""
+    A chunk the GPU caught up with doubles the factor; before this it never came down again, so one
+    slow chunk early in a process (a first call's host path, a hiccup of the host) left every later
+    sleep of the backend longer than needed, the GPU idle in each. `spare`, the least time between
+    an iteration being queued and the GPU reaching it, is what the sleep had too much; reached_ms[0]
+    is how long the GPU waited before the first iteration. Never below the first chunk's factor: a
+    sleep cut to the bone makes the next host hiccup a chunk measured again."""
     spare = min(reached - queued for queued, reached in zip(queued_ms, reached_ms))
     if reached_ms and spare > SPARE_TO_RELAX * reached_ms[0]:
-        return max(MIN_SLEEP_FACTOR, factor / 2)
+        return max(SLEEP_FACTOR, factor / 2)
     return factor
 
 
