@@ -114,8 +114,10 @@ def judged(check: dict | None) -> dict | None:
 
 
 def profiler_check(values: list[float], device_median: float | None, tolerance: float, trials: list[dict]) -> dict:
-    """The kernels' own durations (torch.profiler, summed per call) against our device median:
-    no host in the figure, so it judges short kernels that do_bench cannot."""
+    """The profiled calls' figures (torch.profiler: each call's span from its first kernel's start
+    to its last one's end, behind an L2 clear; in older results the kernels' durations summed)
+    against our device median: no host in the figure, so it judges short kernels that do_bench
+    cannot."""
     value = stats.median(values)
     if device_median is None:
         return {"ms": value, "agrees": None, "reason": "no device figure to compare"}

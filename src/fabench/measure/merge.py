@@ -155,7 +155,8 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     if failed and len(entries) > 1 and not merged["reason"].startswith("process "):
         merged["reason"] = f"process {ids[first]}: {merged['reason']}"
     merged["trials"] = [trial for entry in entries for trial in entry["trials"]]
-    merged["kernels"] = next((e["kernels"] for e in entries if e["kernels"]), None)
+    recorded = [e["kernels"] for e in entries if e["kernels"]]
+    merged["kernels"] = next((k for k in recorded if k.get("names") is not None), recorded[0] if recorded else None)
     merged["compile_s"] = next((e["compile_s"] for e in entries if e["compile_s"] is not None), None)
     observed = [e.get("observations") or {} for e in entries]
     merged["observations"] = {
