@@ -6,6 +6,7 @@ a real process. Nothing here runs a benchmark.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -460,6 +461,19 @@ def test_cli_store_list_verify_compare(two_runs, tmp_path):
     # all entries by default, Markdown on standard output
     default = fabench("compare", "--root", str(root), cwd=tmp_path)
     assert default.returncode == 0 and default.stdout.startswith("# Flash attention across versions")
+
+    # For CI: exit 3 on a regression when asked; one row per cell and entry as CSV, for pandas.
+    table = tmp_path / "out" / "compare.csv"
+    strict = fabench("compare", OLD, f"{NEW}/1", "--root", str(root), "--threshold", "5%", "--fail-on", "regression",
+                     "--out-md", str(md), "--out-csv", str(table), cwd=tmp_path)
+    assert strict.returncode == 3 and "failing on 1 regression flag(s)" in strict.stderr
+    rows = list(csv.DictReader(table.open()))
+    assert {r["entry"] for r in rows} == {e["id"] for e in comparison["entries"]}
+    flagged = [r for r in rows if r["previous_flag"] == "regression"]
+    assert [(r["variant"], r["shape_id"], r["backend"]) for r in flagged] == [CELL]
+    assert float(flagged[0]["median_ms"]) > 0 and float(flagged[0]["previous_ratio"]) > 1.05
+    calm = fabench("compare", OLD, "--root", str(root), "--fail-on", "regression", cwd=tmp_path)
+    assert calm.returncode == 0, calm.stderr
 
 
 def test_cli_integrity_problems_exit_1_naming_the_file(two_runs, tmp_path):

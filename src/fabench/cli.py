@@ -4,7 +4,9 @@
     fabench archive list [--root archive]
     fabench archive verify ENTRY [--root archive]
     fabench compare [ENTRY ...] [--root archive] [--threshold 0.05] [--baseline ENTRY]
-                    [--published FILE [--tolerance T]] [--out-md FILE] [--out-json FILE] [--plots DIR]
+                    [--published FILE [--tolerance T]] [--out-md FILE] [--out-json FILE] [--out-csv FILE]
+                    [--plots DIR] [--fail-on regression]
+    fabench detector-check [ENTRY ...] [--root archive] [--out-md FILE] [--out-json FILE]
 
 An ENTRY is an entry's directory, or <label>/<run-id> (also <label>/<number>, or a bare <label>
 for its newest intact entry) under --root. `compare` without entries compares every entry in --root.
@@ -12,7 +14,8 @@ for its newest intact entry) under --root. `compare` without entries compares ev
 Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
 out of a comparison, a run refused as incomplete or as already archived) or an entry that could
 not be written (a full disk: nothing is left of it); 2 a usage error (bad option or --label, no
-such entry); 130 interrupted (SIGINT or SIGTERM: an entry is stored whole or not at all).
+such entry); 3 a regression, with `compare --fail-on regression`; 130 interrupted (SIGINT or
+SIGTERM: an entry is stored whole or not at all).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Sequence
 
 from fabench.files import write_atomic, write_json
 
-USAGE, INTEGRITY, INTERRUPTED = 2, 1, 130
+USAGE, INTEGRITY, REGRESSION, INTERRUPTED = 2, 1, 3, 130
 
 
 class UsageError(Exception):
@@ -109,7 +112,16 @@ def build_parser() -> Parser:
     compare.add_argument("--tolerance", type=threshold_type, help="for --published (default: the threshold)")
     compare.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
     compare.add_argument("--out-json", type=Path, help="write the comparison as JSON here")
+    compare.add_argument("--out-csv", type=Path, help="write one row per cell and entry here (for pandas)")
     compare.add_argument("--plots", type=Path, metavar="DIR", help="write versions-<variant>.png here")
+    compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
+                         "(for CI)")
+    check = commands.add_parser("detector-check", help="the change detector's false alarms, calibration and "
+                                "sensitivity on archived runs (a known change injected)")
+    check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
+    check.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
+    check.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
+    check.add_argument("--out-json", type=Path, help="write the check as JSON here")
     return parser
 
 
@@ -192,7 +204,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from fabench.results.archive_read import list_entries, load_entry
+    from fabench.results.archive_read import load_entry
     from fabench.results.compare import DEFAULT_THRESHOLD, CompareError, NothingToCompare, compare_entries
     from fabench.results.compare_markdown import render_markdown
 
@@ -206,13 +218,7 @@ def cmd_compare(args) -> int:
                 published = load_published(args.published)
             except PublishedError as err:
                 raise UsageError(f"--published {err}") from None
-        if args.entries:
-            paths = [resolve(spec, args.root) for spec in args.entries]
-            entries = list({p.resolve(): load_entry(p) for p in paths}.values())
-        else:
-            entries = list_entries(args.root)
-            if not entries:
-                raise UsageError(f"no entries under {args.root}")
+        entries = entries_from(args)
         baseline = None
         if args.baseline:
             base = load_entry(resolve(args.baseline, args.root))
@@ -242,16 +248,69 @@ def cmd_compare(args) -> int:
         sys.stdout.write(markdown)
     if args.out_json:
         write_json(args.out_json, comparison)
+    if args.out_csv:
+        from fabench.results.compare_csv import comparison_csv
+
+        write_atomic(args.out_csv, comparison_csv(comparison))
     for item in comparison["left_out"]:
         print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
     flags = [f for f in comparison["flags"] if f["flag"] == "regression"]
     if flags and args.out_md:
         print(f"{prog}: {len(flags)} regression flag(s); see {args.out_md}", file=sys.stderr)
-    return INTEGRITY if any(not e.ok for e in entries) else 0
+    if any(not e.ok for e in entries):
+        return INTEGRITY
+    if flags and args.fail_on == "regression":
+        print(f"{prog}: failing on {len(flags)} regression flag(s) (--fail-on regression)", file=sys.stderr)
+        return REGRESSION
+    return 0
+
+
+def entries_from(args) -> list:
+    """The entries named on the command line, or every entry under --root (UsageError if none)."""
+    from fabench.results.archive_read import list_entries, load_entry
+
+    if args.entries:
+        paths = [resolve(spec, args.root) for spec in args.entries]
+        return list({p.resolve(): load_entry(p) for p in paths}.values())
+    entries = list_entries(args.root)
+    if not entries:
+        raise UsageError(f"no entries under {args.root}")
+    return entries
+
+
+def cmd_detector_check(args) -> int:
+    from fabench.analysis.detector import detector_check
+    from fabench.results.compare import usable_results
+    from fabench.results.detector_markdown import render
+
+    prog = "fabench detector-check"
+    try:
+        entries = entries_from(args)
+    except UsageError as err:
+        return fail(prog, f"error: {err}", USAGE)
+    runs = []
+    for entry in entries:
+        results, problems = usable_results(entry)
+        if results is None:
+            print(f"{prog}: left out {entry.id}: {'; '.join(problems)}", file=sys.stderr)
+        else:
+            runs.append((entry.id, results))
+    if len(runs) < 2:
+        return fail(prog, f"error: {len(runs)} usable entr{'y' if len(runs) == 1 else 'ies'}: the check needs "
+                          f"two runs of one experiment on the same GPU model", USAGE)
+    check = detector_check(runs)
+    markdown = render(check)
+    if args.out_md:
+        write_atomic(args.out_md, markdown)
+    else:
+        sys.stdout.write(markdown)
+    if args.out_json:
+        write_json(args.out_json, check)
+    return INTEGRITY if len(runs) < len(entries) else 0
 
 
 COMMANDS = {("archive", "store"): cmd_store, ("archive", "list"): cmd_list, ("archive", "verify"): cmd_verify,
-            ("compare", None): cmd_compare}
+            ("compare", None): cmd_compare, ("detector-check", None): cmd_detector_check}
 
 
 def terminate_as_interrupt(signum, frame):

@@ -83,6 +83,8 @@ rule compare:
             labels={"figure": "comparison"},
         ),
         json="compare/compare.json",
+        # one row per cell and entry, for pandas
+        csv="compare/compare.csv",
         plots=[
             report(
                 f"compare/versions-{variant}.png",

@@ -1,4 +1,4 @@
-"""rule compare: every entry of the archive -> compare/compare.{md,json} and compare/versions-<variant>.png.
+"""rule compare: every entry of the archive -> compare/compare.{md,json,csv} and compare/versions-<variant>.png.
 
 Broken entries are left out and named in the outputs and the log; they do not fail the rule."""
 import logging
@@ -11,6 +11,7 @@ from fabench.report.plots import version_plot_name, versions_png
 from fabench.report.published import load_published
 from fabench.results.archive_read import list_entries
 from fabench.results.compare import CompareError, compare_entries
+from fabench.results.compare_csv import comparison_csv
 from fabench.results.compare_markdown import render_markdown
 
 sm = snakemake  # noqa: F821
@@ -30,6 +31,7 @@ figures = [(f"variant {variant} across the archived versions", version_plot_name
 markdown = render_markdown(comparison, figures=figures)
 write_atomic(sm.output.markdown, markdown)
 write_json(sm.output.json, comparison)
+write_atomic(sm.output.csv, comparison_csv(comparison))
 for variant in sm.params.variants:
     write_atomic(plots[version_plot_name(variant)], versions_png(comparison, variant))
 # after the pictures, which the page embeds
