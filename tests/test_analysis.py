@@ -214,3 +214,32 @@ def test_only_the_first_process_profiles_and_generated_code_is_still_compared_ac
     other = merge.merge([first, unprofiled(1, [0.1005, 0.100], "h" * 64)], [])["backends"]["x"]
     assert "the processes ran different kernels" in other["observations"]["notes"][0]
     assert "process 1: not profiled" in other["observations"]["notes"][0]
+
+
+def test_a_cell_is_faster_only_beyond_both_intervals_and_an_unstable_cell_supports_no_claim():
+    from fabench.analysis import claims
+
+    def cell(median, ci, stable=True):
+        return {"status": "ok", "stats": {"stable": stable, "wall_mean_ms": {"median": median, "ci95": ci}}}
+
+    apart = claims.compare(cell(1.0, [0.99, 1.01]), cell(0.9, [0.89, 0.91]), names=("CK", "Triton"))
+    assert apart["claim"] == "faster" and apart["faster"] == "b" and apart["ratio"] == pytest.approx(1 / 0.9)
+    overlapping = claims.compare(cell(1.0, [0.97, 1.03]), cell(0.98, [0.95, 1.01]))
+    assert overlapping["claim"] == "tie" and overlapping["faster"] is None and "overlap" in overlapping["why"]
+    shaky = claims.compare(cell(1.0, [0.99, 1.01]), cell(0.5, [0.49, 0.51], stable=False), names=("CK", "Triton"))
+    assert shaky["claim"] == "unstable" and shaky["why"] == "trials unstable in Triton"
+    published = claims.compare({"status": "ok", "wall_mean_ms": 0.4}, {"status": "ok", "wall_mean_ms": 0.3})
+    assert published["claim"] == "as published" and published["faster"] == "b"
+    assert claims.compare(cell(1.0, None), {"status": "failed"})["claim"] == "not measured"
+
+
+def test_two_cells_ran_the_same_code_when_every_fact_both_record_agrees():
+    from fabench.analysis import claims
+
+    native = {"status": "ok", "implementation": {"kernel": "aten"}, "kernel_config": None, "kernels": None}
+    assert claims.same_code(native, dict(native))
+    tuned = {**native, "implementation": {"kernel": "aiter"}, "kernel_config": {"BLOCK_M": 64}}
+    assert not claims.same_code(tuned, {**tuned, "kernel_config": {"BLOCK_M": 128}})
+    older = {"status": "ok", "kernels": {"launch": {"kernel": "k"}}}  # before implementation was recorded
+    assert claims.same_code(older, {**native, "kernels": {"launch": {"kernel": "k"}}})
+    assert not claims.same_code(native, {"status": "unavailable"})

@@ -322,7 +322,8 @@ def test_cpu_timing_says_no_device_timer_and_shows_wall_tflops(cpu_run):
     assert "No device timer on this platform (cpu): times are wall-clock only" in timing
     assert "Device median" not in timing and "Device timer:" not in timing
     header = next(line for line in timing.splitlines() if line.startswith("|"))
-    assert header == ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | 95% CI (ms) | Spread | Stable "
+    # No interval these results can support is a 95% CI over processes: the column says "Interval".
+    assert header == ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | Interval (ms) | Spread | Stable "
                       "| TFLOP/s (wall) |")
     assert re.search(r"\| Tuned config \| \(4, 4096, 8, 256\) \| Native \(`native`\) \| 11671.822 \| [^|]+ \| [^|]+ \| [^|]+ \| 0.0236 \|", timing)
     assert "| 0.0 |" not in text
@@ -334,8 +335,9 @@ def test_gpu_timing_shows_device_median_percentiles_and_tflops(h200_run):
     text = render(*h200_run, None)
     timing = section(text, "### Device Timing and TFLOP/s")
     assert "Device timer: cuda-events: the kernel's own time" in timing
-    assert ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | Device median (ms) | 95% CI (ms) | Spread "
+    assert ("| Variant | Config (B,S,H,D) | Backend | Wall mean (ms) | Device median (ms) | Interval (ms) | Spread "
             "| Stable | Host overhead (ms) | do_bench (ms) | TFLOP/s (device median) | TFLOP/s (wall) |") in timing
+    assert "with its interval (no interval (too few repeats))" in timing
     # Schema 2: these fixtures hold one trial each (converted from schema 1): one trial has no
     # noise to estimate, so no interval is claimed.
     assert ("| Tuned config | (4, 4096, 8, 256) | FlexAttention (`flex`) | 1.244 | 1.020 | n/a "

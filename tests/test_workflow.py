@@ -36,6 +36,20 @@ def test_report_is_rendered_from_every_job(tiny_run):
     assert "needs a GPU" in report  # unavailable backends say why
 
 
+def test_two_variants_that_run_the_same_code_are_not_called_faster_than_each_other(tiny_run):
+    """On this CPU the Triton role (FlexAttention) is left out and every backend that ran reads no
+    variant config: the report says so and claims no variant faster, nothing in bold."""
+    directory, config = tiny_run
+    report = (directory / "results" / config["run"] / "report.md").read_text()
+    results = report.split("### Results")[1].split("### Analysis")[0]
+    assert "**Same code in every variant**: Native (`native`), SDPA (`sdpa`) read no variant config" in results
+    tables = [line for line in results.splitlines() if line.startswith("| (")]
+    assert tables and not any("**" in line for line in tables)
+    improvements = results.split("**Key Improvements**:")[1]
+    assert "faster" not in improvements and "now" not in improvements and "**" not in improvements
+    assert "| **" not in report.split("winner per sequence length")[1].split("---")[0]
+
+
 def test_each_result_names_the_patched_config_it_measured(tiny_run):
     directory, config = tiny_run
     for variant in ("default", "tuned"):

@@ -17,10 +17,10 @@ package version in the column) are no repeat of each other: they are counted apa
 from __future__ import annotations
 
 import copy
-import json
 from itertools import permutations
 
 from fabench.analysis import peers, stats
+from fabench.analysis.claims import same_code
 from fabench.analysis.figures import cell_metric, trial_values
 from fabench.analysis.noise import LEVEL, analyse_run
 from fabench.analysis.verdict import compare_cell, hardware_identity, hardware_key, hardware_text
@@ -35,20 +35,6 @@ def cells_of(results: list[dict]) -> dict[tuple, dict]:
     """(variant, shape_id, backend) -> analysed backend entry, for every ok backend."""
     return {(r["variant"], r["shape_id"], name): entry for r in results for name, entry in r["backends"].items()
             if entry["status"] == "ok"}
-
-
-def same_code(a: dict, b: dict) -> bool:
-    """Whether two runs' cells ran the same code, as far as both record it: the implementation
-    (kernel, package and version, compiler) and the config where both record one, else the kernel
-    that ran longest in the profiled call; cells recording neither are taken as the same."""
-    if a.get("implementation") and b.get("implementation"):
-        return _code(a) == _code(b)
-    kernel_a, kernel_b = (((e.get("kernels") or {}).get("launch") or {}).get("kernel") for e in (a, b))
-    return kernel_a == kernel_b if kernel_a and kernel_b else True
-
-
-def _code(entry: dict) -> str:
-    return json.dumps([entry.get("implementation"), entry.get("kernel_config")], sort_keys=True, default=str)
 
 
 def injected(results: list[dict], factor: float) -> list[dict]:

@@ -40,3 +40,19 @@ def tflops(flops: float | None, ms: float | None) -> float | None:
     if not flops or not ms or ms <= 0:
         return None
     return flops / (ms * 1e-3) / 1e12
+
+
+def run_metric(results: list[dict]) -> str:
+    """The figure a run's tables show: device time where any job timed on the device (a GPU run),
+    else the published method's wall-clock figure (a CPU run)."""
+    timed = any(r["method"].get("device_timer") for r in results) or any(
+        ((b.get("stats") or {}).get("device_ms") or {}).get("median") is not None or
+        (b.get("device_ms") or {}).get("median") is not None for r in results for b in r["backends"].values())
+    return "device_ms" if timed else "wall_mean_ms"
+
+
+def shown_figure(entry: dict, metric: str) -> dict:
+    """The analysed summary of `metric` for one backend, the wall figure where it has no device
+    figure (a GPU backend without a device timer); {} when it has neither."""
+    stats = entry.get("stats") or {}
+    return (stats.get(metric) if metric == "device_ms" else None) or stats.get("wall_mean_ms") or {}

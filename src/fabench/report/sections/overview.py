@@ -71,16 +71,37 @@ def configuration(run: Run) -> dict:
         "shape_lines": shape_lines(shapes),
         "dtype": config.get("dtype", run.first["dtype"]),
         "causal": config.get("causal", run.first["causal"]),
-        "warmup": config.get("warmup", run.first["method"]["warmup"]),
-        "iters": config.get("iters", run.first["method"]["iters"]),
-        "cpu": config.get("cpu"),
+        # What the jobs ran, as their results record it (not the config: a CPU runs its own counts).
+        "warmup": ran_values(run, "warmup"),
+        "iters": ran_values(run, "iters"),
+        "trials": ran_values(run, "trials"),
+        "repeats": ran_values(run, "repeats"),
         "seed": config.get("seed"),
-        "backends": [md_text(b) for b in config.get("backends") or list(run.first["backends"])],
+        "backends": backends_that_ran(run),
+        "not_run": backends_not_run(run),
         "roles": {role: md_code(name) for role, name in run.first["roles"].items()},
         "platform": md_text(run.first["platform"]),
         "tolerance": config.get("tolerance") or run.first["tolerance"],
         "variants": variants,
     }
+
+
+def ran_values(run: Run, key: str) -> str | None:
+    """The method's `key` as the jobs recorded it: one value, or each distinct one ("1 or 10")."""
+    values = list(dict.fromkeys(r["method"].get(key) for r in run.results if r["method"].get(key) is not None))
+    return " or ".join(str(v) for v in values) if values else None
+
+
+def backends_that_ran(run: Run) -> list[str]:
+    """Backends measured (ok) in at least one job, in the results' order."""
+    return [md_text(name) for name in dict.fromkeys(n for r in run.results for n, b in r["backends"].items()
+                                                    if b["status"] == "ok")]
+
+
+def backends_not_run(run: Run) -> list[str]:
+    """Backends configured but measured in no job (the Correctness section says why)."""
+    ran = set(backends_that_ran(run))
+    return [md_text(n) for n in dict.fromkeys(n for r in run.results for n in r["backends"]) if md_text(n) not in ran]
 
 
 def columns(run: Run) -> list[list[str]]:

@@ -8,7 +8,8 @@ import statistics
 
 from fabench.report.format import backend_name, md_text, shape_text
 from fabench.report.model import Run
-from fabench.report.sections.timing import figure_stats, has_device_timer
+from fabench.analysis.figures import run_metric, shown_figure
+from fabench.report.sections.timing import interval_names
 
 
 def measured_cells(run: Run):
@@ -24,7 +25,7 @@ def cell_text(run: Run, result: dict, name: str, backend: dict) -> str:
 
 def noise_floor(run: Run, device: bool) -> dict | None:
     """Median and worst spread (max/min - 1) of the trials over every measured cell."""
-    spreads = [(figure_stats(b, device).get("spread"), r, n, b) for r, n, b in measured_cells(run)]
+    spreads = [(shown_figure(b, "device_ms" if device else "wall_mean_ms").get("spread"), r, n, b) for r, n, b in measured_cells(run)]
     spreads = [s for s in spreads if s[0] is not None]
     if not spreads:
         return None
@@ -60,6 +61,7 @@ def trial_counts(run: Run) -> dict:
 def context(run: Run, published: dict | None) -> dict | None:
     if not any(True for _ in measured_cells(run)):
         return None  # nothing recorded trials (e.g. published numbers recast as a run)
-    device = has_device_timer(run)
+    device = run_metric(run.results) == "device_ms"
     return {"figure": "device time" if device else "wall-clock time", "floor": noise_floor(run, device),
+            "intervals": [md_text(n) for n in interval_names(run, device)],
             "unstable": unstable_cells(run), "cross_check": cross_checks(run), **trial_counts(run)}

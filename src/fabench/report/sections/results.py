@@ -5,14 +5,22 @@ Highlighting rule (it reproduces the published tables): the first variant is the
 state before any change, so its table is plain. Every later variant's table shows in bold the
 faster of the vendor and Triton times in each row, and the Triton speedup where Triton beats the
 vendor, because the question such a table answers is whether the changed Triton config caught up
-with the vendor kernel.
+with the vendor kernel. "Faster" is the analysis stage's claim (fabench.analysis.claims): beyond
+both cells' 95% intervals, else a tie within the noise and nothing is bold; unstable cells are
+marked and support no claim. Published figures carry no noise estimate and are compared as
+published. Variants whose Triton-role cells ran the same code get no improvement claims.
 """
 
 from __future__ import annotations
 
 from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_code, md_text, shape_text,
                                    status_text, value_text)
+from fabench.analysis import claims
 from fabench.report.model import Run, role_backend, role_ms, speedup
+
+UNSTABLE_MARK = "~"
+# Claims that name a faster cell: beyond the noise, or published figures compared as published.
+NAMES_A_WINNER = ("faster", "as published")
 
 
 class Footnotes:
@@ -32,25 +40,37 @@ class Footnotes:
         return f"[{self.notes.index(note) + 1}]"
 
 
+def unstable(backend: dict | None) -> bool:
+    return backend is not None and backend["status"] == "ok" and not (backend.get("stats") or {}).get("stable", True)
+
+
 def ms_cell(result: dict, role: str, notes: Footnotes, strong: bool = False) -> str:
     backend = role_backend(result, role)
     ms = role_ms(result, role)
     if ms is None:
         return f"{status_text(backend)} {notes.mark(result['roles'][role], backend)}"
-    return bold(fmt_ms(ms), strong)
+    return bold(fmt_ms(ms), strong) + (f" {UNSTABLE_MARK}" if unstable(backend) else "")
+
+
+def vendor_vs_triton(result: dict) -> dict:
+    """The analysis's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
+    vendor, triton = role_backend(result, "vendor"), role_backend(result, "triton")
+    names = tuple((entry or {}).get("label") or result["roles"][role] for role, entry in
+                  (("vendor", vendor), ("triton", triton)))
+    return claims.compare(vendor, triton, names=names)
 
 
 def variant_row(result: dict, notes: Footnotes, highlight: bool) -> list[str]:
-    vendor, triton = role_ms(result, "vendor"), role_ms(result, "triton")
-    both = highlight and vendor is not None and triton is not None
+    claim = vendor_vs_triton(result)
+    winner = claim["faster"] if highlight and claim["claim"] in NAMES_A_WINNER else None
     triton_speedup = speedup(result, "triton")
     return [
         shape_text(result["shape"]),
         ms_cell(result, "baseline", notes),
-        ms_cell(result, "vendor", notes, both and vendor < triton),
-        ms_cell(result, "triton", notes, both and triton < vendor),
+        ms_cell(result, "vendor", notes, winner == "a"),
+        ms_cell(result, "triton", notes, winner == "b"),
         fmt_times(speedup(result, "vendor")),
-        bold(fmt_times(triton_speedup), both and triton < vendor and triton_speedup is not None),
+        bold(fmt_times(triton_speedup), winner == "b" and triton_speedup is not None),
     ]
 
 
@@ -94,46 +114,92 @@ def ignored_keys(run: Run) -> list[dict]:
             for (who, platform, ignored), used in groups.items()]
 
 
-def improvement(run: Run) -> dict | None:
-    """The shape whose Triton time changed most between the first and the last variant."""
+def triton_pairs(run: Run) -> list[tuple[dict, dict, dict]]:
+    """(shape, first variant's Triton cell, last variant's) where both have a time."""
     first, last = run.variants[0], run.variants[-1]
-    pairs = [(r["shape"], role_ms(run.find(first, r["shape"]), "triton"), role_ms(r, "triton")) for r in run.of(last)]
-    pairs = [(shape, a, b) for shape, a, b in pairs if a and b]
+    pairs = []
+    for result in run.of(last):
+        before = run.find(first, result["shape"])
+        if before is not None and role_ms(before, "triton") and role_ms(result, "triton"):
+            pairs.append((result["shape"], role_backend(before, "triton"), role_backend(result, "triton")))
+    return pairs
+
+
+def same_code_variants(run: Run) -> bool:
+    """Whether the first and the last variant's Triton-role cells ran the same code everywhere."""
+    first, last = run.variants[0], run.variants[-1]
+    pairs = [(role_backend(run.find(first, r["shape"]), "triton") if run.find(first, r["shape"]) else None,
+              role_backend(r, "triton")) for r in run.of(last)]
+    ran = [(a, b) for a, b in pairs if a is not None and b is not None and claims.code_facts(a) != claims.code_facts({})]
+    return bool(ran) and all(claims.same_code(a, b) for a, b in ran)
+
+
+def improvement(run: Run) -> dict | None:
+    """The shape whose Triton time changed most between the first and the last variant, and
+    whether that change is beyond the noise (claim) or a tie within it."""
+    pairs = triton_pairs(run)
     if not pairs:
         return None
-    shape, before, after = max(pairs, key=lambda p: p[1] / p[2])
-    return {"shape": run.shape_name(shape), "before": before, "after": after,
-            "faster": before >= after, "ratio": before / after if before >= after else after / before}
+    shape, before, after = max(pairs, key=lambda p: p[1]["wall_mean_ms"] / p[2]["wall_mean_ms"])
+    claim = claims.compare(before, after, names=(run.variant_label(run.variants[0]), run.variant_label(run.variants[-1])))
+    a, b = before["wall_mean_ms"], after["wall_mean_ms"]
+    return {"shape": run.shape_name(shape), "before": a, "after": b, "faster": a >= b,
+            "ratio": a / b if a >= b else b / a, "claim": claim["claim"], "why": md_text(claim["why"]),
+            "beyond_noise": claim["claim"] in NAMES_A_WINNER}
 
 
 def beats(run: Run) -> list[dict]:
-    """Shapes where Triton is faster than the vendor in the last variant; `already` when it was
-    faster in the first too (the published "now" becomes "still")."""
+    """Shapes where Triton is faster than the vendor in the last variant, beyond the noise;
+    `already` when it was so in the first too (the published "now" becomes "still")."""
     found = []
     for result in run.of(run.variants[-1]):
-        vendor, triton = role_ms(result, "vendor"), role_ms(result, "triton")
         before = run.find(run.variants[0], result["shape"])
+        claim = vendor_vs_triton(result)
         # "now" needs a before: a shape only the last variant measured is left to the winner table.
-        if before is None or vendor is None or triton is None or triton >= vendor:
+        if before is None or claim["claim"] not in NAMES_A_WINNER or claim["faster"] != "b":
             continue
-        before_vendor, before_triton = role_ms(before, "vendor"), role_ms(before, "triton")
-        already = before_vendor is not None and before_triton is not None and before_triton < before_vendor
-        found.append({"shape": run.shape_name(result["shape"]), "triton_ms": triton, "vendor_ms": vendor,
-                      "already": already})
+        earlier = vendor_vs_triton(before)
+        found.append({"shape": run.shape_name(result["shape"]), "triton_ms": role_ms(result, "triton"),
+                      "vendor_ms": role_ms(result, "vendor"),
+                      "already": earlier["claim"] in NAMES_A_WINNER and earlier["faster"] == "b"})
     return found
 
 
 def winner(result: dict) -> dict:
-    """Which of vendor and Triton was faster at this shape, by how much; `only` when one ran."""
+    """Which of vendor and Triton was faster at this shape, by how much, when the noise lets us
+    say; `tie` when their intervals overlap or a cell was unstable; `only` when one ran."""
     times = {role: role_ms(result, role) for role in ("vendor", "triton")}
     ran = [role for role, ms in times.items() if ms is not None]
-    row = {"shape": shape_text(result["shape"]), "winner": None, "only": None}
+    row = {"shape": shape_text(result["shape"]), "winner": None, "only": None, "tie": None, "unstable": None}
     if len(ran) == 2:
+        claim = vendor_vs_triton(result)
         win, lose = sorted(ran, key=times.get)
-        row.update(winner=win, ratio=times[lose] / times[win], win_ms=times[win], lose_ms=times[lose])
+        row.update(ratio=times[lose] / times[win], win_ms=times[win], lose_ms=times[lose])
+        if claim["claim"] in NAMES_A_WINNER:
+            row["winner"] = win
+        elif claim["claim"] == "unstable":
+            row["unstable"] = md_text(claim["why"])
+        else:
+            row["tie"] = md_text(claim["why"])
     elif ran:
         row["only"] = ran[0]
     return row
+
+
+def same_code_backends(run: Run) -> list[str]:
+    """Backends that ran the same code in every variant at every shape (they read no variant
+    config): their differences between the variant tables are run-to-run noise."""
+    if len(run.variants) < 2:
+        return []
+    names = {}
+    for result in run.of(run.variants[0]):
+        others = [run.find(v, result["shape"]) for v in run.variants[1:]]
+        for name, entry in result["backends"].items():
+            same = entry["status"] == "ok" and claims.code_facts(entry)["implementation"] is not None and all(
+                o is not None and claims.same_code(entry, o["backends"].get(name)) for o in others)
+            names[name] = names.get(name, True) and same
+    return [backend_name(name, run.first["backends"][name]) for name, same in names.items()
+            if same and name in run.first["backends"]]
 
 
 def context(run: Run, published: dict | None) -> dict:
@@ -148,4 +214,8 @@ def context(run: Run, published: dict | None) -> dict:
         "improvement": improvement(run),
         "beats": beats(run),
         "winners": [winner(r) for r in run.of(last)],
+        "same_code_triton": len(run.variants) > 1 and same_code_variants(run),
+        "same_code": same_code_backends(run),
+        "unstable_mark": UNSTABLE_MARK,
+        "any_unstable": any(unstable(b) for _, _, b in run.backends()),
     }

@@ -11,7 +11,7 @@ import math
 
 from fabench.report.format import FAILURE_WORDS, fmt_ms, fmt_times, md_code, md_text, shape_text, value_text
 from fabench.report.model import Run, role_backend
-from fabench.report.sections.timing import figure_stats, has_device_timer
+from fabench.analysis.figures import run_metric, shown_figure
 from fabench.shapes import parse_shape_id
 
 
@@ -29,14 +29,14 @@ def triton_figure(run: Run, variant: str, shape: dict, device: bool) -> dict | N
     backend = role_backend(result, "triton") if result else None
     if backend is None or backend["status"] != "ok":
         return None
-    stats = figure_stats(backend, device)
+    stats = shown_figure(backend, "device_ms" if device else "wall_mean_ms")
     return {"ms": stats.get("median"), "ci": stats.get("ci95")} if stats.get("median") else None
 
 
 def side_by_side(run: Run, reference: str, swept: str) -> dict:
     """Every variant's Triton time per main shape, the swept variant's speedup over the reference,
     and whether it is faster by more than the intervals allow (its interval wholly below)."""
-    device = has_device_timer(run)
+    device = run_metric(run.results) == "device_ms"
     shapes = [r["shape"] for r in run.of(run.variants[0]) if r["shape"]["head_dim"] == run.main_head_dim]
     rows, pairs = [], []
     for shape in shapes:

@@ -4,6 +4,8 @@ backend the jobs ran. Device columns appear only where some job had a device tim
 
 from __future__ import annotations
 
+from fabench.analysis.figures import run_metric, shown_figure
+from fabench.analysis.noise import interval_name
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
 from fabench.results.contract import FLOP_CONVENTION
@@ -16,18 +18,6 @@ def tflops(result: dict, backend: dict, kind: str) -> float | None:
         return recorded
     ms = backend.get("wall_mean_ms") if kind == "wall" else (backend.get("device_ms") or {}).get("median")
     return result["flops"] / (ms * 1e9) if result.get("flops") and ms else None
-
-
-def has_device_timer(run: Run) -> bool:
-    """Whether any job timed on the device; without one (a CPU) only wall-clock columns are shown."""
-    return any(r["method"].get("device_timer") for r in run.results) or \
-        any((b.get("device_ms") or {}).get("median") is not None for _, _, b in run.backends())
-
-
-def figure_stats(backend: dict, device: bool) -> dict:
-    """The trials' summary of the figure the table shows: device time on a GPU, else wall time."""
-    stats = backend.get("stats") or {}
-    return (stats.get("device_ms") if device else None) or stats.get("wall_mean_ms") or {}
 
 
 def ci_text(summary: dict) -> str:
@@ -64,7 +54,7 @@ def role_rows(run: Run, device: bool) -> list[list[str]]:
             backend = role_backend(result, role)
             if backend is None or backend["status"] not in RAN:
                 continue
-            summary = figure_stats(backend, device)
+            summary = shown_figure(backend, "device_ms" if device else "wall_mean_ms")
             row = [md_text(run.variant_label(result["variant"])), shape_text(result["shape"]),
                    backend_name(result["roles"][role], backend), fmt_ms(backend.get("wall_mean_ms"))]
             if device:
@@ -98,9 +88,20 @@ def joined(values) -> str:
     return ", ".join(md_text(v) for v in dict.fromkeys(v for v in values if v))
 
 
+def interval_names(run: Run, device: bool) -> list[str]:
+    """What the tables' intervals are, in words (a CPU run's come from one process's trials)."""
+    metric = "device_ms" if device else "wall_mean_ms"
+    return list(dict.fromkeys(interval_name(shown_figure(b, metric)) for _, _, b in run.ran_backends()
+                              if b["status"] == "ok" and shown_figure(b, metric)))
+
+
 def context(run: Run, published: dict | None) -> dict:
-    device = has_device_timer(run)
+    device = run_metric(run.results) == "device_ms"
+    names = interval_names(run, device)
     return {
+        "intervals": [md_text(n) for n in names],
+        # "95% CI" only where every interval is one over processes; otherwise named in the text.
+        "interval_header": "95% CI (ms)" if names and all("processes" in n for n in names) else "Interval (ms)",
         "device": device,
         "device_timer": joined(r["method"].get("device_timer") for r in run.results),
         "platforms": joined(run.platforms()),
