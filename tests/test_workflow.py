@@ -1,5 +1,6 @@
 """`snakemake --cores 1 report` end to end on this CPU, on small shapes."""
 
+import csv
 import json
 import shutil
 import subprocess
@@ -48,6 +49,21 @@ def test_two_variants_that_run_the_same_code_are_not_called_faster_than_each_oth
     improvements = results.split("**Key Improvements**:")[1]
     assert "faster" not in improvements and "now" not in improvements and "**" not in improvements
     assert "| **" not in report.split("winner per sequence length")[1].split("---")[0]
+
+
+def test_results_csv_has_a_row_per_cell_with_the_analysis_figures(tiny_run):
+    directory, config = tiny_run
+    run_dir = directory / "results" / config["run"]
+    collected = json.loads((run_dir / "results.json").read_text())
+    rows = list(csv.DictReader((run_dir / "results.csv").open()))
+    assert len(rows) == sum(len(r["backends"]) for r in collected["results"])
+    native = next(r for r in rows if r["variant"] == "tuned" and r["shape_id"] == "b1-s64-h2-d32"
+                  and r["backend"] == "native")
+    result = next(r for r in collected["results"] if r["variant"] == "tuned" and r["shape_id"] == "b1-s64-h2-d32")
+    figure = result["backends"]["native"]["stats"]["wall_mean_ms"]
+    assert native["metric"] == "wall_mean_ms" and float(native["median_ms"]) == figure["median"]
+    assert native["role"] == "baseline" and native["status"] == "ok" and native["seq"] == "64"
+    assert native["interval"].startswith("95% CI from the trials of one process")  # a CPU run: 1 process
 
 
 def test_each_result_names_the_patched_config_it_measured(tiny_run):

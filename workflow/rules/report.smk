@@ -5,7 +5,9 @@ rule collect:
     input:
         results=lambda wildcards: result_paths(wildcards.run),
     output:
-        "results/{run}/results.json",
+        json="results/{run}/results.json",
+        # one row per (variant, shape, backend) cell, for pandas
+        csv="results/{run}/results.csv",
     log:
         "logs/{run}/collect.log",
     params:

@@ -2,8 +2,9 @@
 # run with, collected into one results.json in the config's variant order. Rule collect.
 import sys
 
-from fabench.files import write_json
+from fabench.files import write_atomic, write_json
 from fabench.results.collect import ResultError, collect, result_schema
+from fabench.results.results_csv import results_csv
 
 sys.stderr = open(snakemake.log[0], "w")
 try:
@@ -11,4 +12,5 @@ try:
                         expected=snakemake.params.expected)
 except ResultError as err:
     sys.exit(f"fabench collect: {err}")
-write_json(snakemake.output[0], collected)
+write_json(snakemake.output.json, collected)
+write_atomic(snakemake.output.csv, results_csv(collected))

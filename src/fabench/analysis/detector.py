@@ -46,7 +46,9 @@ def injected(results: list[dict], factor: float) -> list[dict]:
                 for key in SCALED_KEYS:
                     if trial.get(key) is not None:
                         trial[key] *= factor
-                trial["profiler_calls_ms"] = [v * factor for v in trial.get("profiler_calls_ms") or []]
+                for key in ("profiler_calls_ms", "device_samples_ms"):
+                    if trial.get(key):
+                        trial[key] = [v * factor for v in trial[key]]
     return analyse_run({"results": out})["results"]
 
 

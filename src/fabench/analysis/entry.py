@@ -49,6 +49,7 @@ def analyse_entry(entry: dict, result: dict) -> dict:
             entry.update(stats=None, host_overhead_ms=None)
         return entry
     method = result.get("method") or {}
+    trial_figures(trials)
     observed = legacy.observations(entry)
     entry["stats"] = trial_stats(trials, method.get("stable_spread", DEFAULT_STABLE_SPREAD), observed["notes"])
     entry["wall_mean_ms"] = entry["stats"]["wall_mean_ms"]["median"]
@@ -63,6 +64,14 @@ def analyse_entry(entry: dict, result: dict) -> dict:
         tolerance = (method.get("cross_check") or {}).get("tolerance", DEFAULT_TOLERANCE)
         entry["cross_check"] = cross_checks(trials, device_median, tolerance, observed)
     return entry
+
+
+def trial_figures(trials: list[dict]) -> None:
+    """Each trial's device figure, the median of its per-iteration samples (in place). Trials
+    recorded before the samples were kept carry the figure itself and keep it."""
+    for trial in trials:
+        if trial.get("device_samples_ms"):
+            trial["device_ms"] = stats.median(trial["device_samples_ms"])
 
 
 def analyse_measured(entry: dict, job: dict) -> dict:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import math
 import statistics
 
-from scipy import stats as scipy_stats
+
+
+def _scipy():
+    """SciPy's stats, imported on first use: a measuring process reads medians through this module
+    and should not pay SciPy's import (0.5-0.8 s) for the quantiles it never asks for."""
+    from scipy import stats as scipy_stats
+
+    return scipy_stats
 
 
 def median(values: list[float]) -> float:
@@ -40,7 +47,7 @@ def t_quantile(probability: float, df: float) -> float:
     """Student's t quantile; the normal one for unlimited degrees of freedom."""
     if math.isinf(df):
         return statistics.NormalDist().inv_cdf(probability)
-    return float(scipy_stats.t.ppf(probability, df))
+    return float(_scipy().t.ppf(probability, df))
 
 
 def two_sided(level: float) -> float:
@@ -50,12 +57,12 @@ def two_sided(level: float) -> float:
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
     """Two-sided Mann-Whitney U p-value (exact for small samples without ties)."""
-    return float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    return float(_scipy().mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 def binomial_tail(count: int, n: int, rate: float) -> float:
     """P(Bin(n, rate) >= count): how surprising `count` misses are at the nominal `rate`."""
-    return float(scipy_stats.binom.sf(count - 1, n, rate))
+    return float(_scipy().binom.sf(count - 1, n, rate))
 
 
 def process_medians(values: list[float], processes: list[int]) -> list[float]:

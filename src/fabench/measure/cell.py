@@ -8,7 +8,6 @@ Whatever a backend raises becomes its failed entry with the reason; it never sto
 from __future__ import annotations
 
 import gc
-import statistics
 import time
 
 import torch
@@ -136,7 +135,7 @@ class Cell:
                 # GPU in the state the warm-up settled; the published method's loop, which idles
                 # the GPU at every synchronize, last.
                 with self._phase("device loop", index):
-                    device = self._device_ms(samples, index)
+                    device = self._device_samples(samples, index)
                 # One query, so do_bench follows without a pause: under a power cap the two methods
                 # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
                 after_device = gpu_state.sm_clock()
@@ -157,7 +156,8 @@ class Cell:
                               f"{settings['max_warmup_ms']} ms")
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
-            "device_ms": device, "device_samples": samples if device is not None else None, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
+            # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
+            "device_ms": None, "device_samples_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
             **({"profiler_calls_ms": profiled} if profiled else {}),
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
             if self.gpu and (start or end) else None,
@@ -169,7 +169,8 @@ class Cell:
     def _phase(self, name: str, trial: int):
         return timeline.phase(name, self.backend.name, trial)
 
-    def _device_ms(self, iters: int, index: int) -> float | None:
+    def _device_samples(self, iters: int, index: int) -> list[float] | None:
+        """Each timed iteration's device time (ms, to the nanosecond: events resolve ~0.5 us)."""
         if self.timer is None:
             return None
         before = self.timer.caught_up
@@ -178,7 +179,7 @@ class Cell:
             self.notes.append(f"process {self.process} trial {index}: the GPU reached "
                               f"{self.timer.caught_up - before} chunk(s) before the host had queued them "
                               f"(not proven fed after {timing.MAX_RETRIES} longer sleeps)")
-        return statistics.median(samples)
+        return [round(sample, 6) for sample in samples]
 
     # --- after the trials -----------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
 from fabench.measure import platform as plat
 from fabench.container.aiter_config import file_sha256, forward_config
@@ -247,7 +248,8 @@ def _trial_text(cell: Cell) -> str:
     if not cell.live:
         return f"failed: {cell.entry['reason']}"
     trial = cell.entry["trials"][-1]
-    device = f", {trial['device_ms']:.4f} ms device" if trial.get("device_ms") is not None else ""
+    samples = trial.get("device_samples_ms")
+    device = f", {stats.median(samples):.4f} ms device" if samples else ""
     return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
 
 

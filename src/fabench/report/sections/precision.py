@@ -4,10 +4,9 @@ Everything comes from the trials each result recorded; nothing is estimated here
 
 from __future__ import annotations
 
-import statistics
-
 from fabench.report.format import backend_name, md_text, shape_text
 from fabench.report.model import Run
+from fabench.analysis import stats
 from fabench.analysis.figures import run_metric, shown_figure
 from fabench.report.sections.timing import interval_names
 
@@ -30,7 +29,7 @@ def noise_floor(run: Run, device: bool) -> dict | None:
     if not spreads:
         return None
     worst = max(spreads, key=lambda s: s[0])
-    return {"cells": len(spreads), "median": f"{statistics.median(s[0] for s in spreads) * 100:.2f}%",
+    return {"cells": len(spreads), "median": f"{stats.median([s[0] for s in spreads]) * 100:.2f}%",
             "worst": f"{worst[0] * 100:.2f}%", "worst_cell": cell_text(run, *worst[1:])}
 
 

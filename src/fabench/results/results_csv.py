@@ -1,0 +1,46 @@
+"""A collected run as CSV: one row per (variant, shape, backend) cell, for pandas and notebooks.
+
+Every figure is the analysis stage's, as results.json holds it; the interval columns say what the
+interval is (fabench.analysis.noise.interval_name), since a CPU run's is not one over processes."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from fabench.analysis.figures import cell_metric
+from fabench.analysis.noise import interval_name
+
+COLUMNS = ("run", "variant", "shape_id", "batch", "seq", "heads", "head_dim", "backend", "label", "role", "platform",
+           "status", "failure_kind", "reason", "metric", "median_ms", "ci95_low_ms", "ci95_high_ms", "pi95_low_ms",
+           "pi95_high_ms", "interval", "wall_mean_ms", "device_median_ms", "spread", "stable", "unstable_reason",
+           "tflops_device", "tflops_wall", "max_abs_err", "cosine", "gpu_uuid", "device")
+
+
+def cell_row(result: dict, name: str, entry: dict) -> dict:
+    stats = entry.get("stats") or {}
+    metric = cell_metric(entry) if stats else None
+    figure = stats.get(metric) or {} if metric else {}
+    ci, pi = figure.get("ci95") or (None, None), figure.get("pi95") or (None, None)
+    roles = [role for role, backend in result["roles"].items() if backend == name]
+    correctness, tflops = entry.get("correctness") or {}, entry.get("tflops") or {}
+    return {"run": result["run"], "variant": result["variant"], "shape_id": result["shape_id"], **result["shape"],
+            "backend": name, "label": entry["label"], "role": " ".join(roles), "platform": result["platform"],
+            "status": entry["status"], "failure_kind": entry.get("failure_kind"), "reason": entry.get("reason"),
+            "metric": metric, "median_ms": figure.get("median"), "ci95_low_ms": ci[0], "ci95_high_ms": ci[1],
+            "pi95_low_ms": pi[0], "pi95_high_ms": pi[1], "interval": interval_name(figure) if figure else None,
+            "wall_mean_ms": entry.get("wall_mean_ms"), "device_median_ms": (entry.get("device_ms") or {}).get("median"),
+            "spread": figure.get("spread"), "stable": stats.get("stable") if stats else None,
+            "unstable_reason": stats.get("unstable_reason"), "tflops_device": tflops.get("device_median"),
+            "tflops_wall": tflops.get("wall"), "max_abs_err": correctness.get("max_abs_err"),
+            "cosine": correctness.get("cosine"), "gpu_uuid": (result["provenance"].get("gpu") or {}).get("uuid"),
+            "device": result["provenance"].get("device")}
+
+
+def results_csv(collected: dict) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for result in collected["results"]:
+        writer.writerows(cell_row(result, name, entry) for name, entry in result["backends"].items())
+    return buffer.getvalue()
