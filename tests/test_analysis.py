@@ -163,6 +163,12 @@ def test_other_hardware_is_never_a_regression():
     assert verdict.compare_cell(old, new, hardware=(h200, h200))["flag"] == "regression"
     got = verdict.compare_cell(old, new, hardware=(h200, h100))
     assert got["verdict"] == "cannot tell" and got["flag"] == "hardware" and "H100" in got["why"]
+    # A backend that needs a GPU does not run on a CPU: no regression either way across hardware.
+    cpu = {"platform": "cpu", "device": "AMD EPYC", "arch": "x86_64", "cards": []}
+    gone = verdict.compare_cell(old, {"status": "unavailable", "reason": "needs CUDA"}, hardware=(h200, cpu))
+    assert gone["verdict"] == "cannot tell" and gone["flag"] == "hardware"
+    back = verdict.compare_cell({"status": "unavailable", "reason": "needs CUDA"}, old, hardware=(cpu, h200))
+    assert back["flag"] == "hardware"
     # Another card of the same model is the same hardware (the cards are named, not compared).
     other_card = {**h200, "cards": ["GPU-c"]}
     assert verdict.compare_cell(old, new, hardware=(h200, other_card))["flag"] == "regression"

@@ -59,3 +59,15 @@ def test_an_injected_change_scales_every_trial_and_the_run_is_analysed_again():
 def test_the_binomial_bound_of_a_calibrated_interval():
     assert binomial_bound(50) == 5  # P(Bin(50, 5%) > 5) = 3.8%, P(> 4) = 10.4%
     assert binomial_bound(0) == 0
+
+
+def test_a_step_across_the_committed_runs_is_named_where_the_card_changed():
+    from fabench.results.archive_read import list_entries
+    from fabench.results.compare import compare_entries
+
+    comparison = compare_entries(list_entries(EXAMPLE / "archive"))
+    steps = {(s["variant"], s["shape_id"], s["backend"]): s for s in comparison["steps"]}
+    step = steps[("default", "b4-s4096-h8-d256", "sdpa")]
+    assert step["before"].endswith("0002-7a004542") and step["after"].endswith("0003-25eb76a9")
+    assert step["card_changed"] and 1.01 < step["ratio"] < 1.03 and step["runs"] == 3
+    assert all(s["card_changed"] for s in steps.values())  # no step where only the software moved

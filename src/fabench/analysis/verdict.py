@@ -91,6 +91,11 @@ def compare_cell(old: dict, new: dict, old_id: str = "old", new_id: str = "new",
     flag: regression / improvement (changed), unchanged (same), and for cannot tell: unstable,
     noisy, hardware, not comparable; `not measured` when it ran in neither."""
     old_ok, new_ok = old["status"] == "ok", new["status"] == "ok"
+    if old_ok != new_ok and hardware and not same_hardware_model(*hardware):
+        # A backend that needs CUDA is unavailable on a CPU: another machine, not a software change.
+        return _verdict("cannot tell", "hardware", f"{'ok' if old_ok else old['status']} -> "
+                                                  f"{'ok' if new_ok else new['status']}, but the hardware changed "
+                                                  f"({hardware_text(hardware[0])} -> {hardware_text(hardware[1])})")
     if old_ok and not new_ok:
         return _verdict("changed", "regression", f"was ok in {old_id}, now {not_ok_text(new)}")
     if not old_ok and new_ok:

@@ -17,7 +17,8 @@ from collections import Counter
 from typing import Iterable
 
 from fabench.analysis import analyse_run
-from fabench.analysis.verdict import ALPHA, SAME_MARGIN, compare_cell, hardware_identity
+from fabench.analysis.figures import cell_metric
+from fabench.analysis.verdict import ALPHA, SAME_MARGIN, compare_cell, find_step, hardware_identity, hardware_key
 from fabench.results.archive_read import Entry, EntryChanged
 from fabench.results.collect import shape_key
 
@@ -180,6 +181,7 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
                      "cells": cells})
     comparison = {
         "format": COMPARE_FORMAT,
+        "steps": steps(rows, hardware),
         "rule": {"threshold": threshold, "alpha": ALPHA, "same_margin": SAME_MARGIN, "text": rule_text(threshold)},
         "baseline": baseline,
         "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
@@ -197,6 +199,26 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
             "entries": [published_section(e, results, published, tol) for e, results in used],
         }
     return comparison
+
+
+def steps(rows: list[dict], hardware: dict) -> list[dict]:
+    """Cells whose series over the archived entries (one GPU model's, in archive order, three stable
+    runs or more) steps somewhere (analysis.verdict.find_step): where, by how much, and whether the
+    card changed there (two cards of one model differ by up to a few percent under a power cap)."""
+    found = []
+    for row in rows:
+        series: dict[tuple, list] = {}
+        for cell in row["cells"]:
+            if cell["status"] == "ok" and cell.get("stats") and cell.get("stable", True):
+                series.setdefault(hardware_key(hardware[cell["entry"]]), []).append(cell)
+        for cells in series.values():
+            metric = cell_metric(*cells) if len(cells) >= 3 else None
+            step = find_step([(c["entry"], c[metric]) for c in cells]) if metric else None
+            if step:
+                cards = [hardware[step[side]]["cards"] for side in ("before", "after")]
+                found.append({"variant": row["variant"], "shape_id": row["shape_id"], "backend": row["backend"],
+                              "label": row["label"], "metric": metric, "card_changed": cards[0] != cards[1], **step})
+    return found
 
 
 def rule_text(threshold: float) -> str:

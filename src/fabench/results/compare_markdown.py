@@ -140,8 +140,16 @@ def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 
 
+def step_text(step: dict) -> str:
+    what = "device time" if step["metric"] == "device_ms" else "wall-clock time"
+    return (f"`{step['variant']}` {step['shape_id']} {step['label']}: {step['ratio'] - 1:+.1%} {what} from "
+            f"`{step['before']}` to `{step['after']}` (over {step['runs']} runs of one GPU model"
+            + ("; another card from there on)" if step.get("card_changed") else ")"))
+
+
 def render_markdown(comparison: dict, template_dir: str | Path | None = None,
                     figures: Sequence[tuple[str, str]] = ()) -> str:
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
-    context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures]}
+    context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
+               "steps": [step_text(step) for step in comparison.get("steps") or []]}
     return template_env(template_dir).get_template(TEMPLATE).render(**context)
