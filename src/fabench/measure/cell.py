@@ -207,7 +207,7 @@ class Cell:
         the conditions of our device loop: a check without the host in it, so short kernels that
         do_bench cannot judge are checked too. None on a CPU, in processes that do not profile, or
         when the trace could not be read (the note says why)."""
-        if self.timer is None or not self.profiled:
+        if self.timer is None or not self.profiled or not self.job["timing"].get("profiler_check", True):
             return None
         spans, why_not = kernels.call_spans_ms(self.prepared.fn, PROFILED_CALLS, self.launches_per_call, self.timer)
         if spans is None:
