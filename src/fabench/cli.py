@@ -241,13 +241,7 @@ def cmd_compare(args) -> int:
             here = Path(args.out_md).resolve().parent
             figures = [(f"{Path(p).stem} across the archived versions", os.path.relpath(Path(p).resolve(), here))
                        for p in written]
-    markdown = render_markdown(comparison, figures=figures)
-    if args.out_md:
-        write_atomic(args.out_md, markdown)
-    else:
-        sys.stdout.write(markdown)
-    if args.out_json:
-        write_json(args.out_json, comparison)
+    write_outputs(args, render_markdown(comparison, figures=figures), comparison)
     if args.out_csv:
         from fabench.results.compare_csv import comparison_csv
 
@@ -263,6 +257,16 @@ def cmd_compare(args) -> int:
         print(f"{prog}: failing on {len(flags)} regression flag(s) (--fail-on regression)", file=sys.stderr)
         return REGRESSION
     return 0
+
+
+def write_outputs(args, markdown: str, data: dict) -> None:
+    """The Markdown to --out-md (else standard output), the data to --out-json when asked."""
+    if args.out_md:
+        write_atomic(args.out_md, markdown)
+    else:
+        sys.stdout.write(markdown)
+    if args.out_json:
+        write_json(args.out_json, data)
 
 
 def entries_from(args) -> list:
@@ -299,13 +303,7 @@ def cmd_detector_check(args) -> int:
         return fail(prog, f"error: {len(runs)} usable entr{'y' if len(runs) == 1 else 'ies'}: the check needs "
                           f"two runs of one experiment on the same GPU model", USAGE)
     check = detector_check(runs)
-    markdown = render(check)
-    if args.out_md:
-        write_atomic(args.out_md, markdown)
-    else:
-        sys.stdout.write(markdown)
-    if args.out_json:
-        write_json(args.out_json, check)
+    write_outputs(args, render(check), check)
     return INTEGRITY if len(runs) < len(entries) else 0
 
 
