@@ -149,8 +149,11 @@ def test_on_the_committed_h200_pair_the_prediction_interval_holds_and_the_detect
 
 
 def scaled(entry: dict, factor: float) -> dict:
+    """A slower kernel: its time and its clock cycles scaled alike (the clock unchanged)."""
     out = json.loads(json.dumps(entry))
     out["stats"]["device_ms"]["median"] *= factor
+    if out["stats"].get("device_cycles"):
+        out["stats"]["device_cycles"]["median"] *= factor
     return out
 
 
@@ -249,3 +252,21 @@ def test_two_cells_ran_the_same_code_when_every_fact_both_record_agrees():
     older = {"status": "ok", "kernels": {"launch": {"kernel": "k"}}}  # before implementation was recorded
     assert claims.same_code(older, {**native, "kernels": {"launch": {"kernel": "k"}}})
     assert not claims.same_code(native, {"status": "unavailable"})
+
+
+def test_a_change_in_time_that_is_none_in_cycles_is_the_clocks():
+    noise = {"sigma": 0.002, "df": 16, "replicates": 2}
+
+    def cell(ms, mhz):
+        return {"status": "ok", "stats": {"stable": True, "device_ms": {"median": ms, "noise": noise},
+                                          "device_cycles": {"median": ms * mhz, "clock_mhz": mhz, "n": 6}}}
+
+    # A power cap held the new run 2.2% lower: 2.2% slower, the same work in cycles.
+    capped = verdict.compare_cell(cell(0.500, 1762.5), cell(0.511, 1724.0))
+    assert capped["verdict"] == "cannot tell" and capped["flag"] == "clock" and "1762 -> 1724 MHz" in capped["why"]
+    # Slower at the same clock: a regression.
+    assert verdict.compare_cell(cell(0.500, 1965.0), cell(0.511, 1965.0))["flag"] == "regression"
+    # No clock read in one run: judged on time alone.
+    unread = cell(0.511, 1724.0)
+    unread["stats"]["device_cycles"] = None
+    assert verdict.compare_cell(cell(0.500, 1762.5), unread)["flag"] == "regression"

@@ -38,7 +38,20 @@ def trial_stats(trials: list[dict], stable_spread: float, notes: list[str]) -> d
     device = metric_summary(*device_values) if device_values[0] else None
     stable, reason = stability(device or wall, stable_spread, notes)
     return {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
-            "stable": stable, "unstable_reason": reason}
+            "stable": stable, "unstable_reason": reason, "device_cycles": device_cycles(trials)}
+
+
+def device_cycles(trials: list[dict]) -> dict | None:
+    """The device figure in clock cycles (kilocycles: ms x MHz), from each trial's device figure and
+    the SM clock read right after its device loop; None without clocks. A power cap or another card
+    moves the clock, and the time with it; the cycles stay (nvbench confirms a change this way)."""
+    pairs = [(t["device_ms"], (t.get("gpu_state") or {}).get("device_loop_sm_clock_mhz")) for t in trials
+             if t.get("device_ms") is not None]
+    pairs = [(ms, clock) for ms, clock in pairs if clock]
+    if not pairs:
+        return None
+    return {"median": stats.median([ms * clock for ms, clock in pairs]),
+            "clock_mhz": stats.median([clock for _, clock in pairs]), "n": len(pairs)}
 
 
 def analyse_entry(entry: dict, result: dict) -> dict:

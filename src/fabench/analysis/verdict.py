@@ -7,6 +7,8 @@ A cell's change is d = log(new median / old median). Its noise is the two runs' 
   same         not changed, and a change of SAME_MARGIN would have been detected;
   cannot tell  not changed but the noise hides changes up to SAME_MARGIN, or a run is unstable,
                has no interval, or ran on other hardware.
+A change in device time that is none in clock cycles (time x the SM clock each trial read) is the
+clock's, not the software's (a power cap, another card): cannot tell, flag `clock`.
 The smallest detectable change is the change detected with POWER probability:
 (t(1 - ALPHA/2) + t(POWER)) * sd. Hardware is part of what is compared: runs on different GPU
 models (platform, device name, architecture) are never judged against each other; the verdict
@@ -123,12 +125,29 @@ def compare_cell(old: dict, new: dict, old_id: str = "old", new_id: str = "new",
     base["detectable"] = detectable
     limit = f"beyond the noise (changes above {math.expm1(threshold):.2%} are flagged at most {ALPHA:.1%} of the time by chance)"
     if abs(math.log(ratio)) > threshold:
+        moved = clock_explains(old, new, metric, threshold)
+        if moved:
+            return _verdict("cannot tell", "clock", f"{change}, {moved}", **base)
         return _verdict("changed", "regression" if ratio > 1 else "improvement", f"{change}: {limit}", **base)
     if detectable <= SAME_MARGIN:
         return _verdict("same", "unchanged", f"{change}: within the noise; a change of {detectable:.1%} "
                                              f"would have been detected", **base)
     return _verdict("cannot tell", "noisy", f"{change}: within the noise, but only changes above "
                                             f"{detectable:.1%} could have been detected", **base)
+
+
+def clock_explains(old: dict, new: dict, metric: str, threshold: float) -> str | None:
+    """Why a change in device time is the clock's, when it is none in cycles (time x SM clock, as
+    nvbench confirms a change): a power cap, or another card of the model, held the clock at
+    another speed. None when the cycles moved too, or a run read no clock."""
+    cycles = [(e["stats"].get("device_cycles") or {}) for e in (old, new)]
+    if metric != "device_ms" or not all(c.get("median") for c in cycles):
+        return None
+    ratio = cycles[1]["median"] / cycles[0]["median"]
+    if abs(math.log(ratio)) > threshold:
+        return None
+    return (f"but {ratio - 1:+.2%} in cycles (time x SM clock, {cycles[0]['clock_mhz']:.0f} -> "
+            f"{cycles[1]['clock_mhz']:.0f} MHz): the clock moved, not the kernel's work")
 
 
 # ---------------------------------------------------------------- a series of runs

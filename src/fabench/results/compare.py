@@ -63,9 +63,10 @@ def not_ok_text(cell: dict) -> str:
     return f"{cell['status']}{kind}: {cell.get('reason') or 'no reason recorded'}"
 
 
-# Flags listed under the tables: changes, cells that cannot be judged for instability, and cells
-# whose runs ran on different hardware (named, never called a regression).
-FLAGGED = ("regression", "improvement", "unstable", "hardware")
+# Flags listed under the tables: changes, cells that cannot be judged for instability, cells whose
+# runs ran on different hardware, and changes in time that are none in clock cycles (named, never
+# called a regression).
+FLAGGED = ("regression", "improvement", "unstable", "hardware", "clock")
 
 
 def judge(old: dict, new: dict, threshold: float, hardware: dict) -> dict:
@@ -229,7 +230,8 @@ def rule_text(threshold: float) -> str:
             f"detected and none was; otherwise cannot tell, with why (unstable trials, too much noise, no "
             f"interval). Device time is compared when both runs recorded it, else wall-clock time. Runs on "
             f"different hardware (platform, GPU model, architecture) are never judged against each other: the "
-            f"cell is marked `hardware` instead. A backend that ran and now fails or is unavailable is a "
+            f"cell is marked `hardware` instead; a change in device time that is none in clock cycles (time x the SM "
+            f"clock each trial read) is the clock's and is marked `clock`. A backend that ran and now fails or is unavailable is a "
             f"regression; one that failed and now runs is an improvement.")
 
 

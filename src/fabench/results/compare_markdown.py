@@ -12,6 +12,7 @@ from typing import Sequence
 import jinja2
 
 from fabench.analysis.figures import cell_metric
+from fabench.results.compare import FLAGGED
 
 TEMPLATE = "compare.md.j2"
 REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
@@ -52,7 +53,7 @@ def change_text(found: dict | None, prefix: str) -> str:
     ratio = f"{found['ratio'] - 1:+.1%}" if found["ratio"] is not None else ""
     flag = found["flag"]
     word = {"regression": "**regression**", "improvement": "**improvement**", "unstable": "*unstable*",
-            "hardware": "*other hardware*"}.get(flag, "")
+            "hardware": "*other hardware*", "clock": "*clock*"}.get(flag, "")
     text = " ".join(part for part in (prefix, ratio, word) if part)
     return text if (ratio or word) else ""
 
@@ -81,7 +82,7 @@ def markdown_context(comparison: dict) -> dict:
                   for e in entries]
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
     flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
-                  for kind in ("regression", "improvement", "unstable", "hardware")}
+                  for kind in FLAGGED}
     published = None
     if comparison.get("published"):
         pub = comparison["published"]
