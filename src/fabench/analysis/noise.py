@@ -65,7 +65,9 @@ def _own_noise(trials: list[dict], metric: str) -> dict:
 def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
     """(variance, degrees of freedom, cells) pooled over the POOL_CELLS cells nearest in duration."""
     target = math.log(cells[index]["figure"]["median"])
-    usable = [c for c in cells if c["df"] > 0]
+    # An unstable cell's noise has a cause of its own (spread beyond the run's limit, warm-up that
+    # never settled): it is that cell's, and would widen its stable neighbours' intervals.
+    usable = [c for c in cells if c["df"] > 0 and c["stats"].get("stable", True)] or [c for c in cells if c["df"] > 0]
     nearest = sorted(usable, key=lambda c: abs(math.log(c["figure"]["median"]) - target))[:POOL_CELLS]
     df = sum(c["df"] for c in nearest)
     if not df:
