@@ -192,6 +192,20 @@ def same_card(a: dict, b: dict) -> bool:
     return same_hardware(a, b) and bool(a.get("cards")) and a.get("cards") == b.get("cards")
 
 
+def matches_published_hardware(results: list[dict], published: dict) -> bool:
+    """Whether every result ran on the hardware the published numbers were measured on: its
+    platform, and its architecture or (the published report names no architecture) device name."""
+    hardware = (published.get("source") or {}).get("hardware") or {}
+    arch, device = hardware.get("arch"), (hardware.get("device") or "").lower()
+    for result in results:
+        ours = hardware_identity([result])
+        if ours["platform"] != hardware.get("platform", ours["platform"]):
+            return False
+        if not ((arch and ours["arch"] == arch) or (device and device in (ours["device"] or "").lower())):
+            return False
+    return True
+
+
 # What a result's method records that describes, not sets, the measurement, or observes the machine.
 NOT_EXPERIMENT = frozenset({"wall", "device_time", "ci_method", "device_fallbacks", "gpu_state", "environment", "process_exits"})
 
