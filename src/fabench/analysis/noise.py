@@ -112,9 +112,15 @@ def analyse_run(collected: dict) -> dict:
     noise (in place; returned). Results of schema 1 (no trials) keep the figures they carry."""
     for result in collected["results"]:
         analyse_result(result)
-    for metric in METRICS:
-        add_intervals(collected["results"], metric)
+    add_run_intervals(collected["results"])
     return collected
+
+
+def add_run_intervals(results: list[dict]) -> list[dict]:
+    """Every analysed cell's intervals from the run's pooled noise, for each metric (in place)."""
+    for metric in METRICS:
+        add_intervals(results, metric)
+    return results
 
 
 def interval_name(figure: dict | None) -> str:
