@@ -84,7 +84,7 @@ class Rule:
 
     def text(self) -> str:
         return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
-                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment are flagged by chance) AND by "
+                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by "
                 f"more than the margin of {self.margin:.2%}; same when the change's {1 - 2 * self.equivalence_alpha:.0%} "
                 f"interval lies within +-{self.margin:.2%} (a change beyond the noise but within the margin is "
                 f"named `small change`); "
