@@ -117,22 +117,38 @@ class DeviceTimer:
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
         self.sleep_factor = SLEEP_FACTOR
-        self.busy_ms = 0.0  # device time of every timed iteration, chunks measured again included
+        self.busy_ms = 0.0  # device time of every timed chunk's calls, chunks measured again included
+        self.idle_ms = 0.0  # device time before each chunk's first call: the sleep, and any wait for the host
         self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
 
     def samples(self, n: int) -> list[float]:
+        return self.samples_and_periods(n)[0]
+
+    def samples_and_periods(self, n: int) -> tuple[list[float], list[float]]:
+        """n event pairs (each call's start to end event), and the periods between consecutive
+        calls' start events within each chunk (the per-call time of the back-to-back stream)."""
         out: list[float] = []
+        periods: list[float] = []
         while len(out) < n:
             count = min(self.chunk, n - len(out))
             for attempt in range(MAX_RETRIES + 1):
-                times, fed = self._chunk(count)
+                times, between, fed = self._chunk(count)
                 if fed:
                     break
                 self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
             else:
                 self.caught_up += 1  # kept, and the trial's verdict says so
             out += times
-        return out
+            periods += between
+        return out, periods
+
+    def chunk_fed(self, count: int) -> bool:
+        """One chunk of `count` calls (as the profiler records it), the sleep factor raised if the
+        GPU caught up with the host; whether it was proven fed."""
+        fed = self._chunk(count)[2]
+        if not fed:
+            self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
+        return fed
 
     def _sleep_ms(self, count: int) -> float:
         """Long enough for the host to stay ahead of the GPU through `count` iterations: one call's
@@ -151,7 +167,7 @@ class DeviceTimer:
         if self.cache is not None:
             self.cache.zero_()
 
-    def _chunk(self, count: int) -> tuple[list[float], bool]:
+    def _chunk(self, count: int) -> tuple[list[float], list[float], bool]:
         marker = torch.cuda.Event(enable_timing=True)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
@@ -171,11 +187,15 @@ class DeviceTimer:
         queued_ms = [(q - began) * 1000.0 for q in queued]
         reached_ms = [marker.elapsed_time(start) for start in starts]
         times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
-        self.busy_ms += sum(times)
+        periods = [a.elapsed_time(b) for a, b in zip(starts, starts[1:])]
+        # Busy: from the first call's start to the last one's end, the gaps between calls included
+        # (the GPU is not idle in them; it launches the next kernel), the sleep before them not.
+        self.busy_ms += starts[0].elapsed_time(ends[-1])
+        self.idle_ms += reached_ms[0]
         fed = _fed(queued_ms, reached_ms)
         if fed:
             self.sleep_factor = relaxed_sleep_factor(self.sleep_factor, queued_ms, reached_ms)
-        return times, fed
+        return times, periods, fed
 
 
 def _fed(queued_ms: list[float], reached_ms: list[float]) -> bool:
