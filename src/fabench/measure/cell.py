@@ -201,7 +201,7 @@ class Cell:
 
         def batch() -> list[float]:
             nonlocal unfed
-            counts = [min(self.timer.chunk, calls - done) for done in range(0, calls, self.timer.chunk)]
+            counts = self.timer.chunk_counts(calls)
             for _ in range(timing.MAX_RETRIES + 1):
                 trace, fed = kernels.profiled_chunks(self.timer, counts)
                 if fed:

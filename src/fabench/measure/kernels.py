@@ -19,6 +19,8 @@ from typing import Callable
 
 import torch
 
+from fabench.measure.timing import MAX_SLEEP_FACTOR
+
 
 def profile_call(fn: Callable[[], object], calls: int = 1) -> list[dict]:
     """Every device kernel `calls` calls of fn launch, in launch order, with its launch settings."""
@@ -65,12 +67,13 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], bool]:
     stream the event samples come from), and whether every chunk was proven fed."""
     from torch.profiler import ProfilerActivity, profile
 
-    fed = True
     with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
         warnings.simplefilter("ignore")
-        for count in counts:
-            fed = timer.chunk_fed(count) and fed
+        chunks = timer.run_chunks(counts)
         torch.cuda.synchronize()
+    fed = all(chunk[2] for chunk in chunks)
+    if not fed:  # the next stream sleeps longer, as the device loop does
+        timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
     return _kernel_events(prof), fed
 
 
