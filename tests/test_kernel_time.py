@@ -175,3 +175,12 @@ def test_a_cpu_trial_of_a_short_call_is_calibrated_to_the_minimum_trial_time(mon
     # The first trial is sized by the checked first call (slower: a first call's costs), the next by
     # the first trial's mean.
     assert iters[0] > 1 and 5 <= iters[1] <= 11, iters
+
+
+def test_a_kernel_stream_short_of_the_minimum_time_is_topped_up_not_repeated():
+    from fabench.measure.cell import _batch_size
+
+    rule = stopping.StopRule(max_noise=0.01, min_samples=10, min_trial_ms=20.0, max_trial_ms=250)
+    assert _batch_size(rule, 1000, []) == 1000
+    assert _batch_size(rule, 1000, [0.019] * 1000) == 54  # 1 ms short at 19 us a call: 53 more, plus one
+    assert _batch_size(rule, 1000, [0.025] * 1000) == 1000  # only the noise left to settle

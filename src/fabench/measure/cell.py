@@ -8,6 +8,7 @@ Whatever a backend raises becomes its failed entry with the reason; it never sto
 from __future__ import annotations
 
 import gc
+import math
 import time
 
 import torch
@@ -127,9 +128,9 @@ class Cell:
                 # The cross-checks once per process, in its last trial: each judges the cell's
                 # figure, and per trial they cost more than the trials (do_bench alone ~0.13 s a call).
                 last = index == settings["trials"] - 1
-                # Device loop and do_bench right after the warm-up, back to back, so both see the
-                # GPU in the state the warm-up settled; the published method's loop, which idles
-                # the GPU at every synchronize, last.
+                # Device loop (events), kernel loop (CUPTI) and do_bench right after the warm-up,
+                # back to back, so all see the GPU in the state the warm-up settled; the published
+                # method's loop, which idles the GPU at every synchronize, last.
                 with self._phase("device loop", index):
                     device, periods = self._device_samples(samples, index)
                 with self._phase("kernel loop", index):
@@ -199,9 +200,11 @@ class Cell:
         rule = stopping.StopRule.from_timing(self.job["timing"])
         periods, by_kernel, unfed = [], {}, 0
 
+        taken: list[float] = []
+
         def batch() -> list[float]:
             nonlocal unfed
-            counts = self.timer.chunk_counts(calls)
+            counts = self.timer.chunk_counts(_batch_size(rule, calls, taken))
             for _ in range(timing.MAX_RETRIES + 1):
                 trace, fed = kernels.profiled_chunks(self.timer, counts)
                 if fed:
@@ -212,6 +215,7 @@ class Cell:
             if figures is None:
                 raise UnreadableTrace(why_not)
             periods.extend(figures["period_ms"])
+            taken.extend(figures["kernel_ms"])
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
             return figures["kernel_ms"]
@@ -268,6 +272,19 @@ class Cell:
             gc.collect()
             if self.gpu:
                 torch.cuda.empty_cache()
+
+
+def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float]) -> int:
+    """The next profiled stream's calls: `calls` (sized by the warm-up's event time) first; then,
+    while the minimum samples or kernel time are not reached (kernel time is below the event time
+    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`."""
+    if not taken:
+        return calls
+    short_ms = rule.min_trial_ms - sum(taken)
+    if len(taken) < rule.min_samples or short_ms > 0:
+        mean = sum(taken) / len(taken)
+        return max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
+    return calls
 
 
 class UnreadableTrace(Exception):

@@ -13,6 +13,11 @@ it runs in use. Every iteration has its own pair of events; a trial's figure is 
 iterations. Optionally the L2 is cleared before every iteration (outside the events), as
 triton.testing.do_bench does.
 
+The device figure is not these events' time but the kernels' own time, read by CUPTI from the same
+kind of stream run under the profiler (fabench.measure.kernels.stream_figures); the events give the
+event pair around each call (do_bench's quantity, its peer) and the per-call period, which, with
+the same period by CUPTI, is the second method (fabench.analysis.entry.period_check).
+
 "queued" (the default) queues the eager call itself, so the figure is the time of exactly the
 kernels the published method launches. "graph" captures the call once in a CUDA/HIP graph and
 queues replays; on an H200 that changed what was timed (native fp32 +3% at seq 4096 against
@@ -45,11 +50,9 @@ SPARE_TO_RELAX = 0.75
 MAX_RETRIES = 3  # a chunk the GPU caught up with is measured again, this often at most
 DEVICE_TIME_METHODS = {
     "queued": ("eager calls queued in chunks behind a GPU sleep (torch.cuda._sleep), each chunk checked "
-               "to be fully queued before the GPU reached it; events around every call; a trial's figure "
-               "is the median over its iterations"),
+               "to be fully queued before the GPU reached it; events around every call"),
     "graph": ("CUDA/HIP graph of one call, replayed in chunks queued behind a GPU sleep, each chunk checked "
-              "to be fully queued before the GPU reached it; events around every replay; a trial's figure "
-              "is the median over its iterations"),
+              "to be fully queued before the GPU reached it; events around every replay"),
 }
 EAGER_FALLBACK = "eager calls queued behind a GPU sleep (graph capture failed)"
 
