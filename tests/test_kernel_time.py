@@ -184,3 +184,11 @@ def test_a_kernel_stream_short_of_the_minimum_time_is_topped_up_not_repeated():
     assert _batch_size(rule, 1000, []) == 1000
     assert _batch_size(rule, 1000, [0.019] * 1000) == 54  # 1 ms short at 19 us a call: 53 more, plus one
     assert _batch_size(rule, 1000, [0.025] * 1000) == 1000  # only the noise left to settle
+
+
+def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():
+    from fabench.measure.timing import trial_warmup_settings
+
+    timing = {"min_warmup_ms": 100, "max_warmup_ms": 1000}
+    assert trial_warmup_settings(timing, first=True)["min_warmup_ms"] == 100
+    assert trial_warmup_settings(timing, first=False) == {"min_warmup_ms": 0, "max_warmup_ms": 1000}

@@ -121,8 +121,8 @@ class Cell:
                 first = not self.entry["trials"]
                 calls = max(settings["warmup"] - 1, 0) if first else 0
                 with self._phase("warm-up", index):
-                    warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls,
-                                          gpu_state.sm_clock)
+                    warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
+                                          timing.trial_warmup_settings(settings, first), calls, gpu_state.sm_clock)
                 iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
                 samples = timing.device_samples(settings, warm["estimate_ms"])
                 # The cross-checks once per process, in its last trial: each judges the cell's
