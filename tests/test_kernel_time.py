@@ -192,3 +192,16 @@ def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():
     timing = {"min_warmup_ms": 100, "max_warmup_ms": 1000}
     assert trial_warmup_settings(timing, first=True)["min_warmup_ms"] == 100
     assert trial_warmup_settings(timing, first=False) == {"min_warmup_ms": 0, "max_warmup_ms": 1000}
+
+
+def test_the_report_row_names_the_second_methods_verdict_and_each_kernels_share():
+    from fabench.report.sections.timing import kernels_text, period_text, second_method_text
+
+    trials = [trial(p, 0, [0.018] * 3, [0.025] * 3, [0.0251] * 3) for p in (0, 1)]
+    for t in trials:
+        t["kernel_shares"] = kernel_shares({"elementwise": 12, "attn|x": 40}, 4)
+    entry = {"status": "ok", "trials": trials}
+    analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
+    assert period_text(entry) == "0.025"
+    assert second_method_text(entry) == "agrees: 0.4% apart, tolerance 2.0%"
+    assert kernels_text(entry) == "attn\\|x 77%; elementwise 23%"  # names escaped for the table
