@@ -205,3 +205,13 @@ def test_the_report_row_names_the_second_methods_verdict_and_each_kernels_share(
     assert period_text(entry) == "0.025"
     assert second_method_text(entry) == "agrees: 0.4% apart, tolerance 2.0%"
     assert kernels_text(entry) == "attn\\|x 77%; elementwise 23%"  # names escaped for the table
+
+
+def test_a_calls_memsets_and_copies_are_its_device_work_and_host_events_are_not():
+    from fabench.measure.kernels import device_work
+
+    events = [{"cat": "kernel", "ts": 5, "dur": 10, "name": "attn"},
+              {"cat": "gpu_memset", "ts": 1, "dur": 2, "name": "Memset (Device)"},
+              {"cat": "cuda_runtime", "ts": 0, "dur": 3, "name": "cudaLaunchKernel"},
+              {"cat": "ac2g", "ts": 0, "name": "flow"}]
+    assert [e["name"] for e in device_work(events)] == ["Memset (Device)", "attn"]

@@ -122,9 +122,19 @@ def _kernel_events(prof) -> list[dict]:
         prof.export_chrome_trace(path)
         with open(path) as handle:
             events = json.load(handle).get("traceEvents", [])
-    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("dur") is not None]
-    kernels.sort(key=lambda e: e.get("ts", 0))
-    return kernels
+    return device_work(events)
+
+
+# The trace's categories of a call's own device work: kernels, and the memsets and copies a library
+# issues as such rather than as kernels (a cuDNN call's memset may be either, by version).
+DEVICE_WORK = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+def device_work(events: list[dict]) -> list[dict]:
+    """The trace events that are device work (DEVICE_WORK), in start order."""
+    work = [e for e in events if e.get("cat") in DEVICE_WORK and e.get("dur") is not None]
+    work.sort(key=lambda e: e.get("ts", 0))
+    return work
 
 
 def _launch(event: dict) -> dict:
