@@ -140,7 +140,8 @@ def test_the_stopping_rule_times_out_on_noise_that_never_settles():
 
 def test_the_stopping_rule_converges_on_real_timings():
     """Real 2 ms sleeps timed on the host, in batches: the rule stops on its own once quiet."""
-    rule = stopping.StopRule(max_noise=0.3, min_samples=10, min_trial_ms=20.0, max_trial_ms=10_000)
+    # Loose: on a shared 2-core host a 2 ms sleep now and then lasts several times that.
+    rule = stopping.StopRule(max_noise=0.5, min_samples=10, min_trial_ms=20.0, max_trial_ms=20_000)
 
     def take():
         out = []
