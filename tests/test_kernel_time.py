@@ -216,3 +216,15 @@ def test_a_calls_memsets_and_copies_are_its_device_work_and_host_events_are_not(
               {"cat": "cuda_runtime", "ts": 0, "dur": 3, "name": "cudaLaunchKernel"},
               {"cat": "ac2g", "ts": 0, "name": "flow"}]
     assert [e["name"] for e in device_work(events)] == ["Memset (Device)", "attn"]
+
+
+def test_the_detectors_injected_change_moves_the_kernels_own_time():
+    """detector-check scales every trial's samples: the device figure's own (kernel_samples_ms) too,
+    or an injected change would never reach a figure taken from them."""
+    from fabench.analysis.detector import injected
+
+    trials = [trial(p, i, [0.018] * 3, [0.025] * 3, [0.025] * 3) for p in (0, 1) for i in (0, 1)]
+    result = {"variant": "tuned", "shape_id": "s", "platform": "cuda", "flops": 1e9, "method": {},
+              "backends": {"sdpa_cudnn": {"status": "ok", "trials": trials}}}
+    scaled = injected([result], 1.02)[0]["backends"]["sdpa_cudnn"]
+    assert scaled["device_ms"]["median"] == pytest.approx(0.018 * 1.02)
