@@ -228,3 +228,22 @@ def test_the_detectors_injected_change_moves_the_kernels_own_time():
               "backends": {"sdpa_cudnn": {"status": "ok", "trials": trials}}}
     scaled = injected([result], 1.02)[0]["backends"]["sdpa_cudnn"]
     assert scaled["device_ms"]["median"] == pytest.approx(0.018 * 1.02)
+
+
+def test_a_gpu_trial_and_its_analysis_fit_the_result_schema():
+    import jsonschema
+
+    from fabench.results.collect import result_schema
+
+    schema = result_schema()
+    trials = [trial(p, 0, [0.018] * 3, [0.025] * 3, [0.0251] * 3) for p in (0, 1)]
+    for t in trials:
+        t.update(kernel_shares=kernel_shares({"attn": 40}, 4), gpu_state=None,
+                 stop={"stopped": "converged", "samples": 3, "noise": 0.0, "elapsed_ms": 1.0})
+    entry = {"status": "ok", "trials": trials}
+    analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
+    defs = {"$defs": schema["$defs"]}
+    for t in entry["trials"]:
+        jsonschema.validate(t, {**defs, "$ref": "#/$defs/trial"})
+    jsonschema.validate(entry["stats"], {**defs, "$ref": "#/$defs/stats"})
+    jsonschema.validate(entry["cross_check"], {**defs, "$ref": "#/$defs/cross_check"})
