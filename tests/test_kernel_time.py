@@ -247,3 +247,26 @@ def test_a_gpu_trial_and_its_analysis_fit_the_result_schema():
         jsonschema.validate(t, {**defs, "$ref": "#/$defs/trial"})
     jsonschema.validate(entry["stats"], {**defs, "$ref": "#/$defs/stats"})
     jsonschema.validate(entry["cross_check"], {**defs, "$ref": "#/$defs/cross_check"})
+
+
+def test_the_report_counts_the_cells_the_second_method_judged_and_those_that_agree():
+    from fabench.report.sections.timing import second_method_counts
+
+    class Run:  # the report model's one method this count reads
+        def __init__(self, entries):
+            self.entries = entries
+
+        def ran_backends(self):
+            return ((None, "x", e) for e in self.entries)
+
+    def cell(events, cupti):
+        entry = {"status": "ok", "trials": [trial(p, 0, [0.018] * 3, [events] * 3, [cupti] * 3) for p in (0, 1)],
+                 "observations": {"notes": [], "do_bench_reason": None}}
+        return analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
+
+    unjudged = cell(0.025, 0.025)
+    for t in unjudged["trials"]:
+        del t["period_cupti_ms"]
+    unjudged = analyse_entry(unjudged, {"platform": "cuda", "flops": 1e9, "method": {}})
+    counts = second_method_counts(Run([cell(0.025, 0.0251), cell(1.0, 1.05), unjudged]))
+    assert counts == {"cells": 3, "judged": 2, "agreeing": 1}

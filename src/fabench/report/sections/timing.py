@@ -111,6 +111,17 @@ def stopping_text(rule: dict | None) -> str | None:
             f"{rule['min_samples']} samples and {rule['min_trial_ms']:g} ms of kernel time, or {rule['max_trial_ms']:g} ms")
 
 
+def second_method_counts(run: Run) -> dict | None:
+    """Of the ok cells with a device figure: how many the second method judged, how many agreed."""
+    cells = [b for _, _, b in run.ran_backends()
+             if b["status"] == "ok" and (b.get("device_ms") or {}).get("median") is not None]
+    judged = [c for c in cells if ((c.get("cross_check") or {}).get("second_method") or {}).get("agrees") is not None]
+    if not judged:
+        return None
+    return {"cells": len(cells), "judged": len(judged),
+            "agreeing": sum(1 for c in judged if c["cross_check"]["second_method"]["agrees"])}
+
+
 def joined(values) -> str:
     """Distinct values in order of appearance, escaped, comma-separated ("" when none)."""
     return ", ".join(md_text(v) for v in dict.fromkeys(v for v in values if v))
@@ -143,6 +154,7 @@ def context(run: Run, published: dict | None) -> dict:
         "wall_method": joined(r["method"]["wall"] for r in run.results),
         # Published numbers recast as results record no convention: the runner's is the contract's.
         "flop_convention": joined(r.get("flop_convention") for r in run.results) or md_text(FLOP_CONVENTION),
+        "second_method": second_method_counts(run) if device else None,
         "rows": role_rows(run, device),
         "all_rows": all_backend_rows(run, device),
     }
