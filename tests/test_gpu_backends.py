@@ -231,3 +231,22 @@ def test_a_loader_that_reads_another_config_fails_the_cell_as_config_mismatch(tm
     p.kernel_config_path = path
     entry = measure_backend(BACKENDS["triton"], p, reference_output(p.q, p.k, p.v, True), JOB)
     assert entry["status"] == "failed" and entry["failure_kind"] == "config_mismatch", entry["reason"]
+
+
+def test_kinetos_events_and_the_chrome_trace_list_the_same_device_work():
+    """The kernel loop reads Kineto's events directly (fast); the chrome trace is the fallback and
+    what the launch settings come from: both must hold the same kernels, durations and order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.half)
+    kernels.warm_profiler()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            a.zero_()
+            a @ a
+        torch.cuda.synchronize()
+    fast = kernels._kernel_events(prof)
+    slow = kernels.device_work(kernels._chrome_trace_events(prof))
+    assert len(fast) == len(slow) >= 6, (len(fast), len(slow))
+    assert [e["name"] for e in fast] == [e["name"] for e in slow]
+    assert all(abs(f["dur"] - s["dur"]) < 0.01 for f, s in zip(fast, slow))
