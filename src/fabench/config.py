@@ -219,6 +219,7 @@ SPEC_BLOCKS = {
     "settings.cpu": {"warmup": int, "iters": int},
     "settings.tolerance": {"max_abs_err": (int, float), "min_cosine": (int, float)},
     "settings.timing": {"trials": int, "repeats": int, "min_trial_ms": (int, float), "min_samples": int,
+                        "max_noise": (int, float), "max_trial_ms": (int, float),
                         "device_method": str,
                         "warmup_window_ms": (int, float), "warmup_tolerance": (int, float),
                         "warmup_clock_tolerance": (int, float), "min_warmup_ms": (int, float),

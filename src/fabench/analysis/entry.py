@@ -36,8 +36,19 @@ def trial_stats(trials: list[dict], stable_spread: float, notes: list[str]) -> d
     device_values = trial_values(trials, "device_ms")
     device = metric_summary(*device_values) if device_values[0] else None
     stable, reason = stability(device or wall, stable_spread, notes)
-    return {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
-            "stable": stable, "unstable_reason": reason, "device_cycles": device_cycles(trials)}
+    out = {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
+           "stable": stable, "unstable_reason": reason, "device_cycles": device_cycles(trials)}
+    periods = trial_medians(trials, "period_events_ms")
+    if periods[0]:  # beside the kernels' own time: the per-call time of the back-to-back stream
+        out["period_ms"] = metric_summary(*periods)
+        out["kernel_shares"] = next((t["kernel_shares"] for t in trials if t.get("kernel_shares")), None)
+    return out
+
+
+def trial_medians(trials: list[dict], samples_key: str) -> tuple[list[float], list[int]]:
+    """Each trial's median of one kind of samples (those that have them), and each one's process."""
+    kept = [t for t in trials if t.get(samples_key)]
+    return [stats.median(t[samples_key]) for t in kept], [t.get("process", 0) for t in kept]
 
 
 def device_cycles(trials: list[dict]) -> dict | None:
@@ -74,16 +85,32 @@ def analyse_entry(entry: dict, result: dict) -> dict:
     entry["host_overhead_ms"] = None if device_median is None else entry["wall_mean_ms"] - device_median
     if result.get("platform") != "cpu":
         tolerance = (method.get("cross_check") or {}).get("tolerance", DEFAULT_TOLERANCE)
-        entry["cross_check"] = cross_checks(trials, device_median, tolerance, observed)
+        # do_bench times each call between two events, the L2 cleared: its peer is our event pairs
+        # (the same quantity in our fed stream); results from before the kernels' own time was the
+        # figure compare it with the device median, which was the event pairs' median then.
+        pairs = trial_medians(trials, "device_samples_ms")[0]
+        peer = stats.median(pairs) if pairs and any(t.get("kernel_samples_ms") for t in trials) else device_median
+        entry["cross_check"] = cross_checks(trials, peer, tolerance, observed)
+        second = period_check(trials)
+        if second is not None:
+            entry["cross_check"] = dict(entry["cross_check"] or {"do_bench_ms": None, "agrees": None,
+                                                                 "reason": "do_bench not run"})
+            entry["cross_check"]["second_method"] = second
     return entry
 
 
 def trial_figures(trials: list[dict]) -> None:
-    """Each trial's device figure, the median of its per-iteration samples (in place). Trials
-    recorded before the samples were kept carry the figure itself and keep it."""
+    """Each trial's device figure (in place): the median of its kernel-time samples (the kernels'
+    own time per call, CUPTI), where the entry has them; in results measured before, the median of
+    the event pairs around each call. A trial without kernel samples in an entry that has them (its
+    trace could not be read, the note says why) has no device figure: one figure is never a mix of
+    two quantities. Trials recorded before any samples were kept carry the figure and keep it."""
+    key = "kernel_samples_ms" if any(t.get("kernel_samples_ms") for t in trials) else "device_samples_ms"
     for trial in trials:
-        if trial.get("device_samples_ms"):
-            trial["device_ms"] = stats.median(trial["device_samples_ms"])
+        if trial.get(key):
+            trial["device_ms"] = stats.median(trial[key])
+        elif key == "kernel_samples_ms":
+            trial["device_ms"] = None
 
 
 def analyse_measured(entry: dict, job: dict) -> dict:
@@ -123,15 +150,53 @@ def cross_checks(trials: list[dict], device_median: float | None, tolerance: flo
 
 
 def judged(check: dict | None) -> dict | None:
-    """The independent check that judged the cell: do_bench where it could, else the profiler."""
+    """The independent check that judged the cell: the second method (the period by events against
+    the period by CUPTI) where measured, else do_bench where it could, else the older profiler check."""
     if not check:
         return None
+    second = check.get("second_method") or {}
+    if second.get("agrees") is not None:
+        return {"by": "second method", "agrees": second["agrees"], "reason": second.get("reason")}
     if check.get("agrees") is not None:
         return {"by": "do_bench", "agrees": check["agrees"], "reason": check.get("reason")}
     profiler = check.get("profiler") or {}
     if profiler.get("agrees") is not None:
         return {"by": "profiler", "agrees": profiler["agrees"], "reason": profiler.get("reason")}
     return None
+
+
+# The events' timestamps resolve about 0.5 us (CUDA's documented resolution); a median period can
+# be off by up to that much from quantisation alone, which no count of samples averages away.
+EVENT_RESOLUTION_MS = 0.0005
+
+
+def period_check(trials: list[dict]) -> dict | None:
+    """The second method: the per-call period of the back-to-back stream by CUDA/HIP events (the
+    device loop) against the same period by CUPTI (the profiled streams, run separately in the same
+    trials). The same quantity by two clocks and two runs: they agree when the CUPTI timeline the
+    kernels' own time is read from has every kernel of every call in it and matches the stream as
+    events see it. The kernels' own time itself has no second clock (events cannot time a call
+    without the gaps around its kernels); the period's agreement is what vouches for its timeline.
+
+    Tolerance, from the measured noise of both: the half-range of each method's trial medians
+    (their own repeatability across trials and processes) summed, plus the events' resolution
+    relative to the period. None where either side was not measured."""
+    events, _ = trial_medians(trials, "period_events_ms")
+    cupti, _ = trial_medians(trials, "period_cupti_ms")
+    if not events or not cupti:
+        return None
+    by_events, by_cupti = stats.median(events), stats.median(cupti)
+    noise = {"events": stats.spread(events) / 2, "cupti": stats.spread(cupti) / 2,
+             "resolution": EVENT_RESOLUTION_MS / by_events}
+    tolerance = sum(noise.values())
+    off = stats.relative_difference(by_events, by_cupti)
+    out = {"events_ms": by_events, "cupti_ms": by_cupti, "difference": off, "tolerance": tolerance,
+           "tolerance_parts": noise, "agrees": off <= tolerance, "reason": None}
+    if off > tolerance:
+        out["reason"] = (f"per-call period by events {by_events:.4f} ms, by CUPTI {by_cupti:.4f} ms: {off:.1%} apart, "
+                         f"tolerance {tolerance:.1%} (half-ranges {noise['events']:.1%} + {noise['cupti']:.1%}, "
+                         f"resolution {noise['resolution']:.1%})")
+    return out
 
 
 def profiler_check(values: list[float], device_median: float | None, tolerance: float, trials: list[dict]) -> dict:

@@ -19,9 +19,9 @@ GROUPS = {
     "start-up": ("interpreter start", "imports", "device set-up", "aiter config read-back",
                  "inputs and fp32 reference"),
     "compiling and the correctness check": ("prepare", "first call and check"),
-    "kernel identification": ("kernel identification", "device timer set-up"),
+    "kernel identification": ("profiler start-up", "kernel identification", "device timer set-up"),
     "measuring: warm-up": ("warm-up",),
-    "measuring: timed loops": ("device loop", "wall loop"),
+    "measuring: timed loops": ("device loop", "kernel loop", "wall loop"),
     "independent checks": ("do_bench", "profiler"),
     "ending": ("release", "provenance", "write and exit"),
 }

@@ -8,11 +8,12 @@ Whatever a backend raises becomes its failed entry with the reason; it never sto
 from __future__ import annotations
 
 import gc
+import math
 import time
 
 import torch
 
-from fabench.measure import kernels, metrics, timeline, timing
+from fabench.measure import kernels, metrics, stopping, timeline, timing
 from fabench.measure.backends import Backend, Prepared, Problem
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState, slowdown
@@ -20,10 +21,8 @@ from fabench.measure.platform import synchronize
 from fabench.results.contract import backend_entry
 
 
-# Calls profiled in process 0's last trial, each behind an L2 clear; the check is their median span.
-PROFILED_CALLS = 5
-# Kernels per call assumed by the device loop's chunking where no profile counted them (processes
-# after the first): it sizes chunks to stay below the launch queue's depth, nothing else.
+# Kernels per call assumed by the device loop's chunking where no profile counted them (the
+# profile failed): it sizes chunks to stay below the launch queue's depth, nothing else.
 UNPROFILED_KERNELS_PER_CALL = 8
 
 
@@ -38,6 +37,7 @@ class Cell:
         self.live = False
         self.device_fallback: str | None = None  # why the device time is not from graph replays
         self.launches_per_call: int | None = None  # kernels one call launches, where profiled
+        self.first_call_ms: float | None = None  # sizes a CPU trial's loop before any trial ran
 
     @property
     def gpu(self) -> bool:
@@ -77,6 +77,7 @@ class Cell:
             synchronize(self.problem.platform)
             first_s = time.perf_counter() - began
         self.generated = generated.modules
+        self.first_call_ms = first_s * 1000.0
         if self.backend.compiled:
             self.entry["compile_s"] = first_s
         if self.prepared.verify:
@@ -94,17 +95,13 @@ class Cell:
                                      f"(at least {tol['min_cosine']:g})"
                               if correctness["finite"] else "wrong numbers: output has inf or nan")
 
-    @property
-    def profiled(self) -> bool:
-        """Whether this process profiles the backend's kernels: the job's first process only. The
-        profiler's first use in a process cost 4.9-6.9 s on an H200 (a third of a process's time),
-        and the kernels a job launches are one fact of the job; the merge notes processes whose
-        Inductor source differs (kernels.describe hashes it without the profiler)."""
-        return self.process == 0
-
     def _kernels_and_timer(self) -> None:
+        """Every process profiles: the device figure is the kernels' own time from the profiler's
+        trace. Its first-use cost (4.7-6.9 s a process) is paid once per process (warm_profiler)."""
+        with timeline.phase("profiler start-up", self.backend.name):
+            kernels.warm_profiler()
         with timeline.phase("kernel identification", self.backend.name):
-            launches = kernels.profile_call(self.prepared.fn) if self.profiled else None
+            launches = kernels.profile_call(self.prepared.fn)
             self.entry["kernels"] = kernels.describe(launches, self.generated)
             self.launches_per_call = len(launches) if launches is not None else None
         with timeline.phase("device timer set-up", self.backend.name):
@@ -124,27 +121,27 @@ class Cell:
                 first = not self.entry["trials"]
                 calls = max(settings["warmup"] - 1, 0) if first else 0
                 with self._phase("warm-up", index):
-                    warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer, settings, calls,
-                                          gpu_state.sm_clock)
-                iters = timing.trial_iters(settings, warm["estimate_ms"])
+                    warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
+                                          timing.trial_warmup_settings(settings, first), calls, gpu_state.sm_clock)
+                iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
                 samples = timing.device_samples(settings, warm["estimate_ms"])
                 # The cross-checks once per process, in its last trial: each judges the cell's
                 # figure, and per trial they cost more than the trials (do_bench alone ~0.13 s a call).
                 last = index == settings["trials"] - 1
-                # Device loop and do_bench right after the warm-up, back to back, so both see the
-                # GPU in the state the warm-up settled; the published method's loop, which idles
-                # the GPU at every synchronize, last.
+                # Device loop (events), kernel loop (CUPTI) and do_bench right after the warm-up,
+                # back to back, so all see the GPU in the state the warm-up settled; the published
+                # method's loop, which idles the GPU at every synchronize, last.
                 with self._phase("device loop", index):
-                    device = self._device_samples(samples, index)
+                    device, periods = self._device_samples(samples, index)
+                with self._phase("kernel loop", index):
+                    kernel = self._kernel_samples(samples, index)
                 # One query, so do_bench follows without a pause: under a power cap the two methods
                 # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
                 after_device = gpu_state.sm_clock()
-                peer, profiled = ({"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}), None
+                peer = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
                 if last:
                     with self._phase("do_bench", index):
                         peer = self._cross_check_trial()
-                    with self._phase("profiler", index):
-                        profiled = self._profiled_ms()
                 end = gpu_state.read()  # the state the device figures were taken in
                 with self._phase("wall loop", index):
                     wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
@@ -158,7 +155,7 @@ class Cell:
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
             # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
             "device_ms": None, "device_samples_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
-            **({"profiler_calls_ms": profiled} if profiled else {}),
+            **({"period_events_ms": periods} if periods is not None else {}), **(kernel or {}),
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
             if self.gpu and (start or end) else None,
             # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
@@ -169,17 +166,70 @@ class Cell:
     def _phase(self, name: str, trial: int):
         return timeline.phase(name, self.backend.name, trial)
 
-    def _device_samples(self, iters: int, index: int) -> list[float] | None:
-        """Each timed iteration's device time (ms, to the nanosecond: events resolve ~0.5 us)."""
+    def _host_estimate_ms(self) -> float | None:
+        """Without a device timer (a CPU), a trial's loop is sized by the last trial's wall mean,
+        the first trial's by the checked first call (compiled backends' first calls compile, so
+        theirs is too long: it only shortens that loop), as pytest-benchmark calibrates its rounds
+        to a minimum time; no extra call is made for it (one native call at seq 4096 is 13-40 s on
+        2 cores)."""
+        if self.entry["trials"]:
+            return self.entry["trials"][-1]["wall_mean_ms"]
+        return self.first_call_ms
+
+    def _device_samples(self, iters: int, index: int) -> tuple[list[float] | None, list[float] | None]:
+        """Each timed call's event pair (ms, to the nanosecond: events resolve ~0.5 us) and the
+        periods between consecutive calls' start events: the events' side of the second method."""
         if self.timer is None:
-            return None
+            return None, None
         before = self.timer.caught_up
-        samples = self.timer.samples(iters)
+        samples, periods = self.timer.samples_and_periods(iters)
         if self.timer.caught_up > before:
             self.notes.append(f"process {self.process} trial {index}: the GPU reached "
                               f"{self.timer.caught_up - before} chunk(s) before the host had queued them "
                               f"(not proven fed after {timing.MAX_RETRIES} longer sleeps)")
-        return [round(sample, 6) for sample in samples]
+        return [round(sample, 6) for sample in samples], [round(period, 6) for period in periods]
+
+    def _kernel_samples(self, calls: int, index: int) -> dict | None:
+        """The device figure's samples: each call's kernels' own time (summed CUPTI durations), from
+        the device loop's stream run under the profiler, in batches of `calls` until the stopping
+        rule (fabench.measure.stopping) says stop; with the CUPTI periods of the same streams, each
+        kernel's share and why it stopped. None on a CPU or where the trace cannot be read (the
+        note says why: the cell then has no device figure from this trial)."""
+        if self.timer is None or not self.launches_per_call:
+            return None
+        rule = stopping.StopRule.from_timing(self.job["timing"])
+        periods, by_kernel, unfed = [], {}, 0
+
+        taken: list[float] = []
+
+        def batch() -> list[float]:
+            nonlocal unfed
+            counts = self.timer.chunk_counts(_batch_size(rule, calls, taken))
+            for _ in range(timing.MAX_RETRIES + 1):
+                trace, fed = kernels.profiled_chunks(self.timer, counts)
+                if fed:
+                    break
+                unfed += 1
+            figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
+                                                      self.timer.cache is not None)
+            if figures is None:
+                raise UnreadableTrace(why_not)
+            periods.extend(figures["period_ms"])
+            taken.extend(figures["kernel_ms"])
+            for name, us in figures["by_kernel"].items():
+                by_kernel[name] = by_kernel.get(name, 0.0) + us
+            return figures["kernel_ms"]
+
+        try:
+            samples, stop = stopping.collect(rule, batch)
+        except UnreadableTrace as err:
+            self.notes.append(f"process {self.process} trial {index}: no kernel time: {err}")
+            return None
+        if unfed:
+            self.notes.append(f"process {self.process} trial {index}: {unfed} profiled stream(s) measured again, "
+                              f"the GPU having reached a call before the host had queued it")
+        return {"kernel_samples_ms": [round(s, 6) for s in samples], "period_cupti_ms": [round(p, 6) for p in periods],
+                "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
 
     # --- after the trials -----------------------------------------------------------------
 
@@ -202,18 +252,6 @@ class Cell:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
             return none
 
-    def _profiled_ms(self) -> list[float] | None:
-        """The kernels' own time per call from torch.profiler (as tritonbench's profiler mode), in
-        the conditions of our device loop: a check without the host in it, so short kernels that
-        do_bench cannot judge are checked too. None on a CPU, in processes that do not profile, or
-        when the trace could not be read (the note says why)."""
-        if self.timer is None or not self.profiled or not self.job["timing"].get("profiler_check", True):
-            return None
-        spans, why_not = kernels.call_spans_ms(self.prepared.fn, PROFILED_CALLS, self.launches_per_call, self.timer)
-        if spans is None:
-            self.notes.append(f"process {self.process}: no profiler check: {why_not}")
-        return spans
-
     def finish(self) -> dict:
         """The raw entry: trials and observations; fabench.analysis derives every figure from it."""
         reason = self.do_bench_reason or (None if self.job["timing"]["do_bench"] else "do_bench disabled in config")
@@ -234,3 +272,20 @@ class Cell:
             gc.collect()
             if self.gpu:
                 torch.cuda.empty_cache()
+
+
+def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float]) -> int:
+    """The next profiled stream's calls: `calls` (sized by the warm-up's event time) first; then,
+    while the minimum samples or kernel time are not reached (kernel time is below the event time
+    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`."""
+    if not taken:
+        return calls
+    short_ms = rule.min_trial_ms - sum(taken)
+    if len(taken) < rule.min_samples or short_ms > 0:
+        mean = sum(taken) / len(taken)
+        return max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
+    return calls
+
+
+class UnreadableTrace(Exception):
+    """A profiler trace whose kernels cannot be told apart per call (the message says why)."""

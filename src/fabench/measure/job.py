@@ -38,6 +38,8 @@ from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
+from fabench.measure.kernels import KERNEL_TIME, PERIOD
+from fabench.measure.stopping import StopRule
 from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json, timing_settings
 from fabench.files import write_json
@@ -272,6 +274,10 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
         "warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"], "wall": WALL_METHOD,
         "device_timer": f"{platform}-events-{timing['device_method']}" if gpu else None,
         "device_time": DEVICE_TIME_METHODS[timing["device_method"]] if gpu else None,
+        # The device figure and the per-call period beside it (fabench.measure.kernels.stream_figures).
+        "device_figure": KERNEL_TIME if gpu else None,
+        "period": PERIOD if gpu else None,
+        "stopping": StopRule.from_timing(timing).describe() if gpu else None,
         "device_fallbacks": fallbacks,
         "trials": timing["trials"], "min_trial_ms": timing["min_trial_ms"], "repeats": timing["repeats"],
         "clear_l2": bool(timing["clear_l2"]) if gpu else False,

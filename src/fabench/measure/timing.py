@@ -13,6 +13,11 @@ it runs in use. Every iteration has its own pair of events; a trial's figure is 
 iterations. Optionally the L2 is cleared before every iteration (outside the events), as
 triton.testing.do_bench does.
 
+The device figure is not these events' time but the kernels' own time, read by CUPTI from the same
+kind of stream run under the profiler (fabench.measure.kernels.stream_figures); the events give the
+event pair around each call (do_bench's quantity, its peer) and the per-call period, which, with
+the same period by CUPTI, is the second method (fabench.analysis.entry.period_check).
+
 "queued" (the default) queues the eager call itself, so the figure is the time of exactly the
 kernels the published method launches. "graph" captures the call once in a CUDA/HIP graph and
 queues replays; on an H200 that changed what was timed (native fp32 +3% at seq 4096 against
@@ -45,11 +50,9 @@ SPARE_TO_RELAX = 0.75
 MAX_RETRIES = 3  # a chunk the GPU caught up with is measured again, this often at most
 DEVICE_TIME_METHODS = {
     "queued": ("eager calls queued in chunks behind a GPU sleep (torch.cuda._sleep), each chunk checked "
-               "to be fully queued before the GPU reached it; events around every call; a trial's figure "
-               "is the median over its iterations"),
+               "to be fully queued before the GPU reached it; events around every call"),
     "graph": ("CUDA/HIP graph of one call, replayed in chunks queued behind a GPU sleep, each chunk checked "
-              "to be fully queued before the GPU reached it; events around every replay; a trial's figure "
-              "is the median over its iterations"),
+              "to be fully queued before the GPU reached it; events around every replay"),
 }
 EAGER_FALLBACK = "eager calls queued behind a GPU sleep (graph capture failed)"
 
@@ -112,27 +115,57 @@ class DeviceTimer:
         self.run = self.graph.replay if self.graph is not None else fn
         self.method = DEVICE_TIME_METHODS[method] if self.fallback_reason is None else EAGER_FALLBACK
         ops_per_iter = 3 + (1 if self.graph is not None else max(kernels_per_call, 1)) + (1 if clear_l2 else 0)
-        self.chunk = max(1, MAX_QUEUED_OPS // ops_per_iter)
+        self.chunk = max(1, MAX_QUEUED_OPS // 2 // ops_per_iter)  # two chunks in flight (run_chunks)
+        self.last_end: torch.cuda.Event | None = None  # the last timed call's end event
         self.cache = l2_buffer() if clear_l2 else None
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
         self.sleep_factor = SLEEP_FACTOR
-        self.busy_ms = 0.0  # device time of every timed iteration, chunks measured again included
+        self.busy_ms = 0.0  # device time of every timed chunk's calls, chunks measured again included
+        self.idle_ms = 0.0  # device time before each chunk's first call: the sleep, and any wait for the host
         self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
 
     def samples(self, n: int) -> list[float]:
+        return self.samples_and_periods(n)[0]
+
+    def samples_and_periods(self, n: int) -> tuple[list[float], list[float]]:
+        """n event pairs (each call's start to end event), and the periods between consecutive
+        calls' start events within each chunk (the per-call time of the back-to-back stream). A
+        chunk the GPU caught up with is measured again with a longer sleep, MAX_RETRIES times in a
+        row at most; then it is kept, and counted in caught_up (the trial's verdict says so)."""
         out: list[float] = []
+        periods: list[float] = []
+        unfed_in_a_row = 0
         while len(out) < n:
-            count = min(self.chunk, n - len(out))
-            for attempt in range(MAX_RETRIES + 1):
-                times, fed = self._chunk(count)
-                if fed:
-                    break
-                self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
-            else:
-                self.caught_up += 1  # kept, and the trial's verdict says so
-            out += times
-        return out
+            for times, between, fed in self.run_chunks(self.chunk_counts(n - len(out))):
+                if not fed:
+                    self.sleep_factor = min(self.sleep_factor * 2, MAX_SLEEP_FACTOR)
+                    if unfed_in_a_row < MAX_RETRIES:
+                        unfed_in_a_row += 1
+                        continue
+                    self.caught_up += 1
+                unfed_in_a_row = 0
+                out += times
+                periods += between
+        return out, periods
+
+    def chunk_counts(self, n: int) -> list[int]:
+        return [min(self.chunk, n - done) for done in range(0, n, self.chunk)]
+
+    def run_chunks(self, counts: list[int]) -> list[tuple[list[float], list[float], bool]]:
+        """Each chunk's (event pairs, periods, fed), chunk k+1 queued before chunk k's events are
+        read: reading a chunk's events takes the host milliseconds (hundreds of driver calls), and
+        the GPU would idle through them after every chunk (the busy test read 0.87-0.89 on H100s).
+        Two chunks in flight stay below the launch queue's depth (self.chunk is sized so)."""
+        results, pending = [], None
+        for count in counts:
+            queued = self._queue(count)
+            if pending is not None:
+                results.append(self._read(pending))
+            pending = queued
+        if pending is not None:
+            results.append(self._read(pending))
+        return results
 
     def _sleep_ms(self, count: int) -> float:
         """Long enough for the host to stay ahead of the GPU through `count` iterations: one call's
@@ -151,7 +184,9 @@ class DeviceTimer:
         if self.cache is not None:
             self.cache.zero_()
 
-    def _chunk(self, count: int) -> tuple[list[float], bool]:
+    def _queue(self, count: int) -> dict:
+        """Queue one chunk: a marker event, the sleep, then per call the L2 clear (when configured)
+        and the call between its two events; the host time by which each call was queued."""
         marker = torch.cuda.Event(enable_timing=True)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
@@ -166,16 +201,26 @@ class DeviceTimer:
             end.record()
             queued.append(time.perf_counter())
         self.host_ms_per_iter = (queued[-1] - began) * 1000.0 / count
+        return {"marker": marker, "starts": starts, "ends": ends, "queued_ms": [(q - began) * 1000.0 for q in queued]}
+
+    def _read(self, chunk: dict) -> tuple[list[float], list[float], bool]:
+        """A queued chunk's event pairs, its periods and whether it was proven fed (see _fed)."""
+        marker, starts, ends, queued_ms = chunk["marker"], chunk["starts"], chunk["ends"], chunk["queued_ms"]
         ends[-1].synchronize()
-        self.device_ms_per_iter = starts[0].elapsed_time(ends[-1]) / count
-        queued_ms = [(q - began) * 1000.0 for q in queued]
+        self.last_end = ends[-1]
+        self.device_ms_per_iter = starts[0].elapsed_time(ends[-1]) / len(starts)
         reached_ms = [marker.elapsed_time(start) for start in starts]
         times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
-        self.busy_ms += sum(times)
+        periods = [a.elapsed_time(b) for a, b in zip(starts, starts[1:])]
+        # Busy: from the first call's start to the last one's end, the gaps between calls included
+        # (the GPU is not idle in them: it runs the events and launches the next kernel); idle: the
+        # lead-in from the marker, the sleep and any wait for the host.
+        self.busy_ms += starts[0].elapsed_time(ends[-1])
+        self.idle_ms += reached_ms[0]
         fed = _fed(queued_ms, reached_ms)
         if fed:
             self.sleep_factor = relaxed_sleep_factor(self.sleep_factor, queued_ms, reached_ms)
-        return times, fed
+        return times, periods, fed
 
 
 def _fed(queued_ms: list[float], reached_ms: list[float]) -> bool:
@@ -275,6 +320,14 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
         previous = current
         count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
         window_ms = min(window_ms * 2, 4 * timing["warmup_window_ms"])
+
+
+def trial_warmup_settings(timing: dict, first: bool) -> dict:
+    """A process's first trial of a backend warms up for at least min_warmup_ms (so a power cap has
+    set in); a later one only until two consecutive windows agree in time and SM clock: the GPU has
+    been busy with the job's trials since (they are interleaved), and where the clock still moves
+    the clock check goes on as long as it moves. This cut ~0.1 s per later trial."""
+    return timing if first else {**timing, "min_warmup_ms": 0}
 
 
 def _agree(now: float | None, before: float | None, tolerance: float) -> bool:

@@ -45,6 +45,26 @@ def cross_check_text(backend: dict) -> str:
     return f"{fmt_ms(check['do_bench_ms'])} ({verdict[check.get('agrees')]})"
 
 
+def period_text(backend: dict) -> str:
+    """The per-call period of the back-to-back stream (events), beside the kernels' own time."""
+    return fmt_ms((((backend.get("stats") or {}).get("period_ms")) or {}).get("median"))
+
+
+def second_method_text(backend: dict) -> str:
+    """The period by events against the period by CUPTI: agrees or differs, within which tolerance."""
+    check = (backend.get("cross_check") or {}).get("second_method")
+    if not check:
+        return "n/a"
+    verdict = "agrees" if check["agrees"] else "**differs**"
+    return f"{verdict}: {check['difference']:.1%} apart, tolerance {check['tolerance']:.1%}"
+
+
+def kernels_text(backend: dict) -> str:
+    """The kernels one call launches and each one's share of the call's kernel time."""
+    shares = (backend.get("stats") or {}).get("kernel_shares") or []
+    return "; ".join(f"{md_text(k['name'][:60])} {k['share']:.0%}" for k in shares) or "n/a"
+
+
 def role_rows(run: Run, device: bool) -> list[list[str]]:
     """The three report columns' backends that ran: the published method's figure, the trials'
     median with its 95% CI, spread and verdict, the host overhead and do_bench beside it."""
@@ -59,9 +79,10 @@ def role_rows(run: Run, device: bool) -> list[list[str]]:
                    backend_name(result["roles"][role], backend), fmt_ms(backend.get("wall_mean_ms"))]
             if device:
                 row += [fmt_ms((backend.get("device_ms") or {}).get("median")), ci_text(summary),
-                        spread_text(summary), stable_text(backend), fmt_ms(backend.get("host_overhead_ms")),
+                        spread_text(summary), stable_text(backend), period_text(backend),
+                        second_method_text(backend), fmt_ms(backend.get("host_overhead_ms")),
                         cross_check_text(backend), fmt_sig(tflops(result, backend, "device_median")),
-                        fmt_sig(tflops(result, backend, "wall"))]
+                        fmt_sig(tflops(result, backend, "wall")), kernels_text(backend)]
             else:
                 row += [ci_text(summary), spread_text(summary), stable_text(backend),
                         fmt_sig(tflops(result, backend, "wall"))]
@@ -81,6 +102,24 @@ def all_backend_rows(run: Run, device: bool) -> list[list[str]]:
             row.append(fmt_sig(tflops(result, backend, "wall")))
         rows.append(row + [md_text(backend.get("reason") or "")])
     return rows
+
+
+def stopping_text(rule: dict | None) -> str | None:
+    if not rule:
+        return None
+    return (f"samples until their relative noise is at most {rule['max_noise']:.1%}, with at least "
+            f"{rule['min_samples']} samples and {rule['min_trial_ms']:g} ms of kernel time, or {rule['max_trial_ms']:g} ms")
+
+
+def second_method_counts(run: Run) -> dict | None:
+    """Of the ok cells with a device figure: how many the second method judged, how many agreed."""
+    cells = [b for _, _, b in run.ran_backends()
+             if b["status"] == "ok" and (b.get("device_ms") or {}).get("median") is not None]
+    judged = [c for c in cells if ((c.get("cross_check") or {}).get("second_method") or {}).get("agrees") is not None]
+    if not judged:
+        return None
+    return {"cells": len(cells), "judged": len(judged),
+            "agreeing": sum(1 for c in judged if c["cross_check"]["second_method"]["agrees"])}
 
 
 def joined(values) -> str:
@@ -104,10 +143,18 @@ def context(run: Run, published: dict | None) -> dict:
         "interval_header": "95% CI (ms)" if names and all("processes" in n for n in names) else "Interval (ms)",
         "device": device,
         "device_timer": joined(r["method"].get("device_timer") for r in run.results),
+        # What the device figure and the period are, in the measuring code's words (absent in results
+        # from before the kernels' own time was the figure: the device figure was the event pairs then).
+        "device_figure": joined(r["method"].get("device_figure") for r in run.results),
+        "period": joined(r["method"].get("period") for r in run.results),
+        "stopping": joined(stopping_text(r["method"].get("stopping")) for r in run.results),
+        "clear_l2": joined("cleared before every call" if r["method"].get("clear_l2") else "not cleared"
+                           for r in run.results),
         "platforms": joined(run.platforms()),
         "wall_method": joined(r["method"]["wall"] for r in run.results),
         # Published numbers recast as results record no convention: the runner's is the contract's.
         "flop_convention": joined(r.get("flop_convention") for r in run.results) or md_text(FLOP_CONVENTION),
+        "second_method": second_method_counts(run) if device else None,
         "rows": role_rows(run, device),
         "all_rows": all_backend_rows(run, device),
     }
