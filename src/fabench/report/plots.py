@@ -332,7 +332,8 @@ def versions_figure(comparison: dict, variant: str):
     metrics, marks, drawn = set(), set(), {}
     for ax, sid in zip(axes.flat, shape_ids):
         for r in (r for r in rows if r["shape_id"] == sid):
-            style = {"color": palette[r["backend"]], "offset": cross_offset(backends.index(r["backend"]), len(backends))}
+            offset = cross_offset(backends.index(r["backend"]), len(backends))
+            style = {"color": palette[r["backend"]], "offset": offset}
             if draw_version_line(ax, r, entries, style, flagged, metrics, marks):
                 drawn.setdefault(r["backend"], r["label"])
         shape = shapes[sid]
