@@ -4,6 +4,7 @@ environment the README installs (its tools are in every host lock: tests/test_en
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -50,3 +51,13 @@ def test_the_slurm_profiles_dry_run_plans_the_measure_jobs(tmp_path):
     proc = snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"), "report")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert planned_jobs(proc)["measure"] > 0
+
+
+def test_the_readme_is_read_in_minutes_and_every_page_it_points_to_exists():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.split()) <= 1500
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert links and all((REPO / link).exists() for link in links), [l for l in links if not (REPO / l).exists()]
+    for page in (REPO / "docs").glob("*.md"):  # the docs' links to each other too
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / link).exists(), f"{page.name}: {link}"
