@@ -169,11 +169,11 @@ def variants_alike(run: Run) -> dict | None:
     """When there are variants but no backend measured here ran other code in one than in another
     (their recorded implementation, config and kernel): which backends ran, and whether the Triton
     role, the one that reads the variant's config, is among them. None when a variant changed code."""
-    ran = list(dict.fromkeys(n for r in run.results for n, b in r["backends"].items() if b["status"] == "ok"))
+    ran = dict((n, b["label"]) for r in run.results for n, b in r["backends"].items() if b["status"] == "ok")
     if len(run.variants) < 2 or not ran or any(ran_differently(run, name) for name in ran):
         return None
     triton = run.first["roles"].get("triton")
-    return {"backends": [md_text(run.first["backends"][n]["label"]) for n in ran],
+    return {"backends": [md_text(label) for label in ran.values()],
             "triton": md_text(run.label("triton")), "triton_ran": triton in ran}
 
 
