@@ -290,7 +290,7 @@ def test_a_store_waits_for_the_lock_and_says_so(run, schema, tmp_path):
     holder = start_store(run, root, schema, "locked")
     waiting = subprocess.Popen([sys.executable, "-m", "fabench.cli", "archive", "store", str(other), "--root",
                                 str(root), "--schema", schema], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_interrupt)
     assert "waiting for another store into" in waiting.stderr.readline()
     assert waiting.poll() is None  # it waits while the lock is held
     holder.send_signal(signal.SIGINT)
@@ -301,11 +301,17 @@ def test_a_store_waits_for_the_lock_and_says_so(run, schema, tmp_path):
 
 # ---------------------------------------------------------------- interrupted stores
 
+def default_interrupt() -> None:
+    """In a child before it starts: Ctrl-C stops it, whatever started pytest (`nohup ... &` and other
+    wrappers hand on SIGINT ignored, and Python keeps an inherited ignore, so SIGINT would not stop it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_store(run_dir: Path, root: Path, schema: str, pause_at: str) -> subprocess.Popen:
     """A store stopped at a named step (FABENCH_TEST_PAUSE_AT); returns once it is there."""
     proc = subprocess.Popen([sys.executable, "-m", "fabench.cli", "archive", "store", str(run_dir), "--root",
                              str(root), "--schema", schema], cwd=root.parent, env={**ENV, "FABENCH_TEST_PAUSE_AT": pause_at},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_interrupt)
     line = proc.stderr.readline()
     assert f"paused at {pause_at}" in line, line + proc.stderr.read()
     return proc
@@ -343,6 +349,19 @@ def test_an_interrupted_store_leaves_a_whole_entry_or_none_and_the_next_command_
     else:
         assert again.returncode == 0, again.stderr
     assert len(entries_in(root)) == 1 and verify_entry(entries_in(root)[0]) == []
+
+
+def test_the_interrupt_tests_pass_when_pytest_starts_with_ctrl_c_ignored(tmp_path):
+    """The tests above that send SIGINT, run by a pytest that inherited SIGINT ignored (as under
+    `nohup python -m pytest &`): each store still stops at once with 130."""
+    def ignore_interrupt() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(Path(__file__)), "-q", "-p", "no:cacheprovider",
+                           "-k", "SIGINT or waits_for_the_lock", "--basetemp", str(tmp_path / "inner")],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=100,
+                          preexec_fn=ignore_interrupt)
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
 def test_the_next_store_removes_what_a_killed_store_left(run, schema, tmp_path):

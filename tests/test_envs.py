@@ -89,6 +89,21 @@ def test_the_readme_and_ci_install_the_locks():
     assert "bash envs/refresh.sh" in readme
 
 
+# What the documented commands need beyond the workflow, each by the command the docs show: every host
+# lock holds it (pyproject's `workflow` extra), so the environment the README installs runs them all.
+DOCUMENTED_TOOLS = {"snakemake-executor-plugin-slurm": "snakemake -n --profile profiles/slurm",
+                    "pygments": "snakemake --report report.html",
+                    "pandas": "pandas.read_csv"}
+
+
+@pytest.mark.parametrize("lock", ["cpu.txt", "host.txt", "gpu.txt"])
+@pytest.mark.parametrize("tool", sorted(DOCUMENTED_TOOLS))
+def test_each_documented_command_has_its_tool_in_every_host_lock(tool, lock):
+    assert tool in locked(lock), f"{lock} lacks {tool}, which `{DOCUMENTED_TOOLS[tool]}` needs"
+    docs = (REPO / "README.md").read_text() + "".join(p.read_text() for p in (REPO / "docs").glob("*.md"))
+    assert DOCUMENTED_TOOLS[tool] in docs  # the command this pin is for is still the one documented
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lock", sorted(HOST_LOCKS))
 def test_pip_accepts_a_host_lock_whole_in_hash_checking_mode(lock, tmp_path):

@@ -169,3 +169,34 @@ def test_the_overlap_check_sees_crowded_labels():
     ax.set_xticks(range(20), [f"label {i}" for i in range(20)])  # twenty labels on 2 inches
     assert overlapping_labels(drawn(fig))
     matplotlib.pyplot.close(fig)
+
+
+def many_entries(comparison, count: int, failed_at: int) -> dict:
+    """`comparison`'s rows over `count` CPU-labelled entries; in entry `failed_at` SDPA and
+    FlexAttention both failed at every shape (as in the new user's entry 0006)."""
+    entries = [{"id": f"cpu-torch2.13.0+cpu/{i:04d}-{i:08x}"} for i in range(1, count + 1)]
+    rows = []
+    for row in comparison["rows"]:
+        cells = [dict(row["cells"][0], entry=e["id"]) for e in entries]
+        if row["backend"] in ("sdpa", "flex") and cells[failed_at]["status"] == "ok":
+            cells[failed_at] = {"entry": entries[failed_at]["id"], "status": "failed"}
+        rows.append({**row, "cells": cells})
+    return {"entries": entries, "rows": rows, "flags": []}
+
+
+def png_width(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], "big")  # the IHDR chunk's width
+
+
+@pytest.mark.parametrize("count", [2, 6, 12])
+def test_the_versions_png_fits_a_page_and_shows_each_failed_backend(comparison, tmp_path, count):
+    many = many_entries(comparison, count, failed_at=count - 2)
+    [path] = plots.write_version_plots(many, tmp_path, ["default"])
+    assert png_width(path) <= plots.MAX_WIDTH_PX
+    fig = drawn(plots.versions_figure(many, "default"))
+    assert overlapping_labels(fig) == []
+    for ax in (ax for ax in fig.axes if ax.get_title()):
+        crosses = [line.get_xdata()[0] for line in ax.get_lines() if line.get_marker() == "x"]
+        assert len(crosses) == 2 and len(set(crosses)) == 2  # one cross each, side by side
+        assert all(abs(x - (count - 2)) < 0.5 for x in crosses)  # both at the entry they failed in
+    matplotlib.pyplot.close(fig)

@@ -89,7 +89,8 @@ def test_a_title_change_rerenders_without_rerunning_benchmarks(tiny_run):
     config["variants"]["tuned"]["title"] = "After tuning, renamed"
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc) == {"render_report": 1, "report": 1}  # the plots read results only
+    # the plots read results only; the resolved config written with the report holds the title
+    assert planned_jobs(proc) == {"render_report": 1, "report": 1, "resolved_config": 1}
 
 
 def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
@@ -98,9 +99,9 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
     config["shapes"].append({"batch": 1, "seq": 96, "heads": 2, "head_dim": 32})
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    # One measuring process per job on this CPU (cpu.repeats 1).
+    # One measuring process per job on this CPU (cpu.repeats 1); the resolved config lists the shape.
     assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "benchmark": 2, "collect": 1, "plots": 1,
-                                  "render_report": 1, "report": 1}
+                                  "render_report": 1, "report": 1, "resolved_config": 1}
     new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
     assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
         f"results/tiny/{v}/b1-s96-h2-d32.json" for v in ("default", "tuned")}

@@ -25,6 +25,9 @@ rule render_report:
         published=published_numbers(),
         plots=["results/{run}/plots/latency.png", "results/{run}/plots/speedup.png"],
         sweep=sweep_summary,
+        # Not read here: the run's resolved config is written with its report, so that a run made by
+        # the report target alone is complete for `fabench archive store` (rule resolved_config).
+        config="results/{run}/config.json",
     output:
         markdown="results/{run}/report.md",
         # The same report as a page of its own, pictures embedded: the HTML report shows it.

@@ -321,10 +321,10 @@ def versions_figure(comparison: dict, variant: str):
         return message_figure(f"No archived results for variant {variant}.")
     shapes = {r["shape_id"]: r["shape"] for r in rows}
     shape_ids = sorted(shapes, key=lambda s: (family(shapes[s]), shapes[s]["seq"]))
-    columns = min(len(shape_ids), 2 if len(shape_ids) == 4 else 3)
+    panel_width, columns, upright = versions_layout(len(shape_ids), len(entries))
     lines = (len(shape_ids) + columns - 1) // columns
-    fig, axes = plt.subplots(lines, columns, figsize=(max(4.6, 1.1 * len(entries) + 2.6) * columns + 2.4,
-                                                      3.4 * lines + 1.0), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(lines, columns, figsize=(panel_width * columns + LEGEND_WIDTH_IN, 3.4 * lines + 1.0),
+                             squeeze=False, layout="constrained")
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     palette = dict(zip(backends, list(ROLE_COLORS.values()) + list(OTHER_COLORS) * 4))
     flagged = {(f["shape_id"], f["backend"], f["entry"]) for f in comparison["flags"]
@@ -332,19 +332,23 @@ def versions_figure(comparison: dict, variant: str):
     metrics, marks, drawn = set(), set(), {}
     for ax, sid in zip(axes.flat, shape_ids):
         for r in (r for r in rows if r["shape_id"] == sid):
-            if draw_version_line(ax, r, entries, palette[r["backend"]], flagged, metrics, marks):
+            offset = cross_offset(backends.index(r["backend"]), len(backends))
+            style = {"color": palette[r["backend"]], "offset": offset}
+            if draw_version_line(ax, r, entries, style, flagged, metrics, marks):
                 drawn.setdefault(r["backend"], r["label"])
         shape = shapes[sid]
         ax.set_title(f"seq {shape['seq']}, head_dim {shape['head_dim']} (batch {shape['batch']}, "
                      f"heads {shape['heads']})", fontsize=9)
-        ax.set_xticks(range(len(entries)), [entry_tick(e) for e in entries], fontsize=8)
+        ax.set_xticks(range(len(entries)), [entry_tick(e) for e in entries], fontsize=8,
+                      rotation=90 if upright else 0)
         ax.set_xlim(-0.5, len(entries) - 0.5)
         log_ms_axis(ax)
         ax.set_ylabel("ms (log scale)")
     for ax in list(axes.flat)[len(shape_ids):]:
         ax.axis("off")
-    fig.suptitle(f"Variant {variant} across archived versions: {metric_words(metrics)}, median with 95% CI "
-                 f"(oldest left)", fontsize=11)
+    title = (f"Variant {variant} across archived versions: {metric_words(metrics)}, median with 95% CI "
+             f"(oldest left)")
+    fig.suptitle(textwrap.fill(title, max(40, int(fig.get_figwidth() * 11))), fontsize=11)
     handles = [Line2D([], [], color=palette[b], marker="o", markersize=4, linewidth=1.4, label=label)
                for b, label in drawn.items()]
     handles += [MARK_PROXIES[m]() for m in ("regression", "unstable", "missing") if m in marks]
@@ -352,8 +356,34 @@ def versions_figure(comparison: dict, variant: str):
     return fig
 
 
-def draw_version_line(ax, row: dict, entries: list[str], color: str, flagged: set, metrics: set, marks: set) -> bool:
-    """One backend of one shape across the entries; True when it ran in at least one."""
+# The versions figure fits a report page: at most this wide (pixels at DPI), the legend's column included;
+# more entries than fit side by side turn their labels upright, more shapes wrap onto further lines of panels.
+MAX_WIDTH_PX = 1600
+LEGEND_WIDTH_IN = 2.4
+MARGIN_IN = 0.5  # the y axis's label and tick labels
+ENTRY_WIDTH_IN = 1.1  # an upright entry label ("cpu-torch2.13.0+cpu" at 8 pt) needs about this much
+
+
+def versions_layout(shapes: int, entries: int) -> tuple[float, int, bool]:
+    """Panel width (inches), panels per line, and whether the entry labels must stand upright to fit."""
+    usable = MAX_WIDTH_PX / DPI - LEGEND_WIDTH_IN - MARGIN_IN
+    wanted = max(4.6, ENTRY_WIDTH_IN * entries + 2.6)
+    columns = max(1, min(shapes, 2 if shapes == 4 else 3, int(usable // wanted)))
+    panel_width = min(wanted, usable / columns)
+    return panel_width, columns, ENTRY_WIDTH_IN * entries + 1.0 > panel_width
+
+
+def cross_offset(index: int, backends: int) -> float:
+    """Where backend `index` puts its "did not run" cross, left or right of its entry's tick, so that
+    several backends failing in one entry each show a cross of their own."""
+    step = min(0.12, 0.7 / max(backends, 1))
+    return (index - (backends - 1) / 2) * step
+
+
+def draw_version_line(ax, row: dict, entries: list[str], style: dict, flagged: set, metrics: set, marks: set) -> bool:
+    """One backend of one shape across the entries, in style's colour, its crosses shifted by
+    style's offset; True when it ran in at least one entry."""
+    color = style["color"]
     medians, cis = [], []
     ran = any(c.get("status") == "ok" for c in row["cells"])
     for i, cell in enumerate(row["cells"]):
@@ -363,7 +393,7 @@ def draw_version_line(ax, row: dict, entries: list[str], color: str, flagged: se
         cis.append(ci)
         if cell.get("status") in ("failed", "unavailable") and ran:
             # did not run here but did elsewhere: an x on the axis, in the backend's colour
-            ax.plot([i], [0.04], marker="x", markersize=9, markeredgewidth=2, color=color,
+            ax.plot([i + style["offset"]], [0.04], marker="x", markersize=9, markeredgewidth=2, color=color,
                     transform=blended_transform_factory(ax.transData, ax.transAxes), clip_on=False)
             marks.add("missing")
     if not ran:

@@ -4,6 +4,7 @@ provenance) and Benchmark Configuration (what was asked for, from the config).
 
 from __future__ import annotations
 
+from fabench.analysis import claims
 from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
 from fabench.results.collect import shape_key
@@ -142,6 +143,40 @@ def triton_config_reads(run: Run) -> list[dict]:
     return reads
 
 
+# The title's columns, in the published title's order ("CK vs Triton vs Native").
+TITLE_ROLES = ("vendor", "triton", "baseline")
+
+
+def title_columns(run: Run) -> list[str]:
+    """The labels of the columns whose backend ran in at least one job: the title names no other."""
+    ran = {n for r in run.results for n, b in r["backends"].items() if b["status"] == "ok"}
+    return [md_text(run.label(role)) for role in TITLE_ROLES if run.first["roles"].get(role) in ran]
+
+
+def ran_differently(run: Run, name: str) -> bool:
+    """Whether backend `name` ran other code in some variant than in the first, at a shape both ran."""
+    for result in run.of(run.variants[0]):
+        first = result["backends"].get(name)
+        for variant in run.variants[1:]:
+            other = run.find(variant, result["shape"])
+            entry = other["backends"].get(name) if other else None
+            if first and entry and "ok" == first["status"] == entry["status"] and not claims.same_code(first, entry):
+                return True
+    return False
+
+
+def variants_alike(run: Run) -> dict | None:
+    """When there are variants but no backend measured here ran other code in one than in another
+    (their recorded implementation, config and kernel): which backends ran, and whether the Triton
+    role, the one that reads the variant's config, is among them. None when a variant changed code."""
+    ran = dict((n, b["label"]) for r in run.results for n, b in r["backends"].items() if b["status"] == "ok")
+    if len(run.variants) < 2 or not ran or any(ran_differently(run, name) for name in ran):
+        return None
+    triton = run.first["roles"].get("triton")
+    return {"backends": [md_text(label) for label in ran.values()],
+            "triton": md_text(run.label("triton")), "triton_ran": triton in ran}
+
+
 def context(run: Run, published: dict | None) -> dict:
     started, finished = run.provenance_values("started"), run.provenance_values("finished")
     return {
@@ -158,4 +193,6 @@ def context(run: Run, published: dict | None) -> dict:
         "configuration": configuration(run),
         "columns": columns(run),
         "triton_config_reads": triton_config_reads(run),
+        "title_columns": title_columns(run),
+        "variants_alike": variants_alike(run),
     }
