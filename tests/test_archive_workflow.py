@@ -149,7 +149,7 @@ def test_compare_runs_again_when_any_archived_byte_changes(archived, tmp_path):
     assert "Nothing to be done" not in again.stdout + again.stderr
     left_out = json.loads((work / "compare" / "compare.json").read_text())["left_out"]
     assert [item["id"] for item in left_out] == [f"cpu-a/{entry.name}"]
-    assert left_out[0]["problems"] == ["results.json: changed (sha256 differs from SHA256SUMS)"]
+    assert left_out[0]["problems"] == ["results.json: changed (does not match its digest in SHA256SUMS)"]
 
 
 def test_a_killed_snakemake_archive_is_recovered_by_running_it_again(archived, tmp_path):

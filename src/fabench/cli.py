@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from fabench.files import write_atomic, write_json
+from fabench.files import OutputPathError, output_folder, output_target, write_atomic, write_json
 
 USAGE, INTEGRITY, REGRESSION, INTERRUPTED = 2, 1, 3, 130
 
@@ -307,6 +307,22 @@ def cmd_detector_check(args) -> int:
     return INTEGRITY if len(runs) < len(entries) else 0
 
 
+# Options naming a file a command writes: each checked before anything runs (files.output_target).
+OUTPUT_OPTIONS = {"out_md": "--out-md", "out_json": "--out-json", "out_csv": "--out-csv"}
+
+
+def check_outputs(args) -> None:
+    """OutputPathError, naming the option, for an output path no regular file may be written to."""
+    checks = [(option, output_target, getattr(args, attribute, None)) for attribute, option in OUTPUT_OPTIONS.items()]
+    checks.append(("--plots", lambda path: output_folder(path, create=False), getattr(args, "plots", None)))
+    for option, check, path in checks:
+        try:
+            if path is not None:
+                check(path)
+        except OutputPathError as err:
+            raise OutputPathError(f"{option} {err}") from None
+
+
 COMMANDS = {("archive", "store"): cmd_store, ("archive", "list"): cmd_list, ("archive", "verify"): cmd_verify,
             ("compare", None): cmd_compare, ("detector-check", None): cmd_detector_check}
 
@@ -320,8 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():  # main() may be called from a thread
         signal.signal(signal.SIGTERM, terminate_as_interrupt)
+    prog = " ".join(filter(None, ("fabench", args.command, getattr(args, "action", None))))
     try:
+        check_outputs(args)
         return COMMANDS[(args.command, getattr(args, "action", None))](args)
+    except OutputPathError as err:  # checked first; again at writing, should the path change meanwhile
+        return fail(prog, f"error: {err}", USAGE)
     except BrokenPipeError:  # fabench compare | head
         return 0
     except KeyboardInterrupt:
