@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabench.files import loads_json, read_json
+from fabench.files import JsonReadError, loads_json, read_json
 from fabench.results.archive_layout import (RECORD, RECORD_FORMAT, RECORD_FORMAT_V1, RUN_ID_PATTERN, SUMS,
                                             ArchiveError, content_sha256, measurements_sha256, parse_sums,
                                             sha256_hex)
@@ -109,7 +109,12 @@ def record_problems(entry_dir: Path, sums: dict[str, str]) -> list[str]:
         identity_key, identity = "content_sha256", record["content_sha256"]
     else:
         identity_key, identity = "measurements_sha256", record.get("measurements_sha256")
-        measured = measurements_of(entry_dir / RESULTS)
+        try:
+            measured = measurements_sha256(read_json(entry_dir / RESULTS))
+        except JsonReadError as err:  # a NaN, an infinity, nesting too deep: which field, not "does not match"
+            return [f"{RESULTS}: {str(err).removeprefix(str(entry_dir / RESULTS) + ': ')}"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            measured = None
         if measured != identity:
             return [f"{RESULTS}: its measurements do not match {RECORD}'s measurements_sha256"]
     if not run_id.endswith(f"-{str(identity)[:8]}"):
