@@ -86,6 +86,16 @@ def test_the_merge_of_good_process_files_still_works(tmp_path):
     assert [e["index"] for e in merged["method"]["process_exits"]] == [0, 1]
 
 
+def test_a_process_measured_again_later_is_the_jobs_finish(tmp_path):
+    """Process 0 measured again after process 1 (its file deleted, say): the job finished when it did."""
+    process_file(tmp_path, 0, provenance={"process": 0, "finished": "2026-11-24T09:30:00+00:00"})
+    process_file(tmp_path, 1, provenance={"process": 1, "finished": "2026-11-23T00:00:00+00:00"})
+    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+                      str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "job.json").read_text())["provenance"]["finished"] == "2026-11-24T09:30:00+00:00"
+
+
 # --- fabench compare --published ------------------------------------------------------------------
 @pytest.mark.parametrize("content, expected", [
     (b"\x00\x01\xff\xfe", "is not a text file (expected YAML like mi300x-2025-12-30.yaml)"),

@@ -38,7 +38,9 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
     if failed_reference:
         merged["reference"] = failed_reference
-    merged["provenance"]["finished"] = results[-1]["provenance"]["finished"]
+    # The last process to end, not the last by index: one process may be measured again later.
+    # The times are the runner's UTC ISO strings to the second, so their order is the text's.
+    merged["provenance"]["finished"] = max(r["provenance"]["finished"] for r in results)
     merged.pop("timeline", None)
     merged["timelines"] = [dict(r["timeline"], process=i) for i, r in zip(ids, results) if r.get("timeline")]
     merged["provenance"].pop("process", None)
