@@ -5,6 +5,7 @@ Real processes on the committed H200 archive, real FIFOs, sockets, devices and l
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from fabench.config import job_spec
 from fabench.files import OutputPathError, write_atomic
+from workflow_util import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHIVE = REPO / "examples" / "h200" / "archive"
@@ -106,3 +109,19 @@ def test_write_atomic_refuses_what_is_not_a_regular_file(tmp_path, fifo):
     assert not (tmp_path / "missing").exists()
     write_atomic(tmp_path / "x", "y")
     assert (tmp_path / "x").read_text() == "y"
+
+
+def test_the_measuring_and_merging_modules_refuse_a_bad_out_before_any_work(tmp_path, fifo):
+    """python -m fabench.measure (the runner) and fabench.measure.merge: --out checked at parsing."""
+    spec = json.dumps(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}))
+    runner = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", spec, "--out", str(fifo)],
+                            capture_output=True, text=True, env=os.environ, timeout=120)
+    assert runner.returncode == 2 and "--out" in runner.stderr and "a FIFO" in runner.stderr, runner.stderr
+    assert "Traceback" not in runner.stderr
+    merge = subprocess.run([sys.executable, "-m", "fabench.measure.merge", "--out", str(tmp_path / "no" / "job.json"),
+                            str(tmp_path / "process-0.json")], capture_output=True, text=True, env=os.environ,
+                           timeout=120)
+    assert merge.returncode == 2 and "does not exist" in merge.stderr and "Traceback" not in merge.stderr
+    plots = subprocess.run([sys.executable, "-m", "fabench.report.plots", "--results", "x.json", "--out-dir",
+                            str(fifo)], capture_output=True, text=True, env=os.environ, timeout=120)
+    assert plots.returncode == 2 and "is not a folder" in plots.stderr and "Traceback" not in plots.stderr

@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from fabench.files import OutputPathError, output_folder, output_target, write_atomic, write_json
+from fabench.files import OutputPathError, output_file_arg, output_folder_arg, write_atomic, write_json
 
 USAGE, INTEGRITY, REGRESSION, INTERRUPTED = 2, 1, 3, 130
 
@@ -110,18 +110,18 @@ def build_parser() -> Parser:
     compare.add_argument("--published", type=Path, help="report/published/*.yaml: also flag reproduced cells "
                                                          "that differ from the published ones")
     compare.add_argument("--tolerance", type=threshold_type, help="for --published (default: the threshold)")
-    compare.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
-    compare.add_argument("--out-json", type=Path, help="write the comparison as JSON here")
-    compare.add_argument("--out-csv", type=Path, help="write one row per cell and entry here (for pandas)")
-    compare.add_argument("--plots", type=Path, metavar="DIR", help="write versions-<variant>.png here")
+    compare.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
+    compare.add_argument("--out-json", type=output_file_arg, help="write the comparison as JSON here")
+    compare.add_argument("--out-csv", type=output_file_arg, help="write one row per cell and entry here (for pandas)")
+    compare.add_argument("--plots", type=output_folder_arg, metavar="DIR", help="write versions-<variant>.png here")
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
                          "(for CI)")
     check = commands.add_parser("detector-check", help="the change detector's false alarms, calibration and "
                                 "sensitivity on archived runs (a known change injected)")
     check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
     check.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
-    check.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
-    check.add_argument("--out-json", type=Path, help="write the check as JSON here")
+    check.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
+    check.add_argument("--out-json", type=output_file_arg, help="write the check as JSON here")
     return parser
 
 
@@ -307,22 +307,6 @@ def cmd_detector_check(args) -> int:
     return INTEGRITY if len(runs) < len(entries) else 0
 
 
-# Options naming a file a command writes: each checked before anything runs (files.output_target).
-OUTPUT_OPTIONS = {"out_md": "--out-md", "out_json": "--out-json", "out_csv": "--out-csv"}
-
-
-def check_outputs(args) -> None:
-    """OutputPathError, naming the option, for an output path no regular file may be written to."""
-    checks = [(option, output_target, getattr(args, attribute, None)) for attribute, option in OUTPUT_OPTIONS.items()]
-    checks.append(("--plots", lambda path: output_folder(path, create=False), getattr(args, "plots", None)))
-    for option, check, path in checks:
-        try:
-            if path is not None:
-                check(path)
-        except OutputPathError as err:
-            raise OutputPathError(f"{option} {err}") from None
-
-
 COMMANDS = {("archive", "store"): cmd_store, ("archive", "list"): cmd_list, ("archive", "verify"): cmd_verify,
             ("compare", None): cmd_compare, ("detector-check", None): cmd_detector_check}
 
@@ -338,9 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, terminate_as_interrupt)
     prog = " ".join(filter(None, ("fabench", args.command, getattr(args, "action", None))))
     try:
-        check_outputs(args)
         return COMMANDS[(args.command, getattr(args, "action", None))](args)
-    except OutputPathError as err:  # checked first; again at writing, should the path change meanwhile
+    except OutputPathError as err:  # checked at parsing; again at writing, should the path change meanwhile
         return fail(prog, f"error: {err}", USAGE)
     except BrokenPipeError:  # fabench compare | head
         return 0

@@ -8,6 +8,7 @@ fabench writes; anything else is one line naming the file and the field (read_js
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -79,6 +80,26 @@ def output_folder(path: str | os.PathLike, create: bool = True) -> Path:
     if create:
         path.mkdir()
     return path
+
+
+def output_file_arg(text: str) -> Path:
+    """argparse type of an option naming a file to write (--out, --out-md): refused at parsing,
+    before anything runs, when output_target refuses it; the parser prints the one line."""
+    try:
+        output_target(text)
+    except OutputPathError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return Path(text)
+
+
+def output_folder_arg(text: str) -> Path:
+    """argparse type of an option naming a folder to write into (--plots, --out-dir), checked as
+    output_folder checks it; the folder itself is made only when written to."""
+    try:
+        output_folder(text, create=False)
+    except OutputPathError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return Path(text)
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:

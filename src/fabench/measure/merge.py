@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from fabench.files import write_json
+from fabench.files import output_file_arg, write_json
 from fabench.analysis import analyse_run
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
@@ -134,7 +134,7 @@ def _same_job(loaded: dict[Path, dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.measure.merge",
                                      description="Merge a job's process files into the job's result.")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("processes", nargs="+", type=Path, help="the job's process files, any order")
     args = parser.parse_args(argv)
     try:

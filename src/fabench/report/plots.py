@@ -34,7 +34,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from fabench.files import JsonReadError, OutputPathError, output_folder, read_json, write_atomic  # noqa: E402
+from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic  # noqa: E402
 
 ROLES = ("baseline", "vendor", "triton")
 ROLE_COLORS = {"baseline": "#555555", "vendor": "#d62728", "triton": "#1f77b4"}
@@ -435,7 +435,7 @@ def write_version_plots(comparison: dict, out_dir: Path, variants: Sequence[str]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.report.plots", description=__doc__.split("\n")[0])
     parser.add_argument("--results", required=True, type=Path, help="results/<run>/results.json")
-    parser.add_argument("--out-dir", required=True, type=Path, help="folder for latency.png and speedup.png")
+    parser.add_argument("--out-dir", required=True, type=output_folder_arg, help="folder for latency.png and speedup.png")
     args = parser.parse_args(argv)
     try:
         paths = write_run_plots(read_json(args.results), args.out_dir)
