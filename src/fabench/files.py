@@ -38,12 +38,12 @@ def _kind(mode: int) -> str | None:
     return next((word for test, word in kinds if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
 
 
-def output_target(path: str | os.PathLike) -> Path:
+def output_target(path: str | os.PathLike, folder_must_exist: bool = True) -> Path:
     """Where writing `path` puts the file: `path`, or the regular file a symbolic link names.
 
     Raises OutputPathError when `path` (or what a link leads to) exists and is not a regular file,
-    is a link to nothing, or its folder does not exist: folders are never created here, so that an
-    output option cannot make folders anywhere."""
+    is a link to nothing, or (`folder_must_exist`) its folder does not exist: what a user names as
+    an output is checked so (output_file_arg), and no folder is made for it."""
     path = Path(path)
     target = path
     try:
@@ -61,7 +61,7 @@ def output_target(path: str | os.PathLike) -> Path:
         if kind:
             via = f" (through the link to {target})" if target != path else ""
             raise OutputPathError(f"{path}: is {kind}{via}; give the path of a regular file")
-    if not target.parent.is_dir():
+    if folder_must_exist and not target.parent.is_dir():
         raise OutputPathError(f"{path}: the folder {target.parent} does not exist (create it first)")
     return target
 
@@ -105,9 +105,12 @@ def output_folder_arg(text: str) -> Path:
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write `data` to `path` all at once: a temporary file in the same folder, flushed to disk,
     then renamed over `path` (or over the regular file a link at `path` names). Refuses, with
-    OutputPathError, what output_target refuses. On any failure (a full disk, say) the temporary
-    file is removed and `path` is left as it was."""
-    target = output_target(path)
+    OutputPathError, what output_target refuses, whatever the caller. The folder is made when
+    missing: the workflow's own paths (results/<run>/...) need it, and a path a user gives as an
+    output option was refused at parsing when its folder is missing (output_file_arg). On any
+    failure (a full disk, say) the temporary file is removed and `path` is left as it was."""
+    target = output_target(path, folder_must_exist=False)
+    target.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:

@@ -219,7 +219,6 @@ def store_entry(entry_dir: Path, files: Mapping[str, bytes]) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX + entry_dir.name + "-", dir=entry_dir.parent))
     try:
         for name, data in names.items():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)  # aiter-config/, plots/
             write_atomic(staging / name, data)
         write_atomic(staging / SUMS, sums_text(names))
         for path in staging.rglob("*"):
