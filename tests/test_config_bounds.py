@@ -66,3 +66,22 @@ def test_snakemake_names_a_huge_thread_count_before_any_job(tmp_path):
         "invalid config: cpu.threads: 100000 is greater than the maximum of 1024 (expected type ['integer', 'null'] "
         "and minimum 1 and maximum 1024)"], output
     assert "Traceback" not in output and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("key", ["timing.min_trial_ms", "timing.stable_spread", "tolerance.max_abs_err",
+                                 "cpu.max_warmup_ms"])
+def test_a_number_that_is_not_a_number_is_named(key):
+    """NaN passes every minimum and maximum of JSON Schema: refused before the schema is asked."""
+    with pytest.raises(ConfigError) as err:
+        check(config_with(key, float("nan")), SCHEMAS, REPO)
+    assert str(err.value) == f"{key}: nan is not a finite number"
+
+
+def test_a_published_file_with_nan_is_named(tmp_path):
+    from fabench.report.published import PublishedError, load_published
+
+    source = (REPO / "report" / "published" / "mi300x-2025-12-30.yaml").read_text()
+    bad = tmp_path / "published.yaml"
+    bad.write_text(source.replace("ms: {native: 0.274,", "ms: {native: .nan,", 1))
+    with pytest.raises(PublishedError, match="nan is not a finite number"):
+        load_published(bad)

@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+from fabench.files import json_problem
 from fabench.shapes import shape_id
 
 
@@ -62,6 +63,9 @@ def schema_error(config, schema: dict) -> str | None:
     value (a whole file read as one string, say) is quoted by its start only."""
     import jsonschema
 
+    problem = json_problem(config)  # NaN passes any minimum and maximum: refused first
+    if problem:
+        return problem.removeprefix("$.").replace("]", "").replace("[", ".")
     error = jsonschema.exceptions.best_match(_strict_validator(schema).iter_errors(config))
     if error is None:
         return None
