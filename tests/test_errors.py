@@ -48,6 +48,10 @@ def process_file(directory, index: int, **changes) -> dict:
     (b"\xff\xfe\x00garbage", "is not a process result (not JSON"),
     (b"[]", "is not a process result (a JSON list)"),
     (b'{"run": "r"}', "is not a process result (without variant, shape_id, platform"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "is not a process result (nested too deeply to read)",
+                 id="nested too deeply"),
+    (b'{"run": "r", "flops": NaN}', "is not a process result ($.flops: nan is not a finite number)"),
+    (b'{"run": "r", "flops": 1e999}', "is not a process result ($.flops: inf is not a finite number)"),
 ])
 def test_a_corrupt_process_file_is_named(tmp_path, content, expected):
     process_file(tmp_path, 0)

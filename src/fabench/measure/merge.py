@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from fabench.files import output_file_arg, write_json
+from fabench.files import json_problem, output_file_arg, write_json
 from fabench.analysis import analyse_run
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
@@ -83,6 +83,11 @@ def read_process_file(path: Path) -> dict:
     except json.JSONDecodeError as err:
         raise ProcessFileError(f"{path} is not a process result (not JSON: {err.msg} at line {err.lineno}, "
                                f"column {err.colno}); {REDO}") from None
+    except RecursionError:
+        raise ProcessFileError(f"{path} is not a process result (nested too deeply to read); {REDO}") from None
+    problem = json_problem(value)  # NaN, an infinity, nesting deeper than any result
+    if problem:
+        raise ProcessFileError(f"{path} is not a process result ({problem}); {REDO}")
     if isinstance(value, dict) and SKIPPED_KEY in value:
         return value
     missing = [key for key, kind in PROCESS_KEYS.items() if not isinstance(value, dict)
