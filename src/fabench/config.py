@@ -303,13 +303,11 @@ def job_settings(config: dict, platform: str | None = None) -> dict:
     """What every job of the run shares: a change here re-runs every benchmark job. With the
     `platform` the jobs measure on, only the values that reach the measurement there: on a CPU
     the counts the cpu block overrides are its own (the top-level warmup and iters, and the
-    timing keys it sets, are not used there), and on every platform only its own roles."""
+    timing keys it sets, are not used there)."""
     settings = {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
     if platform == "cpu" and "timing" in settings:
         timing = timing_settings(settings, "cpu")
         settings.update(warmup=timing.pop("warmup"), iters=timing.pop("iters"), timing=timing)
-    if platform is not None and platform in settings.get("roles", {}):
-        settings["roles"] = {platform: settings["roles"][platform]}
     return canonical(settings)
 
 
