@@ -191,11 +191,12 @@ def tamper_changed(entry: Path) -> str:
     return "results.json: changed"
 
 
-def tamper_truncated(entry: Path) -> str:
+def tamper_shortened(entry: Path) -> str:
+    """A shorter file: an edit as likely as a cut, so it is "changed", never "truncated"."""
     path = entry / "report.md"
     os.chmod(path, 0o644)
     path.write_bytes(path.read_bytes()[:10])
-    return "report.md: truncated (10 of"
+    return "report.md: changed (does not match its digest in SHA256SUMS; 10 bytes,"
 
 
 def tamper_deleted(entry: Path) -> str:
@@ -208,7 +209,7 @@ def tamper_extra(entry: Path) -> str:
     return "notes.txt: extra file, not in SHA256SUMS"
 
 
-@pytest.mark.parametrize("tamper", [tamper_changed, tamper_truncated, tamper_deleted, tamper_extra])
+@pytest.mark.parametrize("tamper", [tamper_changed, tamper_shortened, tamper_deleted, tamper_extra])
 def test_tampered_entry_is_detected_naming_the_file_and_left_out(two_runs, tamper):
     old, new, root = two_runs
     archive(old, root)
@@ -472,6 +473,7 @@ def test_cli_store_list_verify_compare(two_runs, tmp_path):
     assert fabench("archive", "verify", f"{NEW}/{new_entry.name}", "--root", str(root), cwd=tmp_path).returncode == 0
 
     md, js, plots = tmp_path / "out" / "compare.md", tmp_path / "out" / "compare.json", tmp_path / "out" / "plots"
+    (tmp_path / "out").mkdir()  # outputs never create their parent folders
     done = fabench("compare", OLD, f"{NEW}/1", "--root", str(root), "--margin", "5%", "--out-md", str(md),
                    "--out-json", str(js), "--plots", str(plots), "--published",
                    str(REPO / "report" / "published" / "mi300x-2025-12-30.yaml"), cwd=tmp_path)
@@ -504,14 +506,14 @@ def test_cli_integrity_problems_exit_1_naming_the_file(two_runs, tmp_path):
     old, new, root = two_runs
     archive(old, root)
     entry = archive(new, root)
-    tamper_truncated(entry)
+    tamper_shortened(entry)
     spec = f"{NEW}/{entry.name}"
     verify = fabench("archive", "verify", spec, "--root", str(root), cwd=tmp_path)
-    assert verify.returncode == 1 and f"{spec}: report.md: truncated" in verify.stdout
+    assert verify.returncode == 1 and f"{spec}: report.md: changed" in verify.stdout
     listing = fabench("archive", "list", "--root", str(root), cwd=tmp_path)
-    assert listing.returncode == 1 and "broken: report.md: truncated" in listing.stdout
+    assert listing.returncode == 1 and "broken: report.md: changed" in listing.stdout
     done = fabench("compare", "--root", str(root), "--out-md", str(tmp_path / "c.md"), cwd=tmp_path)
-    assert done.returncode == 1 and f"left out {spec}: report.md: truncated" in done.stderr
+    assert done.returncode == 1 and f"left out {spec}: report.md: changed" in done.stderr
     assert "## Left out" in (tmp_path / "c.md").read_text()
 
 

@@ -83,7 +83,7 @@ def test_bad_result_is_rejected_naming_file_and_key(tmp_path, change, where, wha
 def test_unreadable_json_is_rejected(tmp_path):
     bad = tmp_path / "truncated.json"
     bad.write_text('{"schema_version": 1,')
-    with pytest.raises(ResultError, match=rf"{bad}: cannot read JSON"):
+    with pytest.raises(ResultError, match=rf"{bad}: not readable JSON"):
         collect([bad])
 
 

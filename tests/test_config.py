@@ -222,7 +222,9 @@ def test_a_user_file_sets_one_key_of_a_block_and_keeps_the_others(tmp_path):
     mine = {"cpu": {"leave_out": []}, "timing": {"trials": 5}, "roles": {"cpu": {"vendor": "native"}},
             "image": {"build_args": {"GPU_ARCHS": "gfx950"}}}
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
-    proc = snakemake(tmp_path, "-n", "-p", "report", "--configfile", str(tmp_path / "mine.yaml"), timeout=120)
+    # Planned for a GPU: a CPU job's spec holds the cpu block's counts in place of timing's.
+    proc = snakemake(tmp_path, "-n", "-p", "report", "--configfile", str(tmp_path / "mine.yaml"), timeout=120,
+                     env={"FABENCH_PLATFORM": "cuda"})
     assert proc.returncode == 0, proc.stderr
     settings = planned_spec(proc)["settings"]
     defaults = default_config()

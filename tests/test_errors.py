@@ -48,6 +48,10 @@ def process_file(directory, index: int, **changes) -> dict:
     (b"\xff\xfe\x00garbage", "is not a process result (not JSON"),
     (b"[]", "is not a process result (a JSON list)"),
     (b'{"run": "r"}', "is not a process result (without variant, shape_id, platform"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "is not a process result (nested too deeply to read)",
+                 id="nested too deeply"),
+    (b'{"run": "r", "flops": NaN}', "is not a process result ($.flops: nan is not a finite number)"),
+    (b'{"run": "r", "flops": 1e999}', "is not a process result ($.flops: inf is not a finite number)"),
 ])
 def test_a_corrupt_process_file_is_named(tmp_path, content, expected):
     process_file(tmp_path, 0)
@@ -84,6 +88,16 @@ def test_the_merge_of_good_process_files_still_works(tmp_path):
     assert proc.returncode == 0, proc.stderr
     merged = json.loads((tmp_path / "job.json").read_text())
     assert [e["index"] for e in merged["method"]["process_exits"]] == [0, 1]
+
+
+def test_a_process_measured_again_later_is_the_jobs_finish(tmp_path):
+    """Process 0 measured again after process 1 (its file deleted, say): the job finished when it did."""
+    process_file(tmp_path, 0, provenance={"process": 0, "finished": "2026-11-24T09:30:00+00:00"})
+    process_file(tmp_path, 1, provenance={"process": 1, "finished": "2026-11-23T00:00:00+00:00"})
+    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+                      str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "job.json").read_text())["provenance"]["finished"] == "2026-11-24T09:30:00+00:00"
 
 
 # --- fabench compare --published ------------------------------------------------------------------

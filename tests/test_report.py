@@ -554,6 +554,7 @@ def test_config_text_cannot_break_tables_or_hide_as_html(fixture_run):
     ("4*B*H", "4\\*B\\*H"),
     ("one\r\ntwo\nthree", "one two three"),
     ("back\\slash `tick`", "back\\\\slash \\`tick\\`"),
+    ("[x](javascript:y)", "\\[x\\](javascript:y)"),
 ])
 def test_md_text_escapes_markup(raw, markdown):
     assert md_text(raw) == markdown

@@ -108,8 +108,10 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
 
 
 def test_changing_the_iterations_plans_every_benchmark_job(tiny_run):
+    """The CPU's own count: the top-level iters is a GPU's, and changing it re-measures nothing here
+    (tests/test_job_cache_key.py)."""
     directory, config = tiny_run
-    proc = snakemake(directory, "-n", "report", config={**config, "iters": 3})
+    proc = snakemake(directory, "-n", "report", config={**config, "cpu": {**config["cpu"], "iters": 3}})
     assert proc.returncode == 0, proc.stderr
     assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 4 * config["cpu"]["repeats"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fabench.files import write_json
+from fabench.files import output_file_arg, write_json
 from fabench.measure import timing
 from fabench.measure.backends import BACKENDS, Problem
 from fabench.measure.gpu_state import GpuState
@@ -58,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=output_file_arg)
     args = parser.parse_args()
     state = GpuState("cuda")
     q, k, v = make_inputs({"batch": 4, "seq": args.seq, "heads": 8, "head_dim": 256}, torch.float16, 0, "cuda")

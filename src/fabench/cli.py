@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from fabench.files import write_atomic, write_json
+from fabench.files import OutputPathError, output_file_arg, output_folder_arg, write_atomic, write_json
 
 USAGE, INTEGRITY, REGRESSION, INTERRUPTED = 2, 1, 3, 130
 
@@ -135,10 +135,10 @@ def build_parser() -> Parser:
                                                               "(default: the oldest)")
     compare.add_argument("--published", type=Path, help="report/published/*.yaml: also flag reproduced cells "
                                                          "that differ from the published ones")
-    compare.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
-    compare.add_argument("--out-json", type=Path, help="write the comparison as JSON here")
-    compare.add_argument("--out-csv", type=Path, help="write one row per cell and entry here (for pandas)")
-    compare.add_argument("--plots", type=Path, metavar="DIR", help="write versions-<variant>.png here")
+    compare.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
+    compare.add_argument("--out-json", type=output_file_arg, help="write the comparison as JSON here")
+    compare.add_argument("--out-csv", type=output_file_arg, help="write one row per cell and entry here (for pandas)")
+    compare.add_argument("--plots", type=output_folder_arg, metavar="DIR", help="write versions-<variant>.png here")
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
                          "(for CI)")
     check = commands.add_parser("detector-check", help="the change detector's false alarms, answers, calibration "
@@ -146,8 +146,8 @@ def build_parser() -> Parser:
     check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
     check.add_argument("--root", type=Path, action="append", help="an archive folder (repeatable: the runs of "
                        "several archives together; default: archive)")
-    check.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
-    check.add_argument("--out-json", type=Path, help="write the check as JSON here")
+    check.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
+    check.add_argument("--out-json", type=output_file_arg, help="write the check as JSON here")
     from fabench.analysis.policy import DEFAULT_RULE
 
     for sub in (compare, check):
@@ -360,8 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():  # main() may be called from a thread
         signal.signal(signal.SIGTERM, terminate_as_interrupt)
+    prog = " ".join(filter(None, ("fabench", args.command, getattr(args, "action", None))))
     try:
         return COMMANDS[(args.command, getattr(args, "action", None))](args)
+    except OutputPathError as err:  # checked at parsing; again at writing, should the path change meanwhile
+        return fail(prog, f"error: {err}", USAGE)
     except BrokenPipeError:  # fabench compare | head
         return 0
     except KeyboardInterrupt:

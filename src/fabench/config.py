@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+from fabench.files import json_problem
 from fabench.shapes import shape_id
 
 
@@ -62,6 +63,9 @@ def schema_error(config, schema: dict) -> str | None:
     value (a whole file read as one string, say) is quoted by its start only."""
     import jsonschema
 
+    problem = json_problem(config)  # NaN passes any minimum and maximum: refused first
+    if problem:
+        return problem.removeprefix("$.").replace("]", "").replace("[", ".")
     error = jsonschema.exceptions.best_match(_strict_validator(schema).iter_errors(config))
     if error is None:
         return None
@@ -281,23 +285,46 @@ def processes(config: dict, platform: str) -> int:
     return timing_settings(config, platform)["repeats"]
 
 
-def job_settings(config: dict) -> dict:
-    """What every job of the run shares: a change here re-runs every benchmark job."""
-    return {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
+def canonical(value):
+    """A JSON value spelled one way: every object's keys sorted (lists keep their order, which
+    means something). Snakemake compares a job's params by their repr, in which key order shows."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
 
 
-def job_spec(config: dict, variant: str, shape: dict, run: str | None = None) -> dict:
+def variant_triton(config: dict, variant: str) -> dict:
+    """A variant's Triton overrides, canonical: reordering them in config.yaml changes nothing."""
+    return canonical(config["variants"][variant]["triton"])
+
+
+def job_settings(config: dict, platform: str | None = None) -> dict:
+    """What every job of the run shares: a change here re-runs every benchmark job. With the
+    `platform` the jobs measure on, only the values that reach the measurement there: on a CPU
+    the counts the cpu block overrides are its own (the top-level warmup and iters, and the
+    timing keys it sets, are not used there)."""
+    settings = {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
+    if platform == "cpu" and "timing" in settings:
+        timing = timing_settings(settings, "cpu")
+        settings.update(warmup=timing.pop("warmup"), iters=timing.pop("iters"), timing=timing)
+    return canonical(settings)
+
+
+def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None) -> dict:
     """Everything one benchmark job measures, and nothing else: its variant's Triton config, its
-    shape and the run's shared settings. The workflow passes it to the runner and keeps it as the
-    job's params, so a job re-runs exactly when its own spec changes. `run` names the run when the
+    shape and the run's shared settings as they reach the measurement on `platform` (see
+    job_settings), all canonical. The workflow passes it to the runner and keeps it as the job's
+    params, so a job re-runs exactly when what it measures changes. `run` names the run when the
     config makes several (one per platform image)."""
     return {
         "run": run or config["run"],
         "variant": variant,
-        "shape": dict(shape),
+        "shape": canonical(shape),
         "shape_id": shape_id(shape),
-        "triton": dict(config["variants"][variant]["triton"]),
-        "settings": job_settings(config),
+        "triton": variant_triton(config, variant),
+        "settings": job_settings(config, platform),
     }
 
 

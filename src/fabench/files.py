@@ -1,28 +1,125 @@
-"""Writing files so that a reader never sees half of one: every file fabench writes goes through here."""
+"""Files fabench writes and the JSON it reads back.
+
+Writing: a reader never sees half of a file, and no path given as an output (a config value, a
+command-line option) replaces what is not a regular file: every file fabench writes goes through
+write_atomic. Reading: a JSON file holds only finite numbers and is nested no deeper than any file
+fabench writes; anything else is one line naming the file and the field (read_json, loads_json).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+# Deeper than any file fabench writes (a results.json is about 10 levels), far below where
+# Python's parser or the schema validator would run out of stack.
+MAX_JSON_DEPTH = 100
+
+
+class OutputPathError(ValueError):
+    """A path an output may not be written to; the message is one line naming it."""
+
+
+class JsonReadError(ValueError):
+    """A JSON text fabench refuses to read; the message is one line naming the source and field."""
+
+
+# ---------------------------------------------------------------- writing
+
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular one is, in words (None for a regular file)."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((word for test, word in kinds if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+def output_target(path: str | os.PathLike, folder_must_exist: bool = True) -> Path:
+    """Where writing `path` puts the file: `path`, or the regular file a symbolic link names.
+
+    Raises OutputPathError when `path` (or what a link leads to) exists and is not a regular file,
+    is a link to nothing, or (`folder_must_exist`) its folder does not exist: what a user names as
+    an output is checked so (output_file_arg), and no folder is made for it."""
+    path = Path(path)
+    target = path
+    try:
+        if path.is_symlink():
+            target = Path(os.path.realpath(path))
+            if not target.exists():
+                raise OutputPathError(f"{path}: a symbolic link to nothing ({target}); give a file path")
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise OutputPathError(f"{path}: cannot be written ({err.strerror})") from None
+    else:
+        kind = _kind(mode)
+        if kind:
+            via = f" (through the link to {target})" if target != path else ""
+            raise OutputPathError(f"{path}: is {kind}{via}; give the path of a regular file")
+    if folder_must_exist and not target.parent.is_dir():
+        raise OutputPathError(f"{path}: the folder {target.parent} does not exist (create it first)")
+    return target
+
+
+def output_folder(path: str | os.PathLike, create: bool = True) -> Path:
+    """A folder for outputs (--plots DIR): `path` when it is a folder, else made (with `create`),
+    one level only, in a folder that exists; OutputPathError when `path` is anything else or its
+    parent is missing."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    if path.exists() or path.is_symlink():
+        raise OutputPathError(f"{path}: is not a folder; give a folder for the outputs")
+    if not path.parent.is_dir():
+        raise OutputPathError(f"{path}: the folder {path.parent} does not exist (create it first)")
+    if create:
+        path.mkdir()
+    return path
+
+
+def output_file_arg(text: str) -> Path:
+    """argparse type of an option naming a file to write (--out, --out-md): refused at parsing,
+    before anything runs, when output_target refuses it; the parser prints the one line."""
+    try:
+        output_target(text)
+    except OutputPathError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return Path(text)
+
+
+def output_folder_arg(text: str) -> Path:
+    """argparse type of an option naming a folder to write into (--plots, --out-dir), checked as
+    output_folder checks it; the folder itself is made only when written to."""
+    try:
+        output_folder(text, create=False)
+    except OutputPathError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return Path(text)
+
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write `data` to `path` all at once: a temporary file in the same directory, flushed to disk,
-    then renamed over `path`. On any failure (a full disk, say) the temporary file is removed and
-    `path` is left as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write `data` to `path` all at once: a temporary file in the same folder, flushed to disk,
+    then renamed over `path` (or over the regular file a link at `path` names). Refuses, with
+    OutputPathError, what output_target refuses, whatever the caller. The folder is made when
+    missing: the workflow's own paths (results/<run>/...) need it, and a path a user gives as an
+    output option was refused at parsing when its folder is missing (output_file_arg). On any
+    failure (a full disk, say) the temporary file is removed and `path` is left as it was."""
+    target = output_target(path, folder_must_exist=False)
+    target.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from other users of a shared folder
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -34,3 +131,43 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 def write_json(path: str | os.PathLike, value, sort_keys: bool = False) -> None:
     """JSON, indented, one trailing newline, written atomically."""
     write_atomic(path, json.dumps(value, indent=2, sort_keys=sort_keys) + "\n")
+
+
+# ---------------------------------------------------------------- reading
+
+def json_problem(value: object) -> str | None:
+    """The first field of a decoded JSON value that is not a finite number (NaN, an infinity) or
+    is nested deeper than MAX_JSON_DEPTH, as "<JSON path>: why"; None when there is none.
+    Walked without recursion, so that no depth can exhaust the stack."""
+    pending = [(value, "$", 0)]
+    while pending:
+        item, where, depth = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{where}: {item} is not a finite number"
+        if isinstance(item, (dict, list)):
+            if depth >= MAX_JSON_DEPTH:
+                return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels"
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            pending += [(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}", depth + 1)
+                        for k, v in reversed(list(pairs))]
+    return None
+
+
+def loads_json(text: str | bytes, source: str = "JSON") -> object:
+    """Decode JSON, refusing (JsonReadError, one line naming `source` and the field) what is not
+    JSON, NaN and infinities (which Python's json accepts) and nesting too deep to handle."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise JsonReadError(f"{source}: nested too deeply to read (at most {MAX_JSON_DEPTH} levels)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise JsonReadError(f"{source}: not readable JSON ({err})") from None
+    problem = json_problem(value)
+    if problem:
+        raise JsonReadError(f"{source}: {problem}")
+    return value
+
+
+def read_json(path: str | os.PathLike) -> object:
+    """A JSON file, as loads_json reads it (OSError when it cannot be read)."""
+    return loads_json(Path(path).read_bytes(), str(path))

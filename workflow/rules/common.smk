@@ -195,7 +195,7 @@ def published_numbers():
 def job_spec_json(wildcards):
     """What the job measures, as its params: it re-runs when this changes, and only then."""
     spec = fabench_config.job_spec(
-        config, wildcards.variant, SHAPES[wildcards.shape], run=wildcards.run
+        config, wildcards.variant, SHAPES[wildcards.shape], wildcards.run, PLATFORM
     )
     return json.dumps(spec, sort_keys=True)
 
@@ -341,14 +341,14 @@ def expected_jobs(wildcards):
     return {
         "run": wildcards.run,
         "settings_sha256": fabench_config.sha256_json(
-            fabench_config.job_settings(config)
+            fabench_config.job_settings(config, PLATFORM)
         ),
         "iterations": {
             "gpu": {k: config[k] for k in ("warmup", "iters")},
             "cpu": config["cpu"],
         },
         "jobs": {
-            f"{variant}/{shape}": config["variants"][variant]["triton"]
+            f"{variant}/{shape}": fabench_config.variant_triton(config, variant)
             for variant in VARIANTS
             for shape in SHAPES
         },

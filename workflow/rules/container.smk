@@ -25,6 +25,8 @@ rule patch_config:
     # Before any measuring process, so that the rounds of processes span every variant.
     priority: (PROCESSES + 1) * len(job_order())
     params:
-        overrides=lambda wildcards: config["variants"][wildcards.variant]["triton"],
+        overrides=lambda wildcards: fabench_config.variant_triton(
+            config, wildcards.variant
+        ),
     script:
         "../scripts/patch_config.py"

@@ -89,7 +89,10 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),
         "measure_span_s": last - first,
         "workflow_s": (report_at - workflow_started_at) if workflow_started_at and report_at else None,
-        "before_first_process_s": (first - workflow_started_at) if workflow_started_at else None,
+        # Only when this workflow measured: a later re-render starts after the processes ran.
+        "before_first_process_s": (first - workflow_started_at)
+        if workflow_started_at and workflow_started_at <= first else None,
+        "measured_before_workflow": bool(workflow_started_at and first < workflow_started_at),
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
         "overlaps": gpu_overlaps(processes),
     }

@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from fabench.config import spec_error
+from fabench.files import output_file_arg
 
 MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 # Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel) are cached across
@@ -73,7 +74,7 @@ def job_arguments(prog: str, description: str | None = None) -> Parser:
     parser = Parser(prog=prog, description=description)
     parser.add_argument("--spec", required=True, type=job_spec_arg, help="the job spec, JSON (fabench.config.job_spec)")
     parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
     return parser
 

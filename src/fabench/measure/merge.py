@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 
 from fabench.analysis.entry import analyse_result
-from fabench.analysis.legacy import KERNELS_NOTE
 from fabench.analysis.identity import launched_kernels
-from fabench.files import write_json
+from fabench.analysis.legacy import KERNELS_NOTE
+from fabench.files import json_problem, output_file_arg, write_json
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
 
@@ -45,7 +45,9 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
     if failed_reference:
         merged["reference"] = failed_reference
-    merged["provenance"]["finished"] = results[-1]["provenance"]["finished"]
+    # The last process to end, not the last by index: one process may be measured again later.
+    # The times are the runner's UTC ISO strings to the second, so their order is the text's.
+    merged["provenance"]["finished"] = max(r["provenance"]["finished"] for r in results)
     merged.pop("timeline", None)
     merged["timelines"] = [dict(r["timeline"], process=i) for i, r in zip(ids, results) if r.get("timeline")]
     merged["provenance"].pop("process", None)
@@ -88,6 +90,11 @@ def read_process_file(path: Path) -> dict:
     except json.JSONDecodeError as err:
         raise ProcessFileError(f"{path} is not a process result (not JSON: {err.msg} at line {err.lineno}, "
                                f"column {err.colno}); {REDO}") from None
+    except RecursionError:
+        raise ProcessFileError(f"{path} is not a process result (nested too deeply to read); {REDO}") from None
+    problem = json_problem(value)  # NaN, an infinity, nesting deeper than any result
+    if problem:
+        raise ProcessFileError(f"{path} is not a process result ({problem}); {REDO}")
     if isinstance(value, dict) and SKIPPED_KEY in value:
         return value
     missing = [key for key, kind in PROCESS_KEYS.items() if not isinstance(value, dict)
@@ -139,7 +146,7 @@ def _same_job(loaded: dict[Path, dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.measure.merge",
                                      description="Merge a job's process files into the job's result.")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("processes", nargs="+", type=Path, help="the job's process files, any order")
     args = parser.parse_args(argv)
     try:

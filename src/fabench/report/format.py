@@ -26,10 +26,11 @@ FAILURE_WORDS = {
     "error": "error",
 }
 
-# The report's own markup (* and `), what starts raw HTML or an entity (< > &), what splits a
-# table cell (|), and the backslash, so that a backslash in the data cannot escape what follows.
+# The report's own markup (* and `), what starts raw HTML or an entity (< > &), what starts a
+# link or picture ([ ]: a title "[x](javascript:...)" stays text), what splits a table cell (|),
+# and the backslash, so that a backslash in the data cannot escape what follows.
 # str.translate replaces each character once: the backslash added before | is not doubled.
-_MD_ESCAPES = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "|": "\\|",
+_MD_ESCAPES = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "|": "\\|", "[": "\\[", "]": "\\]",
                              "<": "&lt;", ">": "&gt;", "&": "&amp;"})
 _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 

@@ -5,7 +5,10 @@ HTML result as a page (in a frame) where it offers any other text file only as a
 
 Tables and code blocks are rendered by the `markdown` library; each picture the Markdown links
 by a relative path under base_dir is embedded as a data URI, because the frame that shows the
-page cannot reach files next to it.
+page cannot reach files next to it. Nothing in the Markdown becomes live on the page: raw HTML is
+shown as text, and a link or picture whose address could run code (javascript:, vbscript:, a
+data: link) loses the address. The report escapes config text already (report.format.md_text);
+this holds for any Markdown given.
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ import re
 from pathlib import Path
 
 import markdown
+from markdown.extensions import Extension
+from markdown.treeprocessors import Treeprocessor
 
+# Where an address may lead: links to the web, mail and places in the page or beside it; pictures
+# from beside the page or embedded (embed_images).
+LINK_SCHEMES = {"", "http", "https", "mailto"}
+PICTURE_SCHEMES = {""}
+PICTURE_DATA = re.compile(r"data:image/(png|jpeg|gif|webp);base64,", re.IGNORECASE)
+# What a browser drops from an address before reading its scheme ("java\tscript:" is javascript:).
+IGNORED_IN_URLS = re.compile(r"[\x00-\x20\x7f]")
 # Markdown's image syntax with a relative target: ![alt](path)
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s:]+)\)")
 STYLE = """
@@ -30,9 +42,36 @@ img { max-width: 100%; }
 """
 
 
+class InertMarkup(Extension):
+    """Raw HTML kept as text, and addresses that could run code dropped."""
+
+    def extendMarkdown(self, md):  # noqa: N802 (the markdown library's name)
+        md.preprocessors.deregister("html_block")
+        md.inlinePatterns.deregister("html")
+        md.treeprocessors.register(SafeAddresses(md), "safe_addresses", 0)
+
+
+class SafeAddresses(Treeprocessor):
+    def run(self, root):
+        for element in root.iter():
+            for attribute in ("href", "src"):
+                address = element.get(attribute)
+                if address is not None and not safe_address(address, picture=attribute == "src"):
+                    del element.attrib[attribute]
+
+
+def safe_address(address: str, picture: bool) -> bool:
+    """Whether a link's (or, with `picture`, an image's) address leads only to a page or a picture."""
+    address = IGNORED_IN_URLS.sub("", html.unescape(address))
+    if picture and PICTURE_DATA.match(address):
+        return True
+    scheme = address.split(":", 1)[0].lower() if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", address) else ""
+    return scheme in (PICTURE_SCHEMES if picture else LINK_SCHEMES)
+
+
 def markdown_page(text: str, base_dir: Path, title: str) -> str:
-    body = markdown.markdown(embed_images(text, Path(base_dir)), extensions=["tables", "fenced_code"],
-                             output_format="html")
+    body = markdown.markdown(embed_images(text, Path(base_dir)),
+                             extensions=["tables", "fenced_code", InertMarkup()], output_format="html")
     return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import math
 import sys
 import textwrap
@@ -35,7 +34,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from fabench.files import write_atomic  # noqa: E402
+from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic  # noqa: E402
 
 ROLES = ("baseline", "vendor", "triton")
 ROLE_COLORS = {"baseline": "#555555", "vendor": "#d62728", "triton": "#1f77b4"}
@@ -441,9 +440,9 @@ RUN_PLOTS = {"latency.png": latency_png, "speedup.png": speedup_png}
 
 
 def write_run_plots(collected: dict, out_dir: Path) -> list[Path]:
-    paths = []
+    paths, out_dir = [], output_folder(out_dir)
     for name, draw in RUN_PLOTS.items():
-        path = Path(out_dir) / name
+        path = out_dir / name
         write_atomic(path, draw(collected))
         paths.append(path)
     return paths
@@ -455,9 +454,9 @@ def version_plot_name(variant: str) -> str:
 
 def write_version_plots(comparison: dict, out_dir: Path, variants: Sequence[str] | None = None) -> list[Path]:
     variants = variants or list(dict.fromkeys(r["variant"] for r in comparison["rows"]))
-    paths = []
+    paths, out_dir = [], output_folder(out_dir)
     for variant in variants:
-        path = Path(out_dir) / version_plot_name(variant)
+        path = out_dir / version_plot_name(variant)
         write_atomic(path, versions_png(comparison, variant))
         paths.append(path)
     return paths
@@ -466,9 +465,15 @@ def write_version_plots(comparison: dict, out_dir: Path, variants: Sequence[str]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.report.plots", description=__doc__.split("\n")[0])
     parser.add_argument("--results", required=True, type=Path, help="results/<run>/results.json")
-    parser.add_argument("--out-dir", required=True, type=Path, help="folder for latency.png and speedup.png")
+    parser.add_argument("--out-dir", required=True, type=output_folder_arg, help="folder for latency.png and speedup.png")
     args = parser.parse_args(argv)
-    for path in write_run_plots(json.loads(args.results.read_text()), args.out_dir):
+    try:
+        paths = write_run_plots(read_json(args.results), args.out_dir)
+    except (OutputPathError, JsonReadError) as err:  # one line naming the path
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    except OSError as err:
+        parser.exit(2, f"{parser.prog}: error: {err.filename}: {err.strerror}\n")
+    for path in paths:
         print(path)
     return 0
 

@@ -7,11 +7,11 @@ module returns has been verified, and an entry's results are read only as the by
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabench.files import JsonReadError, loads_json, read_json
 from fabench.results.archive_layout import (RECORD, RECORD_FORMAT, RECORD_FORMAT_V1, RUN_ID_PATTERN, SUMS,
                                             ArchiveError, content_sha256, measurements_sha256, parse_sums,
                                             sha256_hex)
@@ -29,7 +29,7 @@ def natural_key(text: str) -> tuple:
 
 
 def verify_entry(entry_dir: Path) -> list[str]:
-    """Every integrity problem of an entry, each naming the file: changed, truncated, missing,
+    """Every integrity problem of an entry, each naming the file: changed, missing,
     extra, or a disagreement between SHA256SUMS, record.json, the run id and the measurements."""
     entry_dir = Path(entry_dir)
     problems, sums = file_problems(entry_dir)
@@ -50,7 +50,7 @@ def file_problems(entry_dir: Path) -> tuple[list[str], dict[str, str]]:
         return [f"{SUMS}: unreadable ({err})"], {}
     sizes = {}
     try:
-        record_sizes = json.loads((entry_dir / RECORD).read_text()).get("files", {})
+        record_sizes = read_json(entry_dir / RECORD).get("files", {})
         sizes = {name: info.get("bytes") for name, info in record_sizes.items() if isinstance(info, dict)}
     except (OSError, ValueError, AttributeError):
         pass  # record.json's own problem is reported below through its checksum
@@ -72,11 +72,11 @@ def file_problems(entry_dir: Path) -> tuple[list[str], dict[str, str]]:
         data = path.read_bytes()
         if sha256_hex(data) == expected:
             continue
+        # Only the digest is known: a shorter file may as well be an edit as a cut, so the sizes
+        # are given as facts, never read as "truncated".
         size = sizes.get(name)
-        if isinstance(size, int) and len(data) < size:
-            problems.append(f"{name}: truncated ({len(data)} of {size} bytes)")
-        else:
-            problems.append(f"{name}: changed (sha256 differs from {SUMS})")
+        sizes_text = f"; {len(data)} bytes, {size} when archived" if isinstance(size, int) and size != len(data) else ""
+        problems.append(f"{name}: changed (does not match its digest in {SUMS}{sizes_text})")
     if RECORD not in sums and not problems:
         problems.append(f"{RECORD}: missing")
     return problems, sums
@@ -86,7 +86,7 @@ def record_problems(entry_dir: Path, sums: dict[str, str]) -> list[str]:
     """SHA256SUMS, record.json, the entry's place, run id and measurements agree (the files
     already match SHA256SUMS)."""
     try:
-        record = json.loads((entry_dir / RECORD).read_text())
+        record = read_json(entry_dir / RECORD)
         recorded = {name: info["sha256"] for name, info in record["files"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return [f"{RECORD}: not an archive record (no files with their sha256)"]
@@ -109,7 +109,12 @@ def record_problems(entry_dir: Path, sums: dict[str, str]) -> list[str]:
         identity_key, identity = "content_sha256", record["content_sha256"]
     else:
         identity_key, identity = "measurements_sha256", record.get("measurements_sha256")
-        measured = measurements_of(entry_dir / RESULTS)
+        try:
+            measured = measurements_sha256(read_json(entry_dir / RESULTS))
+        except JsonReadError as err:  # a NaN, an infinity, nesting too deep: which field, not "does not match"
+            return [f"{RESULTS}: {str(err).removeprefix(str(entry_dir / RESULTS) + ': ')}"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            measured = None
         if measured != identity:
             return [f"{RESULTS}: its measurements do not match {RECORD}'s measurements_sha256"]
     if not run_id.endswith(f"-{str(identity)[:8]}"):
@@ -120,7 +125,7 @@ def record_problems(entry_dir: Path, sums: dict[str, str]) -> list[str]:
 def measurements_of(results_path: Path) -> str | None:
     """The identity of the measurements in a results.json, or None when it cannot be read."""
     try:
-        return measurements_sha256(json.loads(Path(results_path).read_text()))
+        return measurements_sha256(read_json(results_path))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -167,7 +172,7 @@ class Entry:
         data = (self.path / RESULTS).read_bytes()
         if sha256_hex(data) != self.get("files", {}).get(RESULTS, {}).get("sha256"):
             raise EntryChanged(f"{self.id}: {RESULTS} changed after it was verified")
-        return json.loads(data)
+        return loads_json(data, f"{self.id}: {RESULTS}")
 
 
 def load_entry(entry_dir: Path) -> Entry:
@@ -177,7 +182,7 @@ def load_entry(entry_dir: Path) -> Entry:
         entry.problems.append(f"{entry_dir.name}: not an archive run id (<number>-<8 hex digits>)")
     entry.problems += verify_entry(entry_dir)
     try:
-        entry.record = json.loads((entry_dir / RECORD).read_text())
+        entry.record = read_json(entry_dir / RECORD)
     except (OSError, ValueError):
         entry.record = None
     if not isinstance(entry.record, dict):

@@ -6,12 +6,13 @@ way into the archive (the archive rule, `fabench archive store`, archive_run) ap
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
 
 import jsonschema
 
+from fabench import files
+from fabench.files import JsonReadError
 from fabench.results.archive_layout import ArchiveError
 from fabench.results.collect import contract_problems, result_schema, run_problems, schema_problems
 from fabench.shapes import shape_id
@@ -25,11 +26,13 @@ class IncompleteRun(ArchiveError):
 
 def read_json(path: Path) -> tuple[object, str | None]:
     try:
-        return json.loads(path.read_text()), None
+        return files.read_json(path), None
     except FileNotFoundError:
         return None, f"{path.name} missing"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        return None, f"{path.name}: not readable JSON ({err})"
+    except JsonReadError as err:  # not JSON, a NaN or infinity, nested too deeply: says which field
+        return None, f"{path.name}: {str(err).removeprefix(str(path) + ': ')}"
+    except OSError as err:
+        return None, f"{path.name}: not readable ({err.strerror})"
 
 
 def collected_problems(collected: object, schema: dict | None = None) -> list[str]:

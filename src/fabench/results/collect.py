@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 import jsonschema
 
 from fabench.analysis import analyse_run
+from fabench.files import JsonReadError, json_problem, read_json
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
 from fabench.shapes import shape_id
 
@@ -47,6 +48,11 @@ def json_path(parts: Iterable) -> str:
 
 
 def schema_problems(result: object, validator: jsonschema.Validator) -> list[str]:
+    # JSON Schema cannot say "finite": NaN passes any minimum. Checked first, also for a result
+    # that was never read from a file.
+    problem = json_problem(result)
+    if problem:
+        return [problem]
     errors = sorted(validator.iter_errors(result), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{json_path(e.absolute_path)}: {e.message}" for e in errors]
 
@@ -107,8 +113,10 @@ def expectation_problems(result: dict, expected: dict) -> list[str]:
 def load_result(path: Path, validator: jsonschema.Validator,
                 expected: dict | None = None) -> tuple[dict | None, list[str]]:
     try:
-        result = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        result = read_json(path)
+    except JsonReadError as err:  # already names the file
+        return None, [str(err)]
+    except OSError as err:
         return None, [f"{path}: cannot read JSON: {err}"]
     problems = schema_problems(result, validator)
     if not problems:

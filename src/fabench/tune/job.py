@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from fabench.container.aiter_config import forward_config
-from fabench.files import write_json
+from fabench.files import output_file_arg, write_json
 from fabench.shapes import shape_id
 from fabench.tune import memory, space
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.tune", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=json.loads, help="the sweep job's spec, JSON")
     parser.add_argument("--aiter-config", required=True, type=Path, help="the reference variant's patched config")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("--shortlist", type=Path, help="the coarse stage's survivors (stage refine)")
     args = parser.parse_args(argv)
     watch_workflow()

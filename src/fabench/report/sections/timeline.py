@@ -30,6 +30,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "measure_span": seconds(line["measure_span_s"]),
         "workflow": seconds(line["workflow_s"]),
         "before_first_process": seconds(line["before_first_process_s"]),
+        "measured_before_workflow": line["measured_before_workflow"],
         "gpus": len(line["gpus"]),
         "overlaps": [md_text(o) for o in line["overlaps"]],
     }
