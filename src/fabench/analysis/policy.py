@@ -1,0 +1,398 @@
+"""The comparison policy: the one rule by which every part of the tool calls two figures the same,
+changed, or undecided, and the identities (code, hardware, experiment) that say which figures may
+be compared at all. compare, step detection, the report's claims, published vs reproduced,
+detector-check, the merge and tools/ all ask here.
+
+A cell's change is d = log(new median / old median); its noise is the two runs' pooled noise
+(fabench.analysis.noise): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new), with df degrees of
+freedom. With t = t(1 - alpha/2, df), the change's interval is d +- t * sd, and the verdict is
+  changed (regression | improvement)  |d| > t * sd (beyond the noise) and |ratio - 1| > margin;
+  same, flag `small change`           beyond the noise but within the margin: real, too small to matter;
+  same, flag `unchanged`              within the noise, and the whole interval within +-margin;
+  cannot tell                         the interval reaches past the margin (noisy), a run is unstable,
+                                      has no interval, ran on other hardware, other code (where the
+                                      caller expects the same), or another experiment.
+The margin is the change a user cares about; its default is chosen from the measured noise
+between two cards of one GPU model (docs/archive.md, "The comparison rule").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+
+from fabench.analysis import stats
+from fabench.analysis.figures import METRICS, cell_metric
+
+CONFIG_KEY = "comparison"
+RETIRED_KEYS = {("archive", "threshold"): "comparison.margin", ("archive", "tolerance"): "comparison.published_margin"}
+
+
+class RuleError(ValueError):
+    """A comparison setting that cannot be used: the message names the key and what is expected."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The comparison rule's parameters (config key `comparison`)."""
+
+    margin: float = 0.015  # the smallest change called a regression or improvement
+    alpha: float = 0.005  # chance of calling one cell of two runs of one experiment changed by noise
+    power: float = 0.8  # for the smallest detectable change, stated beside "cannot tell"
+    published_margin: float = 0.05  # published (no interval) vs reproduced: a difference beyond this
+
+    def __post_init__(self):
+        for name in ("margin", "alpha", "published_margin"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.015 for 1.5%)")
+        if isinstance(self.power, bool) or not isinstance(self.power, (int, float)) or not 0.5 <= self.power < 1:
+            raise RuleError(f"{CONFIG_KEY}.power: {self.power!r}; expected a probability in [0.5, 1)")
+
+    @classmethod
+    def from_config(cls, config: dict | None) -> "Rule":
+        """The rule from a workflow config (its `comparison` key; defaults for what it leaves out).
+        The retired `archive.threshold` and `archive.tolerance` are refused, naming their successor."""
+        config = config or {}
+        for (section, key), successor in RETIRED_KEYS.items():
+            if key in (config.get(section) or {}):
+                raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
+                                f"(default {getattr(DEFAULT_RULE, successor.split('.')[1])})")
+        given = config.get(CONFIG_KEY) or {}
+        if not isinstance(given, dict):
+            raise RuleError(f"{CONFIG_KEY}: {given!r}; expected a mapping of {', '.join(cls.keys())}")
+        unknown = sorted(set(given) - set(cls.keys()))
+        if unknown:
+            raise RuleError(f"{CONFIG_KEY}.{unknown[0]}: unknown key; expected one of {', '.join(cls.keys())}")
+        return cls(**{k: v for k, v in given.items() if v is not None})
+
+    @staticmethod
+    def keys() -> list[str]:
+        return [f.name for f in fields(Rule)]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
+                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment are flagged by chance) AND by "
+                f"more than the margin of {self.margin:.1%}; same when the change's interval lies within "
+                f"+-{self.margin:.1%} (a change beyond the noise but within the margin is named `small change`); "
+                f"otherwise cannot tell, saying why (noise, unstable trials, no interval, other hardware, other "
+                f"experiment)")
+
+
+DEFAULT_RULE = Rule()
+
+
+# ---------------------------------------------------------------- identities
+
+# Facts that name where or when something ran, not what ran: never part of an identity.
+NOT_CODE = frozenset({"configs_dir", "path", "cwd", "generated_sha256", "taken_at", "started", "finished"})
+LAUNCH_FACTS = ("kernel", "num_warps", "num_stages", "block_sizes")
+
+
+def _facts_only(value):
+    """`value` without the keys that name paths, times or cache state (recursively)."""
+    if isinstance(value, dict):
+        return {k: _facts_only(v) for k, v in sorted(value.items()) if k not in NOT_CODE}
+    if isinstance(value, list):
+        return [_facts_only(v) for v in value]
+    return value
+
+
+def code_identity(entry: dict | None) -> dict | None:
+    """What one backend entry records of the code that ran: its implementation (kernel, packages
+    and versions, compiler), the config VALUES it read, and the launched kernel (name, source
+    digest, launch settings). None for an entry that ran nothing. Identical software gives an
+    identical identity, whatever the paths, times or compile-cache state."""
+    if entry is None or entry.get("status") not in ("ok", "failed"):
+        return None
+    kernels = entry.get("kernels") or {}
+    launch = kernels.get("launch") or {}
+    launched = {key: launch.get(key) for key in LAUNCH_FACTS if launch.get(key) is not None}
+    if kernels.get("source_sha256"):
+        launched["source_sha256"] = kernels["source_sha256"]
+    return {"implementation": _facts_only(entry.get("implementation")),
+            "kernel_config": _facts_only(entry.get("kernel_config")), "launched": launched or None}
+
+
+def code_differences(a: dict | None, b: dict | None) -> list[str]:
+    """The facts in which two entries' code differs (facts one of them does not record are not
+    held against them: results from before a fact was recorded are judged on the others)."""
+    ia, ib = code_identity(a), code_identity(b)
+    if ia is None or ib is None:
+        return [] if ia is ib else ["ran in one only"]
+    return [key for key in ia if ia[key] is not None and ib[key] is not None and _canon(ia[key]) != _canon(ib[key])]
+
+
+def same_code(a: dict | None, b: dict | None) -> bool:
+    """Whether two backend entries ran the same code (both ran, and no recorded fact differs)."""
+    return code_identity(a) is not None and code_identity(b) is not None and not code_differences(a, b)
+
+
+def _canon(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def hardware_identity(results: list[dict]) -> dict:
+    """What ran the results: platform, device model and architecture (the model), and the cards
+    (GPU UUIDs; on a CPU, the host), as the results record them."""
+    if not results:
+        return {"platform": None, "device": None, "arch": None, "cards": []}
+    first = results[0]["provenance"]
+    gpu = first.get("gpu") or {}
+    platform = results[0].get("platform")
+    if platform == "cpu":
+        cards = sorted({f"host {r['provenance'].get('host')}" for r in results if r["provenance"].get("host")})
+    else:
+        cards = sorted({(r["provenance"].get("gpu") or {}).get("uuid") for r in results} - {None})
+    return {"platform": platform, "device": gpu.get("name") or first.get("device"), "arch": first.get("arch"),
+            "cards": cards}
+
+
+def hardware_key(identity: dict) -> tuple:
+    return identity.get("platform"), identity.get("device"), identity.get("arch")
+
+
+def hardware_text(identity: dict) -> str:
+    return " ".join(str(v) for v in hardware_key(identity) if v)
+
+
+def same_hardware(a: dict, b: dict) -> bool:
+    """Two hardware identities of one model (platform, device, architecture)."""
+    return hardware_key(a) == hardware_key(b)
+
+
+def same_card(a: dict, b: dict) -> bool:
+    """Two hardware identities of the very same cards (a CPU: the same host)."""
+    return same_hardware(a, b) and bool(a.get("cards")) and a.get("cards") == b.get("cards")
+
+
+# What a result's method records that describes, not sets, the measurement, or observes the machine.
+NOT_EXPERIMENT = frozenset({"wall", "device_time", "device_fallbacks", "gpu_state", "environment", "process_exits"})
+
+
+def experiment_identity(result: dict) -> dict:
+    """The settings of one job that change what is measured: shape, dtype, masking, tolerances,
+    timing settings. Two runs of one experiment may differ only in code and hardware."""
+    method = {k: v for k, v in (result.get("method") or {}).items() if k not in NOT_EXPERIMENT}
+    return {"shape": result.get("shape"), "dtype": result.get("dtype"), "causal": result.get("causal"),
+            "tolerance": result.get("tolerance"), "flop_convention": result.get("flop_convention"),
+            "method": method}
+
+
+def experiment_differences(a: list[dict], b: list[dict]) -> list[str]:
+    """The experiment settings in which two runs differ, over the jobs both measured, as
+    'key: old -> new' (empty: one experiment)."""
+    jobs_a = {(r["variant"], r["shape_id"]): experiment_identity(r) for r in a}
+    jobs_b = {(r["variant"], r["shape_id"]): experiment_identity(r) for r in b}
+    found: dict[str, str] = {}
+    for job in sorted(set(jobs_a) & set(jobs_b)):
+        for key, (old, new) in _flat_differences(jobs_a[job], jobs_b[job]).items():
+            found.setdefault(key, f"{key}: {old} -> {new}")
+    return list(found.values())
+
+
+def _flat_differences(a: dict, b: dict, prefix: str = "") -> dict:
+    out = {}
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict) and key != "shape":
+            out.update(_flat_differences(x, y, f"{prefix}{key}."))
+        elif _canon(x) != _canon(y):
+            out[f"{prefix}{key}"] = (_short(x), _short(y))
+    return out
+
+
+def _short(value) -> str:
+    return "absent" if value is None else (value if isinstance(value, str) else _canon(value))
+
+
+# ---------------------------------------------------------------- one cell, two runs
+
+def _noise(figure: dict) -> tuple[float, int, int] | None:
+    noise = figure.get("noise")
+    if not noise:
+        return None
+    return noise["sigma"], noise["df"], noise["replicates"]
+
+
+def change_noise(old: dict, new: dict) -> tuple[float, int] | None:
+    """(sd of the log change, degrees of freedom) from both runs' pooled noise."""
+    a, b = _noise(old), _noise(new)
+    if a is None or b is None:
+        return None
+    return math.sqrt(a[0] ** 2 / a[2] + b[0] ** 2 / b[2]), min(a[1], b[1])
+
+
+def noise_limit(sd: float, df: int, rule: Rule = DEFAULT_RULE) -> float:
+    """The |log change| beyond which a change is more than the noise (at the rule's alpha)."""
+    return stats.t_quantile(stats.two_sided(1 - rule.alpha), df) * sd
+
+
+def detectable(sd: float, df: int, rule: Rule = DEFAULT_RULE) -> float:
+    """The smallest relative change called changed with the rule's power, for this noise."""
+    limit = max(noise_limit(sd, df, rule), math.log1p(rule.margin))
+    return math.expm1(limit + stats.t_quantile(rule.power, df) * sd)
+
+
+def not_ok_text(entry: dict) -> str:
+    kind = f" ({entry['failure_kind']})" if entry.get("failure_kind") else ""
+    return f"{entry['status']}{kind}: {entry.get('reason') or 'no reason recorded'}"
+
+
+def _verdict(verdict: str, flag: str, why: str, **values) -> dict:
+    return {"verdict": verdict, "flag": flag, "why": why, "metric": None, "ratio": None, "interval": None,
+            "detectable": None, **values}
+
+
+def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str] = ("old", "new"),
+          hardware: tuple[dict, dict] | None = None, experiment: list[str] | None = None,
+          expect_same_code: bool = False) -> dict:
+    """The verdict on one cell: two analysed backend entries (old, new) of two runs.
+
+    Returns {verdict, flag, why, metric, ratio, interval (of the ratio), detectable}. verdict is
+    changed / same / cannot tell; flag: regression, improvement, now available (changed);
+    unchanged, small change (same); noisy, unstable, not comparable, hardware, clock, other code,
+    other experiment, not measured (cannot tell). `hardware` holds both runs' hardware identities,
+    `experiment` the differences between the runs' experiments (experiment_differences), and
+    `expect_same_code` says that the two are repeats (detector-check), so other code is no repeat."""
+    if experiment:
+        return _verdict("cannot tell", "other experiment", "another experiment: " + "; ".join(experiment))
+    moved = _status_change(old, new, names, hardware)
+    if moved:
+        return moved
+    if old["status"] != "ok":
+        return _verdict("cannot tell", "not measured", f"{new['status']} in both")
+    if expect_same_code and not same_code(old, new):
+        return _verdict("cannot tell", "other code", "other code: " + ", ".join(code_differences(old, new)))
+    metric = cell_metric(old, new)
+    if metric is None:
+        return _verdict("cannot tell", "not comparable", "no median recorded in both")
+    a, b = old["stats"][metric], new["stats"][metric]
+    ratio = b["median"] / a["median"]
+    change = f"{ratio - 1:+.2%} {METRICS[metric]}"
+    base = {"metric": metric, "ratio": ratio}
+    if hardware and not same_hardware(*hardware):
+        return _verdict("cannot tell", "hardware", f"{change}, but the hardware changed ({hardware_text(hardware[0])} "
+                                                  f"-> {hardware_text(hardware[1])}): not a software change", **base)
+    unstable = [f"{i}: {e['stats'].get('unstable_reason') or 'unstable'}" for i, e in zip(names, (old, new))
+                if not e["stats"].get("stable", True)]
+    if unstable:
+        return _verdict("cannot tell", "unstable", f"{change}; trials unstable in " + "; ".join(unstable), **base)
+    noise = change_noise(a, b)
+    if noise is None:
+        return _verdict("cannot tell", "not comparable", f"{change}; no noise estimate in both runs", **base)
+    return _by_rule(old, new, metric, ratio, noise, rule, base)
+
+
+def _by_rule(old: dict, new: dict, metric: str, ratio: float, noise: tuple[float, int], rule: Rule, base: dict) -> dict:
+    sd, df = noise
+    limit = noise_limit(sd, df, rule)
+    d = math.log(ratio)
+    base.update(interval=[math.exp(d - limit), math.exp(d + limit)], detectable=detectable(sd, df, rule))
+    change = f"{ratio - 1:+.2%} {METRICS[metric]}"
+    span = f"interval {base['interval'][0] - 1:+.2%} .. {base['interval'][1] - 1:+.2%}"
+    margin = math.log1p(rule.margin)
+    if abs(d) > limit:
+        moved = clock_explains(old, new, metric, limit)
+        if moved:
+            return _verdict("cannot tell", "clock", f"{change}, {moved}", **base)
+        if abs(d) > margin:
+            return _verdict("changed", "regression" if ratio > 1 else "improvement",
+                            f"{change} ({span}): beyond the noise and the {rule.margin:.1%} margin", **base)
+        return _verdict("same", "small change", f"{change} ({span}): a real change, but within the "
+                                                f"{rule.margin:.1%} margin", **base)
+    if abs(d) + limit <= margin:
+        return _verdict("same", "unchanged", f"{change} ({span}): within the noise and the {rule.margin:.1%} margin",
+                        **base)
+    return _verdict("cannot tell", "noisy", f"{change} ({span}): within the noise, which hides changes up to "
+                                            f"{math.expm1(abs(d) + limit):.1%}, more than the {rule.margin:.1%} margin",
+                    **base)
+
+
+def _status_change(old: dict, new: dict, names: tuple[str, str], hardware: tuple[dict, dict] | None) -> dict | None:
+    """The verdict when the backend ran in one run only, None when its status did not change."""
+    old_ok, new_ok = old["status"] == "ok", new["status"] == "ok"
+    if old_ok == new_ok:
+        return None
+    moved = f"{'ok' if old_ok else old['status']} -> {'ok' if new_ok else new['status']}"
+    if hardware and not same_hardware(*hardware):
+        # A backend that needs CUDA is unavailable on a CPU: another machine, not a software change.
+        return _verdict("cannot tell", "hardware", f"{moved}, but the hardware changed "
+                                                  f"({hardware_text(hardware[0])} -> {hardware_text(hardware[1])})")
+    if old_ok:
+        return _verdict("changed", "regression", f"was ok in {names[0]}, now {not_ok_text(new)}")
+    if old["status"] == "unavailable":
+        # Newly installed or supported: news, but no performance change to speak of.
+        return _verdict("changed", "now available", f"runs now (was {not_ok_text(old)} in {names[0]})")
+    return _verdict("changed", "improvement", f"runs again (was {not_ok_text(old)} in {names[0]})")
+
+
+def clock_explains(old: dict, new: dict, metric: str, limit: float) -> str | None:
+    """Why a change in device time is the clock's, when it is none in cycles (time x SM clock, as
+    nvbench confirms a change): a power cap, or another card of the model, held the clock at
+    another speed. None when the cycles moved too, or a run read no clock."""
+    cycles = [(e["stats"].get("device_cycles") or {}) for e in (old, new)]
+    if metric != "device_ms" or not all(c.get("median") for c in cycles):
+        return None
+    ratio = cycles[1]["median"] / cycles[0]["median"]
+    if abs(math.log(ratio)) > limit:
+        return None
+    return (f"but {ratio - 1:+.2%} in cycles (time x SM clock, {cycles[0]['clock_mhz']:.0f} -> "
+            f"{cycles[1]['clock_mhz']:.0f} MHz): the clock moved, not the kernel's work")
+
+
+# ---------------------------------------------------------------- a series of runs
+
+def find_step(points: list[tuple[str, dict]], rule: Rule = DEFAULT_RULE) -> dict | None:
+    """The step in a series of one cell's analysed figures ([(entry id, figure)] in time order,
+    same hardware): the split whose before and after means differ most in units of their noise,
+    when that difference is beyond the noise (the rule's alpha) and the rule's margin; None
+    without one. Needs 3 runs."""
+    usable = [(entry, f) for entry, f in points if f and f.get("noise") and f.get("median")]
+    if len(usable) < 3:
+        return None
+    df = min(f["noise"]["df"] for _, f in usable)
+    best = None
+    for split in range(1, len(usable)):
+        before, after = usable[:split], usable[split:]
+        shift = _log_mean(after) - _log_mean(before)
+        sd = math.sqrt(_mean_variance(before) + _mean_variance(after))
+        score = abs(shift) / sd if sd else 0.0
+        if (score > stats.t_quantile(stats.two_sided(1 - rule.alpha), df) and abs(shift) > math.log1p(rule.margin)
+                and (best is None or score > best["score"])):
+            best = {"score": score, "after": usable[split][0], "before": usable[split - 1][0],
+                    "ratio": math.exp(shift), "runs": len(usable)}
+    return best
+
+
+def _log_mean(part: list) -> float:
+    return sum(math.log(f["median"]) for _, f in part) / len(part)
+
+
+def _mean_variance(part: list) -> float:
+    return sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] for _, f in part) / len(part) ** 2
+
+
+# ---------------------------------------------------------------- a figure against a published number
+
+def judge_published(figure: dict, published_ms: float, rule: Rule = DEFAULT_RULE) -> dict:
+    """A reproduced figure (median with a prediction interval) against a published number that
+    carries no interval: slower/faster when it differs by more than the rule's published margin
+    AND the published number lies outside where another run of ours would read (pi95); matches
+    otherwise. {flag, ratio, why}."""
+    ratio = figure["median"] / published_ms
+    interval = figure.get("pi95") or figure.get("ci95")
+    inside = bool(interval) and interval[0] <= published_ms <= interval[1]
+    if abs(ratio - 1) > rule.published_margin and not inside:
+        where = (f"outside our 95% prediction interval [{interval[0]:.4g}, {interval[1]:.4g}]" if interval
+                 else "and ours has no interval")
+        return {"flag": "slower" if ratio > 1 else "faster", "ratio": ratio,
+                "why": f"{ratio - 1:+.1%}, beyond the {rule.published_margin:.0%} margin; published "
+                       f"{published_ms:g} ms {where}"}
+    return {"flag": "matches", "ratio": ratio, "why": f"{ratio - 1:+.1%}" + (
+        ": published value inside our 95% prediction interval" if inside else
+        f": within the {rule.published_margin:.0%} margin")}
