@@ -196,7 +196,8 @@ def test_rows_and_columns_come_from_the_data(fixture_run):
 def test_failed_and_unavailable_cells_keep_the_row_and_give_the_reason(fixture_run):
     text = render(*fixture_run, None)
     rows = table_rows(text, "#### Before Tuning (Default Triton Config)")
-    assert rows[0] == ["(4, 512, 8, 256)", "0.342", "0.069", "failed: out of resources [1]", "4.96x", "n/a"]
+    # One trial per cell: no noise estimate, so the policy cannot tell the speedup from noise (marked ~).
+    assert rows[0] == ["(4, 512, 8, 256)", "0.342", "0.069", "failed: out of resources [1]", "4.96x ~", "n/a"]
     assert ("- [1] FlexAttention (`flex`): failed: out of resources: out of shared memory: "
             "Required: 262144 Hardware limit: 232448") in text
     assert text.count("- CK (`ck`): needs ROCm (this host: cuda)\n") == 1  # unavailable: listed once
@@ -476,8 +477,10 @@ def test_variants_come_in_the_config_order_not_alphabetical(h200_run):
     lines = text.splitlines()
     assert lines.index("#### Stock") < lines.index("#### Autotuned")
     assert "**" not in table_block(text, "#### Stock")  # the reference: the first in the config
-    assert "**" in table_block(text, "#### Autotuned")
-    assert "- FlexAttention at seq=512: **0.241ms → 0.127ms** (1.9x faster)" in lines
+    # One trial per cell: no noise estimate, so the run claims no change.
+    improvement = next(line for line in lines if line.startswith("- FlexAttention at seq=512: "))
+    assert improvement.startswith("- FlexAttention at seq=512: 0.241ms → 0.127ms, no change claimed: ")
+    assert improvement.endswith("no noise estimate in both runs")
     assert "#### SDPA (cuDNN) vs FlexAttention: winner per sequence length (autotuned)" in lines
     assert "(4, 4096, 8, 256)" in extract(text, "full-benchmark-output")  # the last variant: autotuned
 

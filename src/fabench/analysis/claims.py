@@ -18,14 +18,24 @@ any difference between them is run-to-run noise, and no claim that one variant i
 from __future__ import annotations
 
 import json
+import re
 
 from fabench.analysis.figures import METRICS
-from fabench.analysis.verdict import compare_cell
+from fabench.analysis.policy import DEFAULT_RULE, Rule, judge
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
 ONE_PROCESS = ("one process per job: the noise between processes is not estimated, so the run cannot "
                "tell a difference from it")
+# The verdict's lead "+x% figure (interval ..)": between runs it reads "new against old", which a
+# comparison of two cells of one run says in its own words.
+_CHANGE_LEAD = re.compile(r"^[+-]?\d+(\.\d+)?% (" + "|".join(METRICS.values()) + r")( \(interval [^)]*\))?[:;,]? *")
+
+
+def rule_of(config: dict | None) -> Rule:
+    """The comparison rule of a run's config: its `comparison` key (the one the workflow checked
+    before the run started; retired keys of archived configs are not read here)."""
+    return Rule.from_config({"comparison": (config or {}).get("comparison")})
 
 
 def _published_figure(entry: dict) -> float | None:
@@ -46,13 +56,15 @@ def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric
     return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "flag": flag}
 
 
-def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b")) -> dict:
-    """What the run may say about two analysed backend entries of it, by the comparison policy.
+def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"), rule: Rule = DEFAULT_RULE) -> dict:
+    """What the run may say about two analysed backend entries of it: the policy's verdict
+    (fabench.analysis.policy.judge, a taken as the old and b as the new) in a claim's words.
 
     Returns {claim, faster ("a", "b" or None), ratio (slower over faster, on the judged figure),
-    why, metric (the figure judged), flag (the policy's flag)}: claim is "faster", "same",
-    "below margin", "cannot tell", "as published" or "not measured"; `faster` is set where the
-    direction is known (faster, below margin, as published). `names` name the cells in `why`."""
+    why, metric (the figure judged), flag (the policy's flag)}: claim is "faster" (changed),
+    "same" (within the margin), "below margin" (real, but within the margin), "cannot tell",
+    "as published" or "not measured"; `faster` is set where the direction is a claim (faster,
+    below margin, as published). `names` name the cells in `why`."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both")
     published = _published_figure(a), _published_figure(b)
@@ -60,27 +72,24 @@ def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"))
         low, high = sorted(published)
         return _claim("as published", "a" if published[0] <= published[1] else "b", high / low if low else None,
                       "published figures, no noise estimate: compared as published", "wall_mean_ms")
-    verdict = compare_cell(a, b, *names)
-    metric, ratio = verdict["metric"], verdict["ratio"]
+    verdict = judge(a, b, rule, names=names)
+    metric, ratio, flag = verdict["metric"], verdict["ratio"], verdict["flag"]
+    reason = _CHANGE_LEAD.sub("", verdict["why"])
     if ratio is None:
-        return _claim("cannot tell", None, None, verdict["why"], metric, verdict["flag"])
+        return _claim("cannot tell", None, None, reason, metric, flag)
     faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
     difference = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}"
     if verdict["verdict"] == "cannot tell":
-        # The verdict's own "+x% old -> new" reads as a change between runs: the reason alone.
-        reason = verdict["why"].split("; ", 1)[-1]
-        return _claim("cannot tell", None, factor, f"{difference}: {reason}", metric, verdict["flag"])
+        return _claim("cannot tell", None, factor, f"{difference}: {reason}", metric, flag)
     lonely = [name for name, entry in zip(names, (a, b)) if _one_process(entry, metric)]
     if lonely:
         return _claim("cannot tell", None, factor, f"{difference}; {ONE_PROCESS} ({' and '.join(lonely)})",
                       metric, "one process")
-    # The verdict's reason without its "+x% figure" lead, which reads as a change between runs.
-    reason = verdict["why"].split(": ", 1)[-1]
     if verdict["verdict"] == "changed":
-        return _claim("faster", faster, factor, f"{difference}: {reason}", metric, verdict["flag"])
-    if verdict["verdict"] == "same":
-        return _claim("same", None, factor, f"{difference}: {reason}", metric, verdict["flag"])
-    return _claim("below margin", faster, factor, f"{difference}: {reason}", metric, verdict["flag"])
+        return _claim("faster", faster, factor, f"{difference}: {reason}", metric, flag)
+    if flag == "small change":
+        return _claim("below margin", faster, factor, f"{difference}: {reason}", metric, flag)
+    return _claim("same", None, factor, f"{difference}: {reason}", metric, flag)
 
 
 def code_facts(entry: dict) -> dict:

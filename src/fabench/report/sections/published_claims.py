@@ -132,7 +132,7 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
     # The policy's claim on (a, b): for "faster" claims b is the cell claimed faster.
     names = cell_names(run, claim, entries)
     a, b = (1, 0) if "faster" in claim else (0, 1)
-    verdict = claims.compare(entries[a], entries[b], names=(names[a], names[b]))
+    verdict = run.claim(entries[a], entries[b], names=(names[a], names[b]))
     bound = [h for h in (host_bound(n, e) for n, e in zip(names, entries)) if h]
     judged = METRICS.get(verdict["metric"], "n/a")
     return {**row, "outcome": outcome(claim, verdict), "why": md_text(verdict["why"]),

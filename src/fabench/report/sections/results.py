@@ -56,16 +56,9 @@ def ms_cell(result: dict, role: str, notes: Footnotes, strong: bool = False) -> 
     return bold(fmt_ms(ms), strong) + (f" {UNSTABLE_MARK}" if unstable(backend) else "")
 
 
-def role_claim(result: dict, first: str, second: str) -> dict:
-    """The policy's claim on two roles' cells of one job (a = first, b = second), named by label."""
-    entries = [role_backend(result, role) for role in (first, second)]
-    names = tuple((entry or {}).get("label") or result["roles"][role] for role, entry in zip((first, second), entries))
-    return claims.compare(*entries, names=names)
-
-
-def vendor_vs_triton(result: dict) -> dict:
-    """The analysis's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
-    return role_claim(result, "vendor", "triton")
+def vendor_vs_triton(run: Run, result: dict) -> dict:
+    """The policy's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
+    return run.role_claim(result, "vendor", "triton")
 
 
 def marked(text: str, claim: dict) -> str:
@@ -74,22 +67,22 @@ def marked(text: str, claim: dict) -> str:
     return f"{text} {mark}" if mark and text != "n/a" else text
 
 
-def speedup_cell(result: dict, role: str, strong: bool = False) -> str:
+def speedup_cell(run: Run, result: dict, role: str, strong: bool = False) -> str:
     """Baseline over the role's time, marked unless the policy tells the two cells apart."""
     value = speedup(result, role)
-    return marked(bold(fmt_times(value), strong and value is not None), role_claim(result, "baseline", role))
+    return marked(bold(fmt_times(value), strong and value is not None), run.role_claim(result, "baseline", role))
 
 
-def variant_row(result: dict, notes: Footnotes, highlight: bool) -> list[str]:
-    claim = vendor_vs_triton(result)
+def variant_row(run: Run, result: dict, notes: Footnotes, highlight: bool) -> list[str]:
+    claim = vendor_vs_triton(run, result)
     winner = claim["faster"] if highlight and claim["claim"] in NAMES_A_WINNER else None
     return [
         shape_text(result["shape"]),
         ms_cell(result, "baseline", notes),
         ms_cell(result, "vendor", notes, winner == "a"),
         ms_cell(result, "triton", notes, winner == "b"),
-        speedup_cell(result, "vendor"),
-        speedup_cell(result, "triton", winner == "b"),
+        speedup_cell(run, result, "vendor"),
+        speedup_cell(run, result, "triton", winner == "b"),
     ]
 
 
@@ -107,7 +100,7 @@ def variant_table(run: Run, variant: str) -> dict:
     tables = []
     for head_dim, results in run.head_dim_groups(variant):
         notes = Footnotes()
-        rows = [variant_row(r, notes, highlight) for r in results]
+        rows = [variant_row(run, r, notes, highlight) for r in results]
         tables.append({"head_dim": None if head_dim == run.main_head_dim else head_dim,
                        "rows": rows, "notes": notes.notes})
     return {"title": md_text(run.title(variant)), "label": md_text(run.variant_label(variant)),
@@ -160,7 +153,7 @@ def improvement(run: Run) -> dict | None:
     if not pairs:
         return None
     shape, before, after = max(pairs, key=lambda p: p[1]["wall_mean_ms"] / p[2]["wall_mean_ms"])
-    claim = claims.compare(before, after, names=(run.variant_label(run.variants[0]), run.variant_label(run.variants[-1])))
+    claim = run.claim(before, after, names=(run.variant_label(run.variants[0]), run.variant_label(run.variants[-1])))
     a, b = before["wall_mean_ms"], after["wall_mean_ms"]
     return {"shape": run.shape_name(shape), "before": a, "after": b, "faster": a >= b,
             "ratio": a / b if a >= b else b / a, "claim": claim["claim"], "why": md_text(claim["why"]),
@@ -173,11 +166,11 @@ def beats(run: Run) -> list[dict]:
     found = []
     for result in run.of(run.variants[-1]):
         before = run.find(run.variants[0], result["shape"])
-        claim = vendor_vs_triton(result)
+        claim = vendor_vs_triton(run, result)
         # "now" needs a before: a shape only the last variant measured is left to the winner table.
         if before is None or claim["claim"] not in NAMES_A_WINNER or claim["faster"] != "b":
             continue
-        earlier = vendor_vs_triton(before)
+        earlier = vendor_vs_triton(run, before)
         found.append({"shape": run.shape_name(result["shape"]), "triton_ms": role_ms(result, "triton"),
                       "vendor_ms": role_ms(result, "vendor"),
                       "already": earlier["claim"] in NAMES_A_WINNER and earlier["faster"] == "b"})
@@ -188,10 +181,10 @@ def untold(run: Run) -> list[str]:
     """Shapes of the last variant where both ran but the policy cannot tell vendor from Triton:
     "beats at no shape" would claim more than the run knows there."""
     return [run.shape_name(r["shape"]) for r in run.of(run.variants[-1])
-            if vendor_vs_triton(r)["claim"] == "cannot tell"]
+            if vendor_vs_triton(run, r)["claim"] == "cannot tell"]
 
 
-def winner(result: dict) -> dict:
+def winner(run: Run, result: dict) -> dict:
     """Which of vendor and Triton was faster at this shape, by how much, as the policy claims it:
     `winner` beyond the noise and the margin, `same` within the margin, `below` real but below it,
     `untold` when the policy cannot tell (and why); `only` when one ran."""
@@ -200,7 +193,7 @@ def winner(result: dict) -> dict:
     row = {"shape": shape_text(result["shape"]), "winner": None, "only": None, "same": None, "below": None,
            "untold": None}
     if len(ran) == 2:
-        claim = vendor_vs_triton(result)
+        claim = vendor_vs_triton(run, result)
         win, lose = sorted(ran, key=times.get)
         if claim["faster"] is not None:  # the judged figure's direction, which the wall means may not share
             win = "vendor" if claim["faster"] == "a" else "triton"
@@ -227,7 +220,7 @@ def winner(result: dict) -> dict:
 def winners(run: Run) -> dict:
     """The winner table's rows, and, when one role ran at no shape of the last variant for one
     reason, that reason said once instead of a row per shape."""
-    rows = [winner(r) for r in run.of(run.variants[-1])]
+    rows = [winner(run, r) for r in run.of(run.variants[-1])]
     only = {(w["missing"], w["missing_status"], w["missing_reason"]) for w in rows if w["only"]}
     if rows and all(w["only"] for w in rows) and len(only) == 1:
         missing, status, reason = only.pop()
@@ -238,7 +231,7 @@ def winners(run: Run) -> dict:
 def mark_notes(run: Run) -> list[dict]:
     """The marks the tables use, each with what it means and, for "cannot tell", the policy's
     reasons in this run (once each)."""
-    claimed = [role_claim(r, "baseline", role) for r in run.results for role in ("vendor", "triton")]
+    claimed = [run.role_claim(r, "baseline", role) for r in run.results for role in ("vendor", "triton")]
     used = {MARKS.get(c["claim"]) for c in claimed} - {None}
     reasons = list(dict.fromkeys(c["flag"] or "no reason" for c in claimed if c["claim"] == "cannot tell"))
     notes = []
@@ -268,7 +261,7 @@ def same_code_backends(run: Run) -> list[str]:
 
 def judged_on(run: Run) -> str | None:
     """The figure the policy judged the tables' claims on, in words; None for published numbers."""
-    metrics = {claims.compare(role_backend(r, "baseline"), role_backend(r, role))["metric"]
+    metrics = {run.role_claim(r, "baseline", role)["metric"]
                for r in run.results for role in ("vendor", "triton")} - {None}
     if not any(b.get("stats") for _, _, b in run.backends()):
         return None
