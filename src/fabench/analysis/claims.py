@@ -7,8 +7,8 @@ is beyond both the noise and the policy's margin, "same" where it lies within th
 margin" where it is real but smaller than the margin (not a win worth naming), and "cannot tell"
 where the noise, an unstable cell or a missing interval hides the answer (the verdict says which).
 A run of one process per job (a CPU run) cannot see the noise between processes, so nothing it
-measured supports a claim against another cell: "cannot tell", saying so. Figures that carry no
-analysis at all (the published numbers) are compared as they were published, and the claim says so.
+measured supports a claim against another cell: "cannot tell", saying so. A publication's numbers
+carry no analysis at all: they are compared as they were published, and the claim says so.
 
 Two variants' cells ran the same code when the backend recorded the same implementation and the
 same config it read (a backend that reads no config, such as native or SDPA, records none): then
@@ -56,7 +56,8 @@ def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric
     return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "flag": flag}
 
 
-def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"), rule: Rule = DEFAULT_RULE) -> dict:
+def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"), rule: Rule = DEFAULT_RULE,
+            published: bool = False) -> dict:
     """What the run may say about two analysed backend entries of it: the policy's verdict
     (fabench.analysis.policy.judge, a taken as the old and b as the new) in a claim's words.
 
@@ -64,13 +65,14 @@ def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"),
     why, metric (the figure judged), flag (the policy's flag)}: claim is "faster" (changed),
     "same" (within the margin), "below margin" (real, but within the margin), "cannot tell",
     "as published" or "not measured"; `faster` is set where the direction is a claim (faster,
-    below margin, as published). `names` name the cells in `why`."""
+    below margin, as published). `names` name the cells in `why`. `published`: the cells are a
+    publication's numbers, which carry no analysis: compared as published, and the claim says so."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both")
-    published = _published_figure(a), _published_figure(b)
-    if None not in published:
-        low, high = sorted(published)
-        return _claim("as published", "a" if published[0] <= published[1] else "b", high / low if low else None,
+    figures = _published_figure(a), _published_figure(b)
+    if published and None not in figures:
+        low, high = sorted(figures)
+        return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
                       "published figures, no noise estimate: compared as published", "wall_mean_ms")
     verdict = judge(a, b, rule, names=names)
     metric, ratio, flag = verdict["metric"], verdict["ratio"], verdict["flag"]

@@ -82,6 +82,8 @@ class Run:
         self.name = collected.get("run") or config.get("run")
         self.config = config
         self.rule = claims.rule_of(config)  # the comparison policy's rule every claim of the report follows
+        # A publication's numbers recast as a run (fabench.report.published): no job of it ever started.
+        self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
         # The head_dim most shapes share is the report's subject (the published report's 256);
@@ -106,7 +108,7 @@ class Run:
 
     def claim(self, a: dict | None, b: dict | None, names: tuple[str, str]) -> dict:
         """The policy's claim on two cells of this run (fabench.analysis.claims.compare)."""
-        return claims.compare(a, b, names=names, rule=self.rule)
+        return claims.compare(a, b, names=names, rule=self.rule, published=self.published)
 
     def role_claim(self, result: dict, first: str, second: str) -> dict:
         """The policy's claim on two roles' cells of one job (a = first, b = second), named by label."""

@@ -25,6 +25,10 @@ UNSTABLE_MARK = "~"
 NAMES_A_WINNER = claims.NAMES_A_WINNER
 # The mark a derived figure (a speedup, a factor) carries after the policy's claim on its two cells.
 MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
+# Why the policy cannot tell, in words, by its flag (fabench.analysis.policy.judge).
+UNTOLD_WORDS = {"not comparable": "no noise estimate", "unstable": "unstable trials",
+                "noisy": "noise wider than the margin", "clock": "the GPU clock moved, not the work",
+                "one process": "one process per job: the noise between processes is not estimated"}
 
 
 class Footnotes:
@@ -233,13 +237,13 @@ def mark_notes(run: Run) -> list[dict]:
     reasons in this run (once each)."""
     claimed = [run.role_claim(r, "baseline", role) for r in run.results for role in ("vendor", "triton")]
     used = {MARKS.get(c["claim"]) for c in claimed} - {None}
-    reasons = list(dict.fromkeys(c["flag"] or "no reason" for c in claimed if c["claim"] == "cannot tell"))
+    reasons = list(dict.fromkeys(UNTOLD_WORDS.get(c["flag"], c["flag"] or "no reason")
+                                 for c in claimed if c["claim"] == "cannot tell"))
     notes = []
     if MARKS["cannot tell"] in used:
-        notes.append({"mark": MARKS["cannot tell"], "reasons": [md_text(r) for r in reasons],
-                      "one_process": "one process" in reasons})
+        notes.append({"mark": MARKS["cannot tell"], "reasons": [md_text(r) for r in reasons]})
     if MARKS["same"] in used:
-        notes.append({"mark": MARKS["same"], "reasons": [], "one_process": False})
+        notes.append({"mark": MARKS["same"], "reasons": []})
     return notes
 
 
