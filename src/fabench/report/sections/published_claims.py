@@ -30,11 +30,19 @@ def claim_error(published: dict) -> str | None:
         if claim["id"] in seen:
             return f"{where}: the id is used twice"
         seen.add(claim["id"])
+        forms = [form for form in (("faster", "slower"), ("same",)) if any(key in claim for key in form)]
+        if len(forms) != 1 or not all(key in claim for key in forms[0]):
+            return f"{where}: give either faster and slower (one cell claimed faster) or same (two cells), not {_keys(claim)}"
         for cell in claim_cells(claim):
             if cell["variant"] not in published["variants"]:
                 return (f"{where}: variant {cell['variant']!r} is not one of the variants "
                         f"({', '.join(published['variants'])})")
     return None
+
+
+def _keys(claim: dict) -> str:
+    given = [key for key in ("faster", "slower", "same") if key in claim]
+    return " and ".join(given) if given else "neither"
 
 
 def claim_cells(claim: dict) -> list[dict]:

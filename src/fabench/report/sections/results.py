@@ -19,6 +19,7 @@ from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_cod
                                    status_text, value_text)
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
+from fabench.analysis.policy import code_identity, same_code
 from fabench.report.model import Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
@@ -146,8 +147,14 @@ def same_code_variants(run: Run) -> bool:
     first, last = run.variants[0], run.variants[-1]
     pairs = [(role_backend(run.find(first, r["shape"]), "triton") if run.find(first, r["shape"]) else None,
               role_backend(r, "triton")) for r in run.of(last)]
-    ran = [(a, b) for a, b in pairs if a is not None and b is not None and claims.code_facts(a) != claims.code_facts({})]
-    return bool(ran) and all(claims.same_code(a, b) for a, b in ran)
+    ran = [(a, b) for a, b in pairs if records_code(a) and records_code(b)]
+    return bool(ran) and all(same_code(a, b) for a, b in ran)
+
+
+def records_code(entry: dict | None) -> bool:
+    """Whether the entry ran and records any fact of its code (the policy's code identity)."""
+    identity = code_identity(entry)
+    return identity is not None and any(value is not None for value in identity.values())
 
 
 def improvement(run: Run) -> dict | None:
@@ -256,8 +263,8 @@ def same_code_backends(run: Run) -> list[str]:
     for result in run.of(run.variants[0]):
         others = [run.find(v, result["shape"]) for v in run.variants[1:]]
         for name, entry in result["backends"].items():
-            same = entry["status"] == "ok" and claims.code_facts(entry)["implementation"] is not None and all(
-                o is not None and claims.same_code(entry, o["backends"].get(name)) for o in others)
+            same = entry["status"] == "ok" and (code_identity(entry) or {}).get("implementation") is not None and all(
+                o is not None and same_code(entry, o["backends"].get(name)) for o in others)
             names[name] = names.get(name, True) and same
     return [backend_name(name, run.first["backends"][name]) for name, same in names.items()
             if same and name in run.first["backends"]]
