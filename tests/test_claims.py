@@ -276,3 +276,51 @@ def test_compare_is_the_policys_verdict_in_a_claims_words():
     quicker = {**plain, "wall_mean_ms": 0.3}
     assert claims.compare(plain, quicker, published=True)["claim"] == "as published"
     assert claims.compare(plain, quicker)["claim"] == "cannot tell"
+
+
+# ------------------------------------------------------------ the speedup figure
+
+def bar_labels(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+@pytest.mark.parametrize("entry", ENTRIES[-1:], ids=[e.name for e in ENTRIES[-1:]])
+def test_the_speedup_figure_draws_one_bar_for_code_no_variant_touches_and_marks_what_the_policy_cannot_tell(entry):
+    import matplotlib.pyplot as plt
+
+    from fabench.report import plots
+
+    collected, _ = entry_run(entry)
+    fig = plots.speedup_figure(collected)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    # cuDNN reads no variant config (the same code in both variants); aiter's Triton kernel reads it.
+    assert "SDPA (cuDNN), every variant (same code)" in legend
+    assert {"Triton, default", "Triton, tuned"} <= set(legend) and "SDPA (cuDNN), default" not in legend
+    unstable = [r for r in collected["results"] if r["variant"] == "tuned"
+                and not role_backend(r, "vendor")["stats"]["stable"]]
+    assert len([t for t in bar_labels(fig) if t.endswith(" ~")]) >= len(unstable) > 0
+    plt.close(fig)
+    fig = plots.speedup_figure(one_process(collected))
+    assert all(t.endswith(" ~") for t in bar_labels(fig) if t != "did not run")
+    assert any("cannot tell it from the baseline" in t.get_text() for t in fig.texts)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------ a CPU run: the Triton role left out
+
+def test_a_role_that_ran_nowhere_is_said_once_not_in_every_winner_row():
+    fixture = ROOT / "tests" / "fixtures" / "cpu-run"  # a real default CPU run: FlexAttention unavailable
+    collected, config = (json.loads((fixture / name).read_text()) for name in ("results.json", "config.json"))
+    text = render(collected, config, load_published())
+    analysis = text.split("### Analysis")[1].split("\n---\n")[0]
+    assert "only SDPA measured" not in text and "| (4, " not in analysis
+    assert analysis.count("No winner to name: FlexAttention did not run at any shape (unavailable: ") == 1
+    assert "- FlexAttention vs SDPA: not compared (FlexAttention unavailable)" in text
+    assert "at no measured shape" not in text
+    # Results from before trials carry no noise estimate: every speedup is marked, none is a claim.
+    assert "the comparison policy cannot tell the two times apart (no noise estimate)" in text
+    rows = table_after(text, "#### After Tuning (Optimized Triton Config)")
+    assert [row[4] for row in rows] == ["0.83x ~", "2.48x ~", "2.66x ~", "2.97x ~"]
+    claims_rows = table_after(text, "### The Published Claims, Re-tested")
+    assert {row[2] for row in claims_rows} == {"**cannot tell**"}
+    assert "SDPA fills CK's role (vendor)" in text

@@ -1,7 +1,8 @@
 """The published claims, re-tested: each claim of the published report (the `claims` of its
 numbers file, report/published/*.yaml) and whether it holds on this run's hardware, fails, or
 cannot be told, by the comparison policy (fabench.analysis.claims, the policy's within-run
-verdict on two cells). Left out when no published claims are given or nothing was measured.
+verdict on two cells). Left out when no published claims are given or nothing was measured
+(the publication's numbers recast as a run).
 
 A claim names cells by variant and role; another platform fills a role with its own backend
 (CK's by cuDNN on NVIDIA, by SDPA on a CPU), and the section says so beside the claim. It also
@@ -51,7 +52,8 @@ def claim_cells(claim: dict) -> list[dict]:
 
 
 def _entry(run: Run, cell: dict, shape: dict) -> tuple[dict | None, str | None]:
-    """The run's backend entry for a claim's cell, or why there is none."""
+    """The run's backend entry for a claim's cell (whatever its status), and why it has no time
+    to judge (None when it ran cleanly)."""
     if cell["variant"] not in run.variants:
         return None, f"this run has no variant {cell['variant']!r}"
     result = run.find(cell["variant"], shape)
@@ -60,7 +62,7 @@ def _entry(run: Run, cell: dict, shape: dict) -> tuple[dict | None, str | None]:
     entry = role_backend(result, cell["role"])
     if entry is None or entry["status"] != "ok":
         label = (entry or {}).get("label") or result["roles"][cell["role"]]
-        return None, f"{label} {(entry or {}).get('status', 'not run')} there"
+        return entry, f"{label} {(entry or {}).get('status', 'not run')} there"
     return entry, None
 
 
@@ -130,7 +132,7 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
     row = {"id": md_text(claim["id"]), "published": md_text(claim["published"]), "where": md_text(claim["where"]),
            "roles": roles_filled(run, published, claim, entries), "host_bound": [], "figures": "n/a",
            "judged_on": "n/a"}
-    missing = [why for _, why in found if why]
+    missing = list(dict.fromkeys(why for _, why in found if why))
     if missing:
         return {**row, "outcome": "cannot tell", "why": md_text("; ".join(missing))}
     differs = config_differences(run, published, claim)
@@ -148,14 +150,9 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
             "figures": figures_text(names, entries, verdict["metric"]), "host_bound": bound}
 
 
-def measured(run: Run) -> bool:
-    """Whether any cell carries the analysis stage's figures (published numbers recast carry none)."""
-    return any(backend.get("stats") for _, _, backend in run.backends())
-
-
 def context(run: Run, published: dict | None) -> dict | None:
-    if not published or not published.get("claims") or not measured(run):
-        return None
+    if not published or not published.get("claims") or run.published:
+        return None  # nothing to re-test, or the publication's own numbers recast as a run
     rows = [retest(run, published, claim) for claim in published["claims"]]
     devices = run.provenance_values("device")
     return {
