@@ -22,7 +22,7 @@ from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries, load_entry, natural_key, resolve_entry, verify_entry
 from fabench.results.archive_run_check import IncompleteRun
 from fabench.results.archive_store import AlreadyArchived, archive_run, store_entry
-from fabench.analysis.verdict import compare_cell
+from fabench.analysis.policy import Rule, judge as compare_cell
 from fabench.results.compare import V1_REASON, compare_entries, published_flags
 from fabench.results.compare_markdown import render_markdown
 from support.runs import (CPU, CUDA_13_0, ROCM_6_4, ROCM_7_0, edit_backend, make_run, read_results,
@@ -287,14 +287,38 @@ def test_small_change_with_tight_intervals_is_flagged_and_a_rerun_is_the_same(tw
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
     assert found["flag"] == "regression" and found["detectable"] < 0.03
     untouched = row(comparison, "default", CELL[1], "native")["cells"][1]["vs_previous"]
-    assert untouched["verdict"] == "same" and "would have been detected" in untouched["why"]
+    assert untouched["verdict"] == "same" and untouched["flag"] == "unchanged"
+    assert "within the noise and the 1.35% margin" in untouched["why"]
 
 
-def test_threshold_is_configurable(two_runs):
+def test_a_real_change_below_the_margin_is_named_and_is_no_regression(two_runs):
+    old, new, root = two_runs
+    edit_backend(new, *CELL, factor=1.01)  # beyond the fixture's 0.4% noise, within the 1.35% margin
+    comparison = compared(old, new, root)
+    found = row(comparison, *CELL)["cells"][1]["vs_previous"]
+    assert found["verdict"] == "same" and found["flag"] == "small change" and "a real change" in found["why"]
+    assert flags_of(comparison, "regression") == []
+
+
+def test_the_margin_is_configurable(two_runs):
     old, new, root = two_runs
     edit_backend(new, *CELL, factor=1.03)
-    assert flags_of(compared(old, new, root, threshold=0.05), "regression") == []
-    assert flags_of(compare_entries(list_entries(root), threshold=0.02), "regression") == [CELL]
+    assert flags_of(compared(old, new, root, rule=Rule(margin=0.05)), "regression") == []
+    assert flags_of(compare_entries(list_entries(root), rule=Rule(margin=0.02)), "regression") == [CELL]
+
+
+def test_another_experiment_is_named_and_judged_nowhere(two_runs):
+    old, new, root = two_runs
+    collected = read_results(new)
+    for result in collected["results"]:
+        result["tolerance"] = {**result["tolerance"], "max_abs_err": 0.5}
+    write_results(new, collected)
+    edit_backend(new, *CELL, factor=1.12)
+    comparison = compared(old, new, root)
+    assert flags_of(comparison, "regression") == [] and flags_of(comparison, "other experiment")
+    found = row(comparison, *CELL)["cells"][1]["vs_previous"]
+    assert found["verdict"] == "cannot tell" and "tolerance.max_abs_err: 0.02 -> 0.5" in found["why"]
+    assert comparison["experiments"][0]["differences"] == ["tolerance.max_abs_err: 0.02 -> 0.5"]
 
 
 def test_unstable_cell_is_never_flagged(two_runs):
@@ -366,9 +390,9 @@ def test_published_vs_reproduced(two_runs):
     _, new, _ = two_runs
     edit_backend(new, "tuned", "b4-s4096-h8-d256", "triton", factor=1.2)
     results = read_results(new)["results"]
-    flags = {(f["variant"], f["shape_id"], f["backend"]): f for f in published_flags(results, load_published(), 0.05)}
+    flags = {(f["variant"], f["shape_id"], f["backend"]): f for f in published_flags(results, load_published())}
     assert flags[("tuned", "b4-s4096-h8-d256", "triton")]["flag"] == "slower"
-    assert "outside our 95% CI" in flags[("tuned", "b4-s4096-h8-d256", "triton")]["why"]
+    assert "outside our 95% prediction interval" in flags[("tuned", "b4-s4096-h8-d256", "triton")]["why"]
     assert flags[("tuned", "b4-s512-h8-d256", "ck")]["flag"] == "matches"
     assert flags[("default", "b4-s1024-h8-d256", "native")]["flag"] == "matches"
 
@@ -448,7 +472,7 @@ def test_cli_store_list_verify_compare(two_runs, tmp_path):
     assert fabench("archive", "verify", f"{NEW}/{new_entry.name}", "--root", str(root), cwd=tmp_path).returncode == 0
 
     md, js, plots = tmp_path / "out" / "compare.md", tmp_path / "out" / "compare.json", tmp_path / "out" / "plots"
-    done = fabench("compare", OLD, f"{NEW}/1", "--root", str(root), "--threshold", "5%", "--out-md", str(md),
+    done = fabench("compare", OLD, f"{NEW}/1", "--root", str(root), "--margin", "5%", "--out-md", str(md),
                    "--out-json", str(js), "--plots", str(plots), "--published",
                    str(REPO / "report" / "published" / "mi300x-2025-12-30.yaml"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -464,7 +488,7 @@ def test_cli_store_list_verify_compare(two_runs, tmp_path):
 
     # For CI: exit 3 on a regression when asked; one row per cell and entry as CSV, for pandas.
     table = tmp_path / "out" / "compare.csv"
-    strict = fabench("compare", OLD, f"{NEW}/1", "--root", str(root), "--threshold", "5%", "--fail-on", "regression",
+    strict = fabench("compare", OLD, f"{NEW}/1", "--root", str(root), "--margin", "5%", "--fail-on", "regression",
                      "--out-md", str(md), "--out-csv", str(table), cwd=tmp_path)
     assert strict.returncode == 3 and "failing on 1 regression flag(s)" in strict.stderr
     rows = list(csv.DictReader(table.open()))
@@ -501,7 +525,8 @@ def test_cli_refuses_an_incomplete_run_with_exit_1(two_runs, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["compare", "--threshold", "2"], "give a fraction between 0 and 1"),
+    (["compare", "--margin", "2"], "give a fraction between 0 and 1"),
+    (["compare", "--threshold", "0.05"], "unrecognized arguments: --threshold"),
     (["compare", "nope/0001", "--root", "archive"], "nope/0001: no such archive entry"),
     (["archive", "verify", "rocm-1.0"], "rocm-1.0: no such archive entry"),
     (["archive", "store", "results/none"], "results/none: no such run directory"),

@@ -46,7 +46,8 @@ def test_a_second_run_outside_the_first_runs_interval_fails_unless_flagged(tmp_p
     b = write_run(tmp_path / "b", job([0.1020, 0.1021, 0.1022], 0.1021))
     assert h200_check.main([a, b]) == 1
     out = capsys.readouterr().out
-    assert "outside run A's CI" in out and "median run-to-run spread" in out and "exceeds 1%" in out
+    assert "outside run A's prediction interval" in out and "median run-to-run spread" in out and "exceeds 1%" in out
+    assert "changed (regression)" in out  # the comparison policy's verdict beside it
 
 
 def test_disagreeing_with_do_bench_fails(tmp_path, capsys):

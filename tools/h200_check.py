@@ -12,8 +12,13 @@ results.json. A cell is one (variant, shape, backend) that is ok with a device f
      so either way).
   2. With two runs: the median over cells of the run-to-run spread (max/min - 1) of the device
      medians is at most --max-spread (1%).
-  3. With two runs: each second-run median lies inside the first run's 95% CI, or the cell is
-     flagged unstable in either run.
+  3. With two runs: each second-run median lies inside the first run's 95% prediction interval
+     (where another run of the same experiment on the same hardware should read), or the cell is
+     flagged unstable in either run. The comparison policy's verdict on each cell (the rule
+     `fabench compare` applies, fabench.analysis.policy) is shown beside it.
+
+The intervals are derived here from the run's pooled noise (fabench.analysis.noise), as the
+collector derives them: a job's own file holds none.
 
 Prints a table and the verdicts; exits 0 when every check passes, 1 otherwise.
 """
@@ -25,6 +30,9 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+from fabench.analysis import policy
+from fabench.analysis.noise import add_run_intervals
 
 
 def load_run(path: Path) -> dict[tuple[str, str, str], dict]:
@@ -38,6 +46,7 @@ def load_run(path: Path) -> dict[tuple[str, str, str], dict]:
             data = json.loads(file.read_text())
             if isinstance(data, dict) and "backends" in data and "schema_version" in data:
                 results.append(data)
+    add_run_intervals(results)  # the run's noise pooled over its cells, as results.json holds it
     cells = {}
     for result in results:
         for name, entry in result["backends"].items():
@@ -77,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     first = runs[0]
     second = runs[1] if len(runs) > 1 else {}
     failures, spreads, excused = [], [], 0
-    print("| variant | shape | backend | A device ms [95% CI] | A do_bench | B device ms | A-B spread | B in A's CI |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| variant | shape | backend | A device ms [95% PI] | A do_bench | B device ms | A-B spread | B in A's PI | "
+          "Verdict (policy) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key in sorted(first):
         a = first[key]
         sa = a["stats"]["device_ms"]
@@ -86,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         excused += ok_a is None
         if ok_a is False:
             failures.append(f"{'/'.join(key)}: run A device median {sa['median']:.4f} vs do_bench {text_a}")
-        cells = [key[0], key[1], key[2], f"{sa['median']:.4f} [{sa['ci95'][0]:.4f}, {sa['ci95'][1]:.4f}]"
+        pi = sa.get("pi95")
+        cells = [key[0], key[1], key[2], f"{sa['median']:.4f} " + (f"[{pi[0]:.4f}, {pi[1]:.4f}]" if pi else "(no PI)")
                  + ("" if a["stats"]["stable"] else " unstable"), text_a]
         b = second.get(key)
         if b is not None:
@@ -96,15 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{'/'.join(key)}: run B device median {sb['median']:.4f} vs do_bench {text_b}")
             s = spread(sa["median"], sb["median"])
             spreads.append(s)
-            inside = sa["ci95"][0] <= sb["median"] <= sa["ci95"][1]
+            inside = bool(pi) and pi[0] <= sb["median"] <= pi[1]
             flagged = not (a["stats"]["stable"] and b["stats"]["stable"])
             if not inside and not flagged:
-                failures.append(f"{'/'.join(key)}: run B median {sb['median']:.4f} outside run A's CI "
-                                f"[{sa['ci95'][0]:.4f}, {sa['ci95'][1]:.4f}] and neither run flags it unstable")
+                where = f"[{pi[0]:.4f}, {pi[1]:.4f}]" if pi else "(none: too few repeats)"
+                failures.append(f"{'/'.join(key)}: run B median {sb['median']:.4f} outside run A's prediction "
+                                f"interval {where} and neither run flags it unstable")
+            verdict = policy.judge(a, b, names=("A", "B"))
             cells += [f"{sb['median']:.4f}" + ("" if b["stats"]["stable"] else " unstable"), f"{s:.2%}",
-                      "yes" if inside else ("flagged" if flagged else "NO")]
+                      "yes" if inside else ("flagged" if flagged else "NO"), f"{verdict['verdict']} ({verdict['flag']})"]
         else:
-            cells += ["", "", ""]
+            cells += ["", "", "", ""]
         print("| " + " | ".join(cells) + " |")
     print()
     print(f"cells: {len(first)}; do_bench excused (missing or unstable): {excused}")

@@ -3,10 +3,14 @@
     fabench archive store RUN_DIR [--root archive] [--label L] [--extra NAME=PATH ...]
     fabench archive list [--root archive]
     fabench archive verify ENTRY [--root archive]
-    fabench compare [ENTRY ...] [--root archive] [--threshold 0.05] [--baseline ENTRY]
-                    [--published FILE [--tolerance T]] [--out-md FILE] [--out-json FILE] [--out-csv FILE]
+    fabench compare [ENTRY ...] [--root archive] [--configfile FILE] [--margin M] [--baseline ENTRY]
+                    [--published FILE] [--out-md FILE] [--out-json FILE] [--out-csv FILE]
                     [--plots DIR] [--fail-on regression]
-    fabench detector-check [ENTRY ...] [--root archive] [--out-md FILE] [--out-json FILE]
+    fabench detector-check [ENTRY ...] [--root archive ...] [--configfile FILE] [--margin M]
+                    [--out-md FILE] [--out-json FILE]
+
+Both judge by the comparison policy (fabench.analysis.policy) that `snakemake compare` applies:
+its defaults, or the `comparison` key of --configfile (a workflow config), --margin over it.
 
 An ENTRY is an entry's directory, or <label>/<run-id> (also <label>/<number>, or a bare <label>
 for its newest intact entry) under --root. `compare` without entries compares every entry in --root.
@@ -49,14 +53,38 @@ def fail(prog: str, message: str, status: int) -> int:
     return status
 
 
-def threshold_type(text: str) -> float:
+def margin_type(text: str) -> float:
     try:
         value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.05 or 5%)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.02 or 2%)") from None
     if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction between 0 and 1 (0.05 or 5%)")
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction between 0 and 1 (0.02 or 2%)")
     return value
+
+
+def comparison_rule(args):
+    """The comparison policy the user asked for: --configfile's `comparison` key (the policy's
+    defaults without one), --margin over it. UsageError with one line if it cannot be used."""
+    from fabench.analysis.policy import Rule, RuleError
+
+    config = {}
+    if args.configfile:
+        import yaml
+
+        try:
+            config = yaml.safe_load(args.configfile.read_text()) or {}
+        except OSError as err:
+            raise UsageError(f"--configfile {args.configfile}: cannot be read ({err.strerror})") from None
+        except yaml.YAMLError as err:
+            raise UsageError(f"--configfile {args.configfile}: not YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(config, dict):
+            raise UsageError(f"--configfile {args.configfile}: not a mapping of config keys")
+    try:
+        rule = Rule.from_config(config)
+        return Rule(**{**rule.as_dict(), "margin": args.margin}) if args.margin else rule
+    except RuleError as err:
+        raise UsageError(f"--configfile {args.configfile}: {err}" if args.configfile else str(err)) from None
 
 
 def extra_type(text: str) -> tuple[str, Path]:
@@ -103,25 +131,28 @@ def build_parser() -> Parser:
     compare = commands.add_parser("compare", help="archived entries side by side, regressions flagged")
     compare.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to compare (default: all in --root)")
     compare.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
-    compare.add_argument("--threshold", type=threshold_type, default=None,
-                         help="smallest change flagged, as a fraction (default 0.05)")
     compare.add_argument("--baseline", metavar="ENTRY", help="entry every other is also compared with "
                                                               "(default: the oldest)")
     compare.add_argument("--published", type=Path, help="report/published/*.yaml: also flag reproduced cells "
                                                          "that differ from the published ones")
-    compare.add_argument("--tolerance", type=threshold_type, help="for --published (default: the threshold)")
     compare.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
     compare.add_argument("--out-json", type=Path, help="write the comparison as JSON here")
     compare.add_argument("--out-csv", type=Path, help="write one row per cell and entry here (for pandas)")
     compare.add_argument("--plots", type=Path, metavar="DIR", help="write versions-<variant>.png here")
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
                          "(for CI)")
-    check = commands.add_parser("detector-check", help="the change detector's false alarms, calibration and "
-                                "sensitivity on archived runs (a known change injected)")
+    check = commands.add_parser("detector-check", help="the change detector's false alarms, answers, calibration "
+                                "and sensitivity on archived runs (a known change injected)")
     check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
-    check.add_argument("--root", type=Path, default=Path("archive"), help="the archive folder (default: archive)")
+    check.add_argument("--root", type=Path, action="append", help="an archive folder (repeatable: the runs of "
+                       "several archives together; default: archive)")
     check.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
     check.add_argument("--out-json", type=Path, help="write the check as JSON here")
+    for sub in (compare, check):
+        sub.add_argument("--configfile", type=Path, metavar="FILE", help="a workflow config (YAML): its "
+                         "`comparison` key sets the policy, as in `snakemake compare` (default: the policy's defaults)")
+        sub.add_argument("--margin", type=margin_type, help="the smallest change called a regression or an "
+                         "improvement, as a fraction or percent (default: the config's, else 0.0135)")
     return parser
 
 
@@ -205,7 +236,7 @@ def cmd_verify(args) -> int:
 
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
-    from fabench.results.compare import DEFAULT_THRESHOLD, CompareError, NothingToCompare, compare_entries
+    from fabench.results.compare import CompareError, NothingToCompare, compare_entries
     from fabench.results.compare_markdown import render_markdown
 
     prog = "fabench compare"
@@ -218,6 +249,7 @@ def cmd_compare(args) -> int:
                 published = load_published(args.published)
             except PublishedError as err:
                 raise UsageError(f"--published {err}") from None
+        rule = comparison_rule(args)
         entries = entries_from(args)
         baseline = None
         if args.baseline:
@@ -228,8 +260,7 @@ def cmd_compare(args) -> int:
     except UsageError as err:
         return fail(prog, f"error: {err}", USAGE)
     try:
-        comparison = compare_entries(entries, args.threshold or DEFAULT_THRESHOLD, baseline, published,
-                                     args.tolerance)
+        comparison = compare_entries(entries, rule, baseline, published)
     except CompareError as err:
         return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
     figures = []
@@ -288,12 +319,19 @@ def cmd_detector_check(args) -> int:
     from fabench.results.detector_markdown import render
 
     prog = "fabench detector-check"
+    roots = args.root or [Path("archive")]
     try:
-        entries = entries_from(args)
+        rule = comparison_rule(args)
+        if args.entries and len(roots) > 1:
+            raise UsageError("name entries with one --root only (several roots: every entry of each)")
+        entries = [e for root in roots for e in entries_from(argparse.Namespace(entries=args.entries, root=root))]
+        twice = sorted({e.id for e in entries if [x.id for x in entries].count(e.id) > 1})
+        if twice:
+            raise UsageError(f"entry {twice[0]} is in more than one --root: give each run once")
     except UsageError as err:
         return fail(prog, f"error: {err}", USAGE)
     runs = []
-    for entry in entries:
+    for entry in sorted(entries, key=lambda e: e.sort_key):
         results, problems = usable_results(entry)
         if results is None:
             print(f"{prog}: left out {entry.id}: {'; '.join(problems)}", file=sys.stderr)
@@ -302,7 +340,7 @@ def cmd_detector_check(args) -> int:
     if len(runs) < 2:
         return fail(prog, f"error: {len(runs)} usable entr{'y' if len(runs) == 1 else 'ies'}: the check needs "
                           f"two runs of one experiment on the same GPU model", USAGE)
-    check = detector_check(runs)
+    check = detector_check(runs, rule)
     write_outputs(args, render(check), check)
     return INTEGRITY if len(runs) < len(entries) else 0
 

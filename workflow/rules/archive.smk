@@ -3,6 +3,7 @@
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
 # The work is in fabench.results.archive_store, .archive_read, .compare, .compare_markdown and
 # fabench.report.plots.
+from fabench.analysis.policy import Rule as ComparisonRule, RuleError as ComparisonRuleError
 
 
 rule plots:
@@ -68,6 +69,13 @@ rule archive:
         all_runs(archive_receipt),
 
 
+# The comparison policy from the config, refused with one line before any job starts.
+try:
+    COMPARISON = ComparisonRule.from_config(config).as_dict()
+except ComparisonRuleError as err:
+    raise WorkflowError(f"invalid config: {err}") from None
+
+
 rule compare:
     input:
         receipts=all_runs(archive_receipt),
@@ -98,9 +106,8 @@ rule compare:
         "logs/compare.log",
     params:
         root=config["archive"]["root"],
-        threshold=config["archive"]["threshold"],
+        rule=COMPARISON,
         baseline=config["archive"]["baseline"],
-        tolerance=config["archive"]["tolerance"],
         variants=COMPARED_VARIANTS,
         # every entry's files as they are now: an entry added, deleted or changed in any byte
         # changes this, so compare re-runs (and its reader verifies every entry)

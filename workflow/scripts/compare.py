@@ -1,4 +1,5 @@
-"""rule compare: every entry of the archive -> compare/compare.{md,json,csv} and compare/versions-<variant>.png.
+"""rule compare: every entry of the archive -> compare/compare.{md,json,csv} and compare/versions-<variant>.png,
+by the comparison policy of the config (the same call as `fabench compare`).
 
 Broken entries are left out and named in the outputs and the log; they do not fail the rule."""
 import logging
@@ -10,6 +11,7 @@ from fabench.report.html import markdown_page
 from fabench.report.plots import version_plot_name, versions_png
 from fabench.report.published import load_published
 from fabench.results.archive_read import list_entries
+from fabench.analysis.policy import Rule
 from fabench.results.compare import CompareError, compare_entries
 from fabench.results.compare_csv import comparison_csv
 from fabench.results.compare_markdown import render_markdown
@@ -19,7 +21,7 @@ logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s"
 entries = list_entries(Path(sm.params.root))
 published = load_published(sm.input.published) if sm.input.published else None
 try:
-    comparison = compare_entries(entries, sm.params.threshold, sm.params.baseline, published, sm.params.tolerance)
+    comparison = compare_entries(entries, Rule(**sm.params.rule), sm.params.baseline, published)
 except CompareError as err:
     logging.error("compare: %s", err)
     sys.exit(f"compare: {err}")

@@ -10,8 +10,10 @@ launched, and notes on what went wrong. Everything derived from them comes from 
     entry      one backend of one job: medians, spread, stability, the independent cross-checks
     noise      one run: noise pooled over cells of similar duration, the CI of each cell's median
                and the prediction interval for another run on the same hardware
-    verdict    two runs of a cell: changed / same / cannot tell, the smallest detectable change;
-               hardware identity; steps in a series of archived runs
+    policy     the one comparison rule (Rule, its config key `comparison`): two runs of a cell are
+               changed / same / cannot tell; code, hardware and experiment identities; steps in a
+               series of archived runs; a figure against a published number
+    detector   how that rule behaves on archived runs (false alarms, answers, sensitivity)
     peers      asv's and nvbench's rules on the same data, for comparison
     claims     what the report may say about two cells of one run (a winner or a tie)
     legacy     reading results of schema 1 and 2 (read as they are, never migrated)

@@ -1,7 +1,7 @@
 """What a report may say about two cells of one run: which is faster, that they take the same
 time, or that the run cannot tell; and which cells of two variants ran the same code.
 
-A within-run comparison of two cells is the comparison policy's (fabench.analysis.verdict) verdict
+A within-run comparison of two cells is the comparison policy's (fabench.analysis.policy) verdict
 on them, the first cell taken as the old and the second as the new: "faster" where the difference
 is beyond both the noise and the policy's margin, "same" where it lies within the margin, "below
 margin" where it is real but smaller than the margin (not a win worth naming), and "cannot tell"
@@ -10,16 +10,16 @@ A run of one process per job (a CPU run) cannot see the noise between processes,
 measured supports a claim against another cell: "cannot tell", saying so. A publication's numbers
 carry no analysis at all: they are compared as they were published, and the claim says so.
 
-Two variants' cells ran the same code when the backend recorded the same implementation and the
-same config it read (a backend that reads no config, such as native or SDPA, records none): then
+Two variants' cells ran the same code when the comparison policy's code identity agrees
+(fabench.analysis.policy.same_code: implementation, config values read, launched kernels): then
 any difference between them is run-to-run noise, and no claim that one variant is faster is made.
 """
 
 from __future__ import annotations
 
-import json
 import re
 
+from fabench.analysis import policy
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import DEFAULT_RULE, Rule, judge
 
@@ -94,23 +94,6 @@ def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"),
     return _claim("same", None, factor, f"{difference}: {reason}", metric, flag)
 
 
-def code_facts(entry: dict) -> dict:
-    """What a cell records of the code that ran: implementation (kernel, package and version,
-    compiler), the config it read, the kernel that ran longest in its profiled call."""
-    launch = (entry.get("kernels") or {}).get("launch") or {}
-    return {"implementation": entry.get("implementation"), "kernel_config": entry.get("kernel_config"),
-            "kernel": launch.get("kernel")}
-
-
-def same_code(a: dict | None, b: dict | None) -> bool:
-    """Whether two cells ran the same code, as far as both record it: every fact both record
-    agrees (results from before a fact was recorded are judged on the others)."""
-    if a is None or b is None or "ran" not in (_ran(a), _ran(b)) or _ran(a) != _ran(b):
-        return False
-    fa, fb = code_facts(a), code_facts(b)
-    return all(json.dumps(fa[k], sort_keys=True, default=str) == json.dumps(fb[k], sort_keys=True, default=str)
-               for k in fa if fa[k] is not None and fb[k] is not None)
-
-
-def _ran(entry: dict) -> str:
-    return "ran" if entry.get("status") in ("ok", "failed") else "did not run"
+# Which cells ran the same code is the comparison policy's question (one code identity).
+code_facts = policy.code_identity
+same_code = policy.same_code

@@ -10,7 +10,6 @@ from __future__ import annotations
 from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
 
-DERIVED_KEYS = ("wall_mean_ms", "device_ms", "tflops", "stats", "host_overhead_ms", "cross_check")
 DEFAULT_STABLE_SPREAD = 0.03
 DEFAULT_TOLERANCE = 0.03
 

@@ -29,13 +29,6 @@ def cell_metric(*entries: dict) -> str | None:
     return None
 
 
-def cell_figure(entry: dict, metric: str | None = None) -> dict | None:
-    """The analysed summary (median, intervals, spread) of the entry's judged figure."""
-    stats = entry.get("stats") or {}
-    metric = metric or cell_metric(entry)
-    return stats.get(metric) if metric else None
-
-
 def tflops(flops: float | None, ms: float | None) -> float | None:
     if not flops or not ms or ms <= 0:
         return None

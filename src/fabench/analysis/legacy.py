@@ -5,11 +5,19 @@ Schema 2 recorded every trial but kept some observations only inside derived fie
 on a cell (warm-up that never settled, kernels that differed between processes) inside the
 stability verdict's reason, and do_bench's values only as the cross-check's median. Those are
 taken back from there. Schema 1 has no trials: its figures are kept, with no interval.
+
+Merges before the code identity (fabench.analysis.policy) noted "different kernels" when only the
+digest of Inductor's generated source differed between processes, which depends on the compile
+caches' state: such a note is read as what it is today, no note (kernels_note_holds).
 """
 
 from __future__ import annotations
 
+import re
+
 SPREAD_REASON = "trials spread "
+KERNELS_NOTE = "the processes ran different kernels: "
+_GENERATED = re.compile(r",? ?generated sha256 [0-9a-fA-FNone]+")
 
 
 def notes(entry: dict) -> list[str]:
@@ -21,6 +29,16 @@ def notes(entry: dict) -> list[str]:
 def observations(entry: dict) -> dict:
     """What the measuring processes observed beyond the trials, for any schema."""
     recorded = entry.get("observations")
-    if recorded is not None:
-        return recorded
-    return {"notes": notes(entry), "do_bench_reason": None, "recorded_cross_check": entry.get("cross_check")}
+    if recorded is None:
+        recorded = {"notes": notes(entry), "do_bench_reason": None, "recorded_cross_check": entry.get("cross_check")}
+    return {**recorded, "notes": [n for n in recorded.get("notes", []) if kernels_note_holds(n)]}
+
+
+def kernels_note_holds(note: str) -> bool:
+    """False for a "different kernels" note whose profiled processes launched the same kernels
+    (their descriptions equal once the generated-source digest is left out); True for any other note."""
+    if not note.startswith(KERNELS_NOTE):
+        return True
+    processes = re.split(r"(?:^|; )process \d+: ", note[len(KERNELS_NOTE):])
+    profiled = {_GENERATED.sub("", p).strip() for p in processes if p and not p.startswith("not profiled")}
+    return len(profiled) > 1

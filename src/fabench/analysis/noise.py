@@ -65,7 +65,9 @@ def _own_noise(trials: list[dict], metric: str) -> dict:
 def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
     """(variance, degrees of freedom, cells) pooled over the POOL_CELLS cells nearest in duration."""
     target = math.log(cells[index]["figure"]["median"])
-    usable = [c for c in cells if c["df"] > 0]
+    # An unstable cell's noise has a cause of its own (spread beyond the run's limit, warm-up that
+    # never settled): it is that cell's, and would widen its stable neighbours' intervals.
+    usable = [c for c in cells if c["df"] > 0 and c["stats"].get("stable", True)] or [c for c in cells if c["df"] > 0]
     nearest = sorted(usable, key=lambda c: abs(math.log(c["figure"]["median"]) - target))[:POOL_CELLS]
     df = sum(c["df"] for c in nearest)
     if not df:
@@ -110,9 +112,15 @@ def analyse_run(collected: dict) -> dict:
     noise (in place; returned). Results of schema 1 (no trials) keep the figures they carry."""
     for result in collected["results"]:
         analyse_result(result)
-    for metric in METRICS:
-        add_intervals(collected["results"], metric)
+    add_run_intervals(collected["results"])
     return collected
+
+
+def add_run_intervals(results: list[dict]) -> list[dict]:
+    """Every analysed cell's intervals from the run's pooled noise, for each metric (in place)."""
+    for metric in METRICS:
+        add_intervals(results, metric)
+    return results
 
 
 def interval_name(figure: dict | None) -> str:

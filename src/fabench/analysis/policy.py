@@ -5,15 +5,22 @@ detector-check, the merge and tools/ all ask here.
 
 A cell's change is d = log(new median / old median); its noise is the two runs' pooled noise
 (fabench.analysis.noise): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new), with df degrees of
-freedom. With t = t(1 - alpha/2, df), the change's interval is d +- t * sd, and the verdict is
-  changed (regression | improvement)  |d| > t * sd (beyond the noise) and |ratio - 1| > margin;
+freedom. Two tests on it, as asv and nvbench do (docs/archive.md compares them):
+  beyond the noise   |d| > t(1 - alpha/2, df) * sd: at most `alpha` of the cells of two runs of one
+                     experiment on one card are beyond the noise by chance;
+  within the margin  the change's (1 - 2 * equivalence_alpha) interval, d +- t(1 - equivalence_alpha,
+                     df) * sd, lies inside +-log(1 + margin) (two one-sided tests: a change beyond
+                     the margin is called same at most `equivalence_alpha` of the time).
+The verdict:
+  changed (regression | improvement)  beyond the noise and |ratio - 1| > margin;
   same, flag `small change`           beyond the noise but within the margin: real, too small to matter;
-  same, flag `unchanged`              within the noise, and the whole interval within +-margin;
-  cannot tell                         the interval reaches past the margin (noisy), a run is unstable,
-                                      has no interval, ran on other hardware, other code (where the
-                                      caller expects the same), or another experiment.
-The margin is the change a user cares about; its default is chosen from the measured noise
-between two cards of one GPU model (docs/archive.md, "The comparison rule").
+  same, flag `unchanged`              within the noise and within the margin;
+  cannot tell                         neither (`noisy`: the noise hides changes past the margin), or a
+                                      run is unstable, has no interval, ran on other hardware, other
+                                      code (where the caller expects the same), another experiment,
+                                      or the change is the SM clock's (`clock`).
+The margin is the change a user cares about; its default is chosen from the measured noise between
+runs on one card and on two cards of one GPU model (docs/archive.md, "The comparison rule").
 """
 
 from __future__ import annotations
@@ -37,13 +44,14 @@ class RuleError(ValueError):
 class Rule:
     """The comparison rule's parameters (config key `comparison`)."""
 
-    margin: float = 0.015  # the smallest change called a regression or improvement
-    alpha: float = 0.005  # chance of calling one cell of two runs of one experiment changed by noise
+    margin: float = 0.0135  # the smallest change called a regression or improvement
+    alpha: float = 0.02  # chance that one cell of two runs of one experiment is beyond the noise by chance
+    equivalence_alpha: float = 0.05  # chance that a change beyond the margin is called same
     power: float = 0.8  # for the smallest detectable change, stated beside "cannot tell"
     published_margin: float = 0.05  # published (no interval) vs reproduced: a difference beyond this
 
     def __post_init__(self):
-        for name in ("margin", "alpha", "published_margin"):
+        for name in ("margin", "alpha", "equivalence_alpha", "published_margin"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.015 for 1.5%)")
@@ -76,9 +84,10 @@ class Rule:
 
     def text(self) -> str:
         return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
-                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment are flagged by chance) AND by "
-                f"more than the margin of {self.margin:.1%}; same when the change's interval lies within "
-                f"+-{self.margin:.1%} (a change beyond the noise but within the margin is named `small change`); "
+                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by "
+                f"more than the margin of {self.margin:.2%}; same when the change's {1 - 2 * self.equivalence_alpha:.0%} "
+                f"interval lies within +-{self.margin:.2%} (a change beyond the noise but within the margin is "
+                f"named `small change`); "
                 f"otherwise cannot tell, saying why (noise, unstable trials, no interval, other hardware, other "
                 f"experiment)")
 
@@ -102,34 +111,47 @@ def _facts_only(value):
     return value
 
 
-def code_identity(entry: dict | None) -> dict | None:
-    """What one backend entry records of the code that ran: its implementation (kernel, packages
-    and versions, compiler), the config VALUES it read, and the launched kernel (name, source
-    digest, launch settings). None for an entry that ran nothing. Identical software gives an
-    identical identity, whatever the paths, times or compile-cache state."""
-    if entry is None or entry.get("status") not in ("ok", "failed"):
-        return None
-    kernels = entry.get("kernels") or {}
+def launched_kernels(kernels: dict | None) -> dict | None:
+    """What a backend's profiled call launched: the kernels' names, the longest kernel's name,
+    source digest and launch settings. Not the digest of what Inductor generated: it differs
+    between a process with cold compile caches and one with warm caches for the same kernel."""
+    kernels = kernels or {}
     launch = kernels.get("launch") or {}
-    launched = {key: launch.get(key) for key in LAUNCH_FACTS if launch.get(key) is not None}
+    found = {key: launch.get(key) for key in LAUNCH_FACTS if launch.get(key) is not None}
+    if kernels.get("names") is not None:
+        found["names"] = list(kernels["names"])
     if kernels.get("source_sha256"):
-        launched["source_sha256"] = kernels["source_sha256"]
+        found["source_sha256"] = kernels["source_sha256"]
+    return found or None
+
+
+def code_identity(entry: dict | None) -> dict:
+    """What one backend entry records of the code that ran: its implementation (kernel, packages
+    and versions, compiler), the config VALUES it read, and the launched kernels (launched_kernels).
+    Identical software gives an identical identity, whatever the paths, times or compile-cache
+    state; a fact not recorded is None."""
+    entry = entry or {}
     return {"implementation": _facts_only(entry.get("implementation")),
-            "kernel_config": _facts_only(entry.get("kernel_config")), "launched": launched or None}
+            "kernel_config": _facts_only(entry.get("kernel_config")),
+            "launched": launched_kernels(entry.get("kernels"))}
 
 
 def code_differences(a: dict | None, b: dict | None) -> list[str]:
-    """The facts in which two entries' code differs (facts one of them does not record are not
-    held against them: results from before a fact was recorded are judged on the others)."""
+    """The facts in which two entries' code differs (a fact one of them does not record is not
+    held against them: results from before it was recorded are judged on the others)."""
+    if not (_ran(a) and _ran(b)):
+        return [] if _ran(a) == _ran(b) else ["ran in one only"]
     ia, ib = code_identity(a), code_identity(b)
-    if ia is None or ib is None:
-        return [] if ia is ib else ["ran in one only"]
     return [key for key in ia if ia[key] is not None and ib[key] is not None and _canon(ia[key]) != _canon(ib[key])]
 
 
 def same_code(a: dict | None, b: dict | None) -> bool:
     """Whether two backend entries ran the same code (both ran, and no recorded fact differs)."""
-    return code_identity(a) is not None and code_identity(b) is not None and not code_differences(a, b)
+    return _ran(a) and _ran(b) and not code_differences(a, b)
+
+
+def _ran(entry: dict | None) -> bool:
+    return entry is not None and entry.get("status") in ("ok", "failed")
 
 
 def _canon(value) -> str:
@@ -170,8 +192,22 @@ def same_card(a: dict, b: dict) -> bool:
     return same_hardware(a, b) and bool(a.get("cards")) and a.get("cards") == b.get("cards")
 
 
+def matches_published_hardware(results: list[dict], published: dict) -> bool:
+    """Whether every result ran on the hardware the published numbers were measured on: its
+    platform, and its architecture or (the published report names no architecture) device name."""
+    hardware = (published.get("source") or {}).get("hardware") or {}
+    arch, device = hardware.get("arch"), (hardware.get("device") or "").lower()
+    for result in results:
+        ours = hardware_identity([result])
+        if ours["platform"] != hardware.get("platform", ours["platform"]):
+            return False
+        if not ((arch and ours["arch"] == arch) or (device and device in (ours["device"] or "").lower())):
+            return False
+    return True
+
+
 # What a result's method records that describes, not sets, the measurement, or observes the machine.
-NOT_EXPERIMENT = frozenset({"wall", "device_time", "device_fallbacks", "gpu_state", "environment", "process_exits"})
+NOT_EXPERIMENT = frozenset({"wall", "device_time", "ci_method", "device_fallbacks", "gpu_state", "environment", "process_exits"})
 
 
 def experiment_identity(result: dict) -> dict:
@@ -292,24 +328,27 @@ def _by_rule(old: dict, new: dict, metric: str, ratio: float, noise: tuple[float
     sd, df = noise
     limit = noise_limit(sd, df, rule)
     d = math.log(ratio)
-    base.update(interval=[math.exp(d - limit), math.exp(d + limit)], detectable=detectable(sd, df, rule))
+    reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
+    base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
     change = f"{ratio - 1:+.2%} {METRICS[metric]}"
-    span = f"interval {base['interval'][0] - 1:+.2%} .. {base['interval'][1] - 1:+.2%}"
+    span = (f"{1 - 2 * rule.equivalence_alpha:.0%} interval {base['interval'][0] - 1:+.2%} .. "
+            f"{base['interval'][1] - 1:+.2%}")
     margin = math.log1p(rule.margin)
-    if abs(d) > limit:
+    beyond_noise = abs(d) > limit
+    if beyond_noise and abs(d) > margin:
         moved = clock_explains(old, new, metric, limit)
         if moved:
             return _verdict("cannot tell", "clock", f"{change}, {moved}", **base)
-        if abs(d) > margin:
-            return _verdict("changed", "regression" if ratio > 1 else "improvement",
-                            f"{change} ({span}): beyond the noise and the {rule.margin:.1%} margin", **base)
+        return _verdict("changed", "regression" if ratio > 1 else "improvement",
+                        f"{change} ({span}): beyond the noise and the {rule.margin:.2%} margin", **base)
+    if beyond_noise:
         return _verdict("same", "small change", f"{change} ({span}): a real change, but within the "
-                                                f"{rule.margin:.1%} margin", **base)
-    if abs(d) + limit <= margin:
-        return _verdict("same", "unchanged", f"{change} ({span}): within the noise and the {rule.margin:.1%} margin",
+                                                f"{rule.margin:.2%} margin", **base)
+    if abs(d) + reach <= margin:
+        return _verdict("same", "unchanged", f"{change} ({span}): within the noise and the {rule.margin:.2%} margin",
                         **base)
     return _verdict("cannot tell", "noisy", f"{change} ({span}): within the noise, which hides changes up to "
-                                            f"{math.expm1(abs(d) + limit):.1%}, more than the {rule.margin:.1%} margin",
+                                            f"{math.expm1(abs(d) + reach):.1%}, more than the {rule.margin:.2%} margin",
                     **base)
 
 

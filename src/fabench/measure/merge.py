@@ -4,7 +4,12 @@ Every process measured every backend in its own trials and recorded raw observat
 merged entry holds all trials, each tagged with its process, and every observation, and the
 analysis stage (fabench.analysis) derives its figures from them, so a figure that moves between
 processes widens the intervals or makes the entry unstable instead of hiding. Kernels that differ
-between processes (names or generated source) become a note on the cell.
+between processes (by fabench.analysis.policy's identity of what was launched) become a note on
+the cell.
+
+A job's file holds each cell's own figures only (medians, spread, stability): the intervals need
+the noise of the run's other cells and exist only in the collected results.json, derived there
+once (fabench.analysis.noise), so no two files hold different intervals for one cell.
 
 Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU, and the
 workflow merges the process files of a job on the host:
@@ -20,8 +25,10 @@ import json
 import sys
 from pathlib import Path
 
+from fabench.analysis.entry import analyse_result
+from fabench.analysis.legacy import KERNELS_NOTE
+from fabench.analysis.policy import launched_kernels
 from fabench.files import write_json
-from fabench.analysis import analyse_run
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
 
@@ -42,7 +49,7 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     merged.pop("timeline", None)
     merged["timelines"] = [dict(r["timeline"], process=i) for i, r in zip(ids, results) if r.get("timeline")]
     merged["provenance"].pop("process", None)
-    return analyse_run({"results": [merged]})["results"][0]
+    return analyse_result(merged)
 
 
 def _where(results: list[dict], index: int) -> dict:
@@ -166,32 +173,20 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
 
 
 def kernel_differences(entries: list[dict], ids: list[int]) -> list[str]:
-    """A note when the processes launched different kernels or compiled different sources.
-
-    Only a job's first process profiles its kernels (names, launch settings); every process records
-    the digest of what Inductor generated, so generated code is compared across all of them."""
-    seen = [(i, e["kernels"]) for i, e in zip(ids, entries) if e["kernels"]]
-    profiled = [(i, k) for i, k in seen if k.get("names") is not None]
-    launched = {_launch_signature(k) for _, k in profiled}
-    generated = {k.get("generated_sha256") for _, k in seen if "generated_sha256" in k}
-    if len(launched) <= 1 and len(generated) <= 1:
+    """A note when the processes launched different kernels (fabench.analysis.policy's identity:
+    names, source digest, launch settings). Only a job's first process profiles its kernels; the
+    digest of what Inductor generated depends on the compile caches' state, not the kernel, and
+    is no evidence either way."""
+    profiled = [(i, e["kernels"]) for i, e in zip(ids, entries) if (e["kernels"] or {}).get("names") is not None]
+    launched = {json.dumps(launched_kernels(k), sort_keys=True) for _, k in profiled}
+    if len(launched) <= 1:
         return []
-    described = "; ".join(_kernels_text(i, k) for i, k in seen)
-    return [f"the processes ran different kernels: {described}"]
-
-
-def _launch_signature(kernels: dict) -> tuple:
-    launch = kernels["launch"] or {}
-    return (tuple(kernels["names"]), kernels["source_sha256"], launch.get("num_stages"), launch.get("num_warps"),
-            json.dumps(launch.get("block_sizes"), sort_keys=True))
+    return [KERNELS_NOTE + "; ".join(_kernels_text(i, k) for i, k in profiled)]
 
 
 def _kernels_text(index: int, kernels: dict) -> str:
-    generated = f"generated sha256 {str(kernels.get('generated_sha256'))[:12]}"
-    if kernels.get("names") is None:
-        return f"process {index}: not profiled ({generated})"
-    return (f"process {index}: {', '.join(kernels['names'])} (source sha256 {str(kernels['source_sha256'])[:12]}, "
-            f"{generated}, launch {kernels['launch']})")
+    return (f"process {index}: {', '.join(kernels['names'])} (source sha256 {str(kernels.get('source_sha256'))[:12]}, "
+            f"launch {kernels.get('launch')})")
 
 
 def _fallbacks(results: list[dict]) -> dict:

@@ -1,11 +1,14 @@
-"""Archived runs side by side, each cell judged by the analysis stage (fabench.analysis.verdict).
+"""Archived runs side by side, each cell judged by the comparison policy (fabench.analysis.policy).
 
 Cells are (variant, shape, backend). Each archived entry's results are analysed again from their
 raw trials (fabench.analysis.analyse_run), so entries archived under older rules are judged by
-today's; this module computes no statistics of its own. A cell is compared with the same cell in
-the previous entry that has it (entries ordered by label version, then run number) and in the
-baseline entry; the rule is RULE_TEXT (rule_text below), stated in every output. Entries measured
-on different hardware are never judged against each other (the cell is marked `hardware`).
+today's; this module computes no statistics and decides nothing of its own. A cell is compared
+with the same cell in the previous entry that has it (entries ordered by label version, then run
+number) and in the baseline entry, by the policy's Rule (stated in every output). Entries measured
+on different hardware are never judged against each other (the cell is marked `hardware`), nor
+entries of different experiments (settings that change what is measured: the cell is marked
+`other experiment` and the differences are named). The CLI and the workflow both call
+compare_entries, with the same default Rule.
 
 Results archived before trials were recorded (schema v1) carry no trials: such an entry is
 refused, with that reason, as are entries whose files fail their checksums.
@@ -16,22 +19,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from fabench.analysis import analyse_run
+from fabench.analysis import analyse_run, policy
 from fabench.analysis.figures import cell_metric
-from fabench.analysis.verdict import ALPHA, SAME_MARGIN, compare_cell, find_step, hardware_identity, hardware_key
+from fabench.analysis.policy import DEFAULT_RULE, Rule
 from fabench.results.archive_read import Entry, EntryChanged
 from fabench.results.collect import shape_key
 
-COMPARE_FORMAT = "fabench-compare/1"
-# The smallest change worth flagging beyond the noise; 0: every change the noise lets us see.
-DEFAULT_THRESHOLD = 0.0
-METRICS = {"device_ms": "device time", "wall_mean_ms": "wall-clock time"}
+COMPARE_FORMAT = "fabench-compare/2"
 V1_REASON = "archived with schema v1: no trials (no confidence interval to compare)"
 ROLE_ORDER = ("baseline", "vendor", "triton")
 
 
 class CompareError(ValueError):
-    """The comparison cannot be made as asked (an unknown baseline, a bad threshold)."""
+    """The comparison cannot be made as asked (an unknown baseline)."""
 
 
 class NothingToCompare(CompareError):
@@ -58,21 +58,16 @@ def cell_of(backend: dict | None) -> dict | None:
     }
 
 
-def not_ok_text(cell: dict) -> str:
-    kind = f" ({cell['failure_kind']})" if cell.get("failure_kind") else ""
-    return f"{cell['status']}{kind}: {cell.get('reason') or 'no reason recorded'}"
+# Flags listed under the tables: changes, a backend newly available (news, not a speed-up), cells
+# that cannot be judged for instability, cells whose runs ran on different hardware or different
+# experiments, and changes in time that are none in clock cycles (named, never called a regression).
+FLAGGED = ("regression", "improvement", "now available", "unstable", "hardware", "other experiment", "clock")
 
 
-# Flags listed under the tables: changes, cells that cannot be judged for instability, cells whose
-# runs ran on different hardware, and changes in time that are none in clock cycles (named, never
-# called a regression).
-FLAGGED = ("regression", "improvement", "unstable", "hardware", "clock")
-
-
-def judge(old: dict, new: dict, threshold: float, hardware: dict) -> dict:
-    """The analysis's verdict on one cell of two entries (fabench.analysis.verdict)."""
-    return compare_cell(old, new, old["entry"], new["entry"], threshold,
-                        (hardware[old["entry"]], hardware[new["entry"]]))
+def judge(old: dict, new: dict, rule: Rule, hardware: dict, experiments: dict) -> dict:
+    """The policy's verdict on one cell of two entries."""
+    ids = (old["entry"], new["entry"])
+    return policy.judge(old, new, rule, ids, (hardware[ids[0]], hardware[ids[1]]), experiments(*ids))
 
 
 # ---------------------------------------------------------------- loading entries
@@ -121,14 +116,12 @@ def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
 
 # ---------------------------------------------------------------- the comparison
 
-def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHOLD, baseline: str | None = None,
-                    published: dict | None = None, tolerance: float | None = None) -> dict:
+def compare_entries(entries: Iterable[Entry], rule: Rule = DEFAULT_RULE, baseline: str | None = None,
+                    published: dict | None = None) -> dict:
     """The comparison of archived entries as data (the JSON output; the Markdown renders it).
 
     Broken and schema-v1 entries are listed under left_out, with their problems, and take no
     part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order."""
-    if not 0 <= threshold < 1:
-        raise CompareError(f"threshold {threshold}: give a fraction between 0 and 1 (0.05 for 5%)")
     ordered = sorted(entries, key=lambda e: e.sort_key)
     used, left_out = [], []
     for entry in ordered:
@@ -147,8 +140,9 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
         why = next((x["problems"] for x in left_out if x["id"] == baseline), None)
         raise CompareError(f"baseline {baseline}: " + (f"left out ({'; '.join(why)})" if why
                                                        else "not among the compared entries"))
+    experiments = experiment_differences({entry.id: results for entry, results in used})
     tables = {entry.id: {(r["variant"], r["shape_id"]): r for r in results} for entry, results in used}
-    hardware = {entry.id: hardware_identity(results) for entry, results in used}
+    hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
     rows, flags = [], []
     for variant, sid, shape, backend in _row_order([results for _, results in used]):
         cells = []
@@ -168,9 +162,9 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
                 continue
             if previous is not None:
                 cell["vs_previous"] = {"entry": previous["entry"],
-                                       **judge(previous, cell, threshold, hardware)}
+                                       **judge(previous, cell, rule, hardware, experiments)}
             if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
-                cell["vs_baseline"] = {"entry": baseline, **judge(base_cell, cell, threshold, hardware)}
+                cell["vs_baseline"] = {"entry": baseline, **judge(base_cell, cell, rule, hardware, experiments)}
             for kind in ("vs_previous", "vs_baseline"):
                 found = cell[kind]
                 if found and found["flag"] in FLAGGED:
@@ -182,39 +176,56 @@ def compare_entries(entries: Iterable[Entry], threshold: float = DEFAULT_THRESHO
                      "cells": cells})
     comparison = {
         "format": COMPARE_FORMAT,
-        "steps": steps(rows, hardware),
-        "rule": {"threshold": threshold, "alpha": ALPHA, "same_margin": SAME_MARGIN, "text": rule_text(threshold)},
+        "steps": steps(rows, hardware, rule),
+        "rule": {**rule.as_dict(), "text": rule_text(rule)},
         "baseline": baseline,
         "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
+        "experiments": experiments.differences,
         "left_out": left_out,
         "rows": rows,
         "flags": flags,
         "published": None,
     }
     if published is not None:
-        tol = threshold if tolerance is None else tolerance
         comparison["published"] = {
             "source": published.get("source", {}).get("document") or published.get("source", {}).get("title"),
-            "tolerance": tol,
-            "rule": published_rule_text(tol),
-            "entries": [published_section(e, results, published, tol) for e, results in used],
+            "tolerance": rule.published_margin,
+            "rule": published_rule_text(rule),
+            "entries": [published_section(e, results, published, rule) for e, results in used],
         }
     return comparison
 
 
-def steps(rows: list[dict], hardware: dict) -> list[dict]:
+class experiment_differences:
+    """The experiment differences between any two entries ([] for one experiment), each pair
+    worked out once; `differences` lists the pairs that differ, for the outputs."""
+
+    def __init__(self, results: dict[str, list[dict]]):
+        self.results, self.found, self.differences = results, {}, []
+
+    def __call__(self, old: str, new: str) -> list[str]:
+        if (old, new) not in self.found:
+            found = policy.experiment_differences(self.results[old], self.results[new])
+            self.found[(old, new)] = found
+            if found:
+                self.differences.append({"old": old, "new": new, "differences": found})
+        return self.found[(old, new)]
+
+
+def steps(rows: list[dict], hardware: dict, rule: Rule = DEFAULT_RULE) -> list[dict]:
     """Cells whose series over the archived entries (one GPU model's, in archive order, three stable
-    runs or more) steps somewhere (analysis.verdict.find_step): where, by how much, and whether the
-    card changed there (two cards of one model differ by up to a few percent under a power cap)."""
+    runs or more) steps somewhere beyond the noise and the margin (analysis.policy.find_step):
+    where, by how much, and whether the card changed there (two cards of one model differ by up to
+    a few percent under a power cap)."""
     found = []
     for row in rows:
         series: dict[tuple, list] = {}
         for cell in row["cells"]:
             if cell["status"] == "ok" and cell.get("stats") and cell.get("stable", True):
-                series.setdefault(hardware_key(hardware[cell["entry"]]), []).append(cell)
+                series.setdefault(policy.hardware_key(hardware[cell["entry"]]), []).append(cell)
         for cells in series.values():
             metric = cell_metric(*cells) if len(cells) >= 3 else None
-            step = find_step([(c["entry"], c[metric]) for c in cells]) if metric else None
+            step = policy.find_step([(c["entry"], c[metric]) for c in cells], rule) if metric else None
             if step:
                 cards = [hardware[step[side]]["cards"] for side in ("before", "after")]
                 found.append({"variant": row["variant"], "shape_id": row["shape_id"], "backend": row["backend"],
@@ -222,30 +233,29 @@ def steps(rows: list[dict], hardware: dict) -> list[dict]:
     return found
 
 
-def rule_text(threshold: float) -> str:
-    minimum = f" and by more than {threshold:.0%}" if threshold else ""
-    return (f"Each cell gets a verdict: changed (a regression or an improvement) when its median moved beyond "
-            f"the two runs' pooled noise{minimum}, so that at most {ALPHA:.1%} of the cells of two runs of the "
-            f"same experiment are flagged by chance; same when a change of {SAME_MARGIN:.0%} would have been "
-            f"detected and none was; otherwise cannot tell, with why (unstable trials, too much noise, no "
-            f"interval). Device time is compared when both runs recorded it, else wall-clock time. Runs on "
-            f"different hardware (platform, GPU model, architecture) are never judged against each other: the "
-            f"cell is marked `hardware` instead; a change in device time that is none in clock cycles (time x the SM "
-            f"clock each trial read) is the clock's and is marked `clock`. A backend that ran and now fails or is unavailable is a "
-            f"regression; one that failed and now runs is an improvement.")
+def rule_text(rule: Rule = DEFAULT_RULE) -> str:
+    return (f"Each cell gets a verdict by the comparison policy: {rule.text()}. Device time is compared when both "
+            f"runs recorded it, else wall-clock time. Runs on different hardware (platform, GPU model, "
+            f"architecture) are never judged against each other: the cell is marked `hardware`; nor runs of "
+            f"different experiments (settings that change what is measured): marked `other experiment`, with the "
+            f"differences named. A change in device time that is none in clock cycles (time x the SM clock each "
+            f"trial read) is the clock's and is marked `clock`. A backend that ran and now fails or is unavailable "
+            f"is a regression; one that failed and now runs is an improvement; one that was unavailable and now "
+            f"runs is `now available`, not a speed-up.")
 
 
 # ---------------------------------------------------------------- published vs reproduced
 
-def published_rule_text(tolerance: float) -> str:
-    return (f"The published numbers are wall-clock means with no confidence interval: a reproduced cell is "
-            f"flagged when its wall-clock median differs from the published value by more than {tolerance:.0%} "
-            f"AND the published value lies outside our 95% CI. Unstable cells are never flagged.")
+def published_rule_text(rule: Rule = DEFAULT_RULE) -> str:
+    return (f"The published numbers are wall-clock means with no interval: a reproduced cell is flagged when its "
+            f"wall-clock median differs from the published value by more than {rule.published_margin:.0%} AND the "
+            f"published value lies outside our 95% prediction interval (where another run of ours would read). "
+            f"Unstable cells are never flagged.")
 
 
-def published_flags(results: list[dict], published: dict, tolerance: float = DEFAULT_THRESHOLD) -> list[dict]:
-    """Each published (variant, shape, backend) time against the reproduced one (stats.wall_mean_ms):
-    flag slower/faster when |ours/published - 1| > tolerance and published lies outside our 95% CI."""
+def published_flags(results: list[dict], published: dict, rule: Rule = DEFAULT_RULE) -> list[dict]:
+    """Each published (variant, shape, backend) time against the reproduced one (stats.wall_mean_ms),
+    flagged by the policy (analysis.policy.judge_published)."""
     from fabench.report.published import published_rows
 
     found = {(r["variant"], shape_key(r["shape"])): r for r in results}
@@ -257,43 +267,29 @@ def published_flags(results: list[dict], published: dict, tolerance: float = DEF
                 continue
             item = {"variant": row["variant"], "shape": row["shape"], "shape_id": result and result["shape_id"],
                     "backend": backend, "published_ms": pub, "median": None, "ci95": None, "ratio": None}
-            cell = cell_of(result["backends"].get(backend)) if result else None
-            if cell is None:
-                item.update(flag="not measured", why="not in this run")
-            elif cell["status"] != "ok":
-                item.update(flag="not measured", why=not_ok_text(cell))
-            elif not (cell["wall_mean_ms"] and cell["wall_mean_ms"].get("ci95")):
-                item.update(flag="not comparable", why="no wall-clock median with a 95% CI")
-            else:
-                stat = cell["wall_mean_ms"]
-                ratio = stat["median"] / pub
-                item.update(median=stat["median"], ci95=stat["ci95"], ratio=ratio)
-                inside = bool(stat.get("ci95")) and stat["ci95"][0] <= pub <= stat["ci95"][1]
-                if not cell["stable"]:
-                    item.update(flag="unstable", why=cell.get("unstable_reason") or "trials unstable")
-                elif abs(ratio - 1) > tolerance and not inside:
-                    item.update(flag="slower" if ratio > 1 else "faster",
-                                why=f"{ratio - 1:+.1%}; published {pub:g} ms outside our 95% CI "
-                                    f"[{stat['ci95'][0]:.4g}, {stat['ci95'][1]:.4g}]")
-                else:
-                    item.update(flag="matches", why=f"{ratio - 1:+.1%}" + (
-                        ": published value inside our 95% CI" if inside else f": within {tolerance:.0%}"))
+            item.update(published_flag(cell_of(result["backends"].get(backend)) if result else None, pub, rule))
             out.append(item)
     return out
 
 
-def same_hardware(results: list[dict], published: dict) -> bool:
-    hardware = published.get("source", {}).get("hardware", {})
-    arch, device = hardware.get("arch"), (hardware.get("device") or "").lower()
-    return all(r["platform"] == hardware.get("platform", r["platform"])
-               and ((arch and r["provenance"].get("arch") == arch)
-                    or (device and device in (r["provenance"].get("device") or "").lower()))
-               for r in results)
+def published_flag(cell: dict | None, published_ms: float, rule: Rule) -> dict:
+    if cell is None:
+        return {"flag": "not measured", "why": "not in this run"}
+    if cell["status"] != "ok":
+        return {"flag": "not measured", "why": policy.not_ok_text(cell)}
+    stat = cell["wall_mean_ms"]
+    if not (stat and (stat.get("pi95") or stat.get("ci95"))):
+        return {"flag": "not comparable", "why": "no wall-clock median with an interval"}
+    shown = {"median": stat["median"], "ci95": stat.get("ci95")}
+    if not cell["stable"]:
+        return {**shown, "ratio": stat["median"] / published_ms, "flag": "unstable",
+                "why": cell.get("unstable_reason") or "trials unstable"}
+    return {**shown, **policy.judge_published(stat, published_ms, rule)}
 
 
-def published_section(entry: Entry, results: list[dict], published: dict, tolerance: float) -> dict:
+def published_section(entry: Entry, results: list[dict], published: dict, rule: Rule) -> dict:
     hardware = published.get("source", {}).get("hardware", {})
-    if not same_hardware(results, published):
+    if not policy.matches_published_hardware(results, published):
         return {"entry": entry.id, "skipped": f"measured on {entry.get('device')}, published on "
                                               f"{hardware.get('device')}: a difference says nothing", "cells": []}
-    return {"entry": entry.id, "skipped": None, "cells": published_flags(results, published, tolerance)}
+    return {"entry": entry.id, "skipped": None, "cells": published_flags(results, published, rule)}

@@ -52,8 +52,9 @@ def change_text(found: dict | None, prefix: str) -> str:
         return ""
     ratio = f"{found['ratio'] - 1:+.1%}" if found["ratio"] is not None else ""
     flag = found["flag"]
-    word = {"regression": "**regression**", "improvement": "**improvement**", "unstable": "*unstable*",
-            "hardware": "*other hardware*", "clock": "*clock*"}.get(flag, "")
+    word = {"regression": "**regression**", "improvement": "**improvement**", "now available": "*now available*",
+            "small change": "small change", "unstable": "*unstable*", "hardware": "*other hardware*",
+            "other experiment": "*other experiment*", "clock": "*clock*"}.get(flag, "")
     text = " ".join(part for part in (prefix, ratio, word) if part)
     return text if (ratio or word) else ""
 
@@ -75,10 +76,11 @@ def markdown_context(comparison: dict) -> dict:
                        "rows": rows})
     present = {k for e in entries for k, v in e["versions"].items() if v is not None}
     versions = [k for k in VERSION_ORDER if k in present] + sorted(present - set(VERSION_ORDER))
-    # The GPU column only where an entry recorded its card (archives made before it was recorded lack it).
-    gpu = ["GPU"] if any(e.get("gpu") for e in entries) else []
+    # The GPU column where any entry's results name their card (a record may predate the record's
+    # own gpu field: the results' hardware identity still names it).
+    gpu = ["GPU"] if any(gpu_text(e) for e in entries) else []
     entry_rows = [[e["id"], e["run"] or "", (e["finished"] or e["archived_at"] or "")[:19], e["device"] or "",
-                   *(version_text(e.get("gpu")) for _ in gpu), *(version_text(e["versions"].get(k)) for k in versions)]
+                   *(gpu_text(e) for _ in gpu), *(version_text(e["versions"].get(k)) for k in versions)]
                   for e in entries]
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
     flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
@@ -102,6 +104,7 @@ def markdown_context(comparison: dict) -> dict:
                 "rows": rows})
     return {
         "rule": comparison["rule"],
+        "experiments": comparison.get("experiments") or [],
         "baseline": comparison["baseline"],
         "entries": {"header": ["Entry", "Run", "Finished", "Device", *gpu, *versions], "rows": entry_rows},
         "count": len(entries),
@@ -121,6 +124,13 @@ def flag_lines_of(flags: list[dict], shapes: dict) -> list[str]:
     return [f"{variant} {shape_text(shapes[sid])} {label} in `{entry}`: "
             + "; ".join(f"vs {f['against_kind']} `{f['against']}`: {f['why']}" for f in found)
             for (variant, sid, label, entry), found in grouped.items()]
+
+
+def gpu_text(entry: dict) -> str:
+    """The cards an entry's results ran on (the policy's hardware identity), else its record's."""
+    if entry.get("platform") == "cpu":
+        return ""
+    return version_text((entry.get("hardware") or {}).get("cards") or entry.get("gpu"))
 
 
 def version_text(value) -> str:

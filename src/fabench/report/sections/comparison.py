@@ -4,17 +4,15 @@ both have. Left out of the report when no published numbers are given.
 
 from __future__ import annotations
 
+from fabench.analysis.policy import matches_published_hardware
 from fabench.report.format import fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import ROLES, Run, role_backend, role_ms
 from fabench.report.published import find_published
 
 
 def same_hardware(result: dict, published: dict) -> bool:
-    """Measured on the published platform and device (by name), so a difference in % means something."""
-    hardware = published["source"]["hardware"]
-    device = result["provenance"].get("device") or ""
-    return result["platform"] == hardware.get("platform", result["platform"]) \
-        and hardware["device"].lower() in device.lower()
+    """Measured on the published hardware (the policy's test), so a difference in % means something."""
+    return matches_published_hardware([result], published)
 
 
 def difference_text(result: dict, published: dict, ours: float | None, pub: float) -> str:

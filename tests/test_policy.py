@@ -1,0 +1,197 @@
+"""The comparison policy (fabench.analysis.policy): its config key, its verdicts at the default
+rule, and the code, hardware and experiment identities every caller shares; on known cells and
+on the real archived runs (the committed H200 runs and the shared H100 runs). No torch needed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fabench.analysis import analyse_run, policy
+from fabench.analysis.policy import DEFAULT_RULE, Rule, RuleError
+from fabench.config import schema_error
+from fabench.results.archive_read import list_entries
+from fabench.results.compare import compare_entries
+from support.shared_runs import h100_archive
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = REPO / "examples" / "h200" / "archive"
+NOISE = {"sigma": 0.002, "df": 16, "replicates": 2}
+
+
+def cell(median: float, noise: dict = NOISE, stable: bool = True, **entry) -> dict:
+    return {"status": "ok", "stats": {"stable": stable, "device_ms": {"median": median, "noise": noise}}, **entry}
+
+
+def runs_of(root: Path) -> dict[str, list[dict]]:
+    return {p.name: analyse_run(json.loads((p / "results.json").read_text()))["results"]
+            for p in sorted((root / "cuda-13.0").glob("0*"))}
+
+
+# ---------------------------------------------------------------- the rule and its config key
+
+def test_the_rule_comes_from_one_config_key_and_the_cli_and_workflow_share_its_defaults():
+    assert Rule.from_config({}) == Rule.from_config({"comparison": {}}) == DEFAULT_RULE
+    assert Rule.from_config({"comparison": {"margin": 0.02}}).margin == 0.02
+    # The project's config.yaml, as the workflow reads it after the schema's defaults: the default rule,
+    # which is what `fabench compare` applies without options.
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert schema_error(config, schema) is None
+    assert Rule.from_config(config) == DEFAULT_RULE
+    assert all("default" not in spec for spec in schema["properties"]["comparison"]["properties"].values())
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"archive": {"threshold": 0.05}}, "archive.threshold is no longer read: set comparison.margin instead"),
+    ({"archive": {"tolerance": 0.05}}, "archive.tolerance is no longer read: set comparison.published_margin"),
+    ({"comparison": {"margn": 0.02}}, "comparison.margn: unknown key; expected one of margin, alpha"),
+    ({"comparison": {"margin": 2}}, "comparison.margin: 2; expected a fraction between 0 and 1"),
+    ({"comparison": {"alpha": "5%"}}, "comparison.alpha: '5%'; expected a fraction"),
+])
+def test_a_bad_comparison_setting_is_refused_on_one_line_naming_the_key(config, message):
+    with pytest.raises(RuleError) as err:
+        Rule.from_config(config)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_schema_refuses_a_bad_comparison_value_naming_the_key():
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    problem = schema_error({**config, "comparison": {"margin": 1.5}}, schema)
+    assert problem and "comparison.margin" in problem
+
+
+# ---------------------------------------------------------------- verdicts at the default rule
+
+def test_the_default_rule_answers_same_small_change_or_changed():
+    same = policy.judge(cell(1.0), cell(1.002))
+    assert (same["verdict"], same["flag"]) == ("same", "unchanged") and same["interval"][1] < 1.0135
+    small = policy.judge(cell(1.0), cell(1.01))  # beyond the 0.2% noise, within the 1.35% margin
+    assert (small["verdict"], small["flag"]) == ("same", "small change") and "a real change" in small["why"]
+    slower = policy.judge(cell(1.0), cell(1.02))
+    assert (slower["verdict"], slower["flag"]) == ("changed", "regression")
+    faster = policy.judge(cell(1.0), cell(0.97))
+    assert (faster["verdict"], faster["flag"]) == ("changed", "improvement")
+    noisy = {"sigma": 0.02, "df": 16, "replicates": 2}
+    hidden = policy.judge(cell(1.0, noisy), cell(1.01, noisy))
+    assert (hidden["verdict"], hidden["flag"]) == ("cannot tell", "noisy") and "more than the 1.35% margin" in hidden["why"]
+    shaky = policy.judge(cell(1.0), cell(1.2, stable=False))
+    assert (shaky["verdict"], shaky["flag"]) == ("cannot tell", "unstable")
+    assert policy.judge(cell(1.0), cell(1.02), Rule(margin=0.05))["flag"] == "small change"
+
+
+def test_a_backend_newly_available_is_news_not_an_improvement():
+    was = {"status": "unavailable", "reason": "needs ROCm and AMD's aiter (this host: cuda)"}
+    now = policy.judge(was, cell(1.0))
+    assert (now["verdict"], now["flag"]) == ("changed", "now available") and "runs now" in now["why"]
+    fixed = policy.judge({"status": "failed", "reason": "OOM"}, cell(1.0))
+    assert fixed["flag"] == "improvement" and "runs again" in fixed["why"]
+    assert policy.judge(cell(1.0), {"status": "failed", "reason": "OOM"})["flag"] == "regression"
+
+
+def test_another_experiment_or_other_code_is_judged_nowhere():
+    got = policy.judge(cell(1.0), cell(1.5), experiment=["dtype: float16 -> bfloat16"])
+    assert (got["verdict"], got["flag"]) == ("cannot tell", "other experiment") and "bfloat16" in got["why"]
+    a = cell(1.0, implementation={"kernel": "aiter", "package": "amd-aiter 0.1.7"})
+    b = cell(1.5, implementation={"kernel": "aiter", "package": "amd-aiter 0.1.8"})
+    assert policy.judge(a, b)["flag"] == "regression"  # versions are what compare compares
+    repeat = policy.judge(a, b, expect_same_code=True)  # detector-check: two repeats of one code
+    assert (repeat["flag"], repeat["why"]) == ("other code", "other code: implementation")
+
+
+def test_a_step_must_clear_the_margin_too():
+    quiet = {"sigma": 0.0005, "df": 16, "replicates": 2}
+    series = [(f"run{i}", {"median": m, "noise": quiet}) for i, m in enumerate([1.0, 1.0, 1.0, 1.008, 1.008])]
+    assert policy.find_step(series, Rule(margin=0.005))["after"] == "run3"
+    assert policy.find_step(series) is None  # +0.8%: beyond the noise, within the 1.35% margin
+
+
+# ---------------------------------------------------------------- identities
+
+def test_identical_software_has_one_code_identity_whatever_the_paths_and_caches():
+    runs = runs_of(h100_archive())
+    first, second = (next(r for r in run if r["variant"] == "default" and r["shape_id"] == "b4-s1024-h8-d256")
+                     for run in runs.values())
+    for name in ("triton", "flex", "sdpa", "native"):
+        a, b = first["backends"][name], second["backends"][name]
+        assert policy.same_code(a, b), (name, policy.code_differences(a, b))
+    triton = first["backends"]["triton"]
+    assert triton["kernel_config"]["configs_dir"] != second["backends"]["triton"]["kernel_config"]["configs_dir"]
+    assert "configs_dir" not in json.dumps(policy.code_identity(triton))
+    flex = first["backends"]["flex"]
+    assert flex["kernels"]["generated_sha256"] != second["backends"]["flex"]["kernels"]["generated_sha256"]
+
+
+def test_another_aiter_version_config_value_or_kernel_is_other_code():
+    triton = next(r for r in runs_of(h100_archive())["0004-9181bb76"] if r["variant"] == "default")["backends"]["triton"]
+
+    def changed(edit) -> dict:
+        other = copy.deepcopy(triton)
+        edit(other)
+        return other
+
+    versions = changed(lambda e: e["implementation"].update(package="amd-aiter 0.1.8"))
+    config = changed(lambda e: e["kernel_config"]["values"].update(BLOCK_N=128))
+    kernel = changed(lambda e: e["kernels"]["launch"].update(kernel="_attn_fwd_v2"))
+    paths = changed(lambda e: e["kernel_config"].update(configs_dir="/tmp/elsewhere"))
+    assert policy.code_differences(triton, versions) == ["implementation"]
+    assert policy.code_differences(triton, config) == ["kernel_config"]
+    assert policy.code_differences(triton, kernel) == ["launched"]
+    assert policy.same_code(triton, paths)
+
+
+def test_hardware_identity_two_cpu_runs_on_one_host_are_the_same_card():
+    def cpu_result(host):
+        return {"platform": "cpu", "provenance": {"host": host, "device": "AMD EPYC 9654", "arch": "x86_64"}}
+
+    a, b, c = (policy.hardware_identity([cpu_result(h)]) for h in ("ci-1", "ci-1", "ci-2"))
+    assert policy.same_card(a, b) and policy.same_hardware(a, c) and not policy.same_card(a, c)
+    h200 = runs_of(H200)
+    cards = {name: policy.hardware_identity(results) for name, results in h200.items()}
+    assert policy.same_card(cards["0001-d37d7e44"], cards["0002-7a004542"])
+    assert not policy.same_card(cards["0002-7a004542"], cards["0003-25eb76a9"])
+    assert policy.same_hardware(cards["0002-7a004542"], cards["0003-25eb76a9"])
+
+
+def test_experiment_differences_are_named_and_the_archived_runs_are_one_experiment():
+    runs = runs_of(H200)
+    first, second = runs["0001-d37d7e44"], runs["0003-25eb76a9"]
+    assert policy.experiment_differences(first, second) == []  # the analysis's wording is no setting
+    other = copy.deepcopy(second)
+    for result in other:
+        result["method"]["iters"] = 50
+    assert policy.experiment_differences(first, other) == ["method.iters: 100 -> 50"]
+
+
+# ---------------------------------------------------------------- compare, from the CLI and the workflow
+
+def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    out = tmp_path / "c.json"
+    done = subprocess.run([sys.executable, "-m", "fabench.cli", "compare", "--root", str(H200), "--out-md",
+                           str(tmp_path / "c.md"), "--out-json", str(out)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    workflow = compare_entries(list_entries(H200), Rule.from_config(config))  # what the compare rule calls
+    cli = json.loads(out.read_text())
+    verdicts = [[(c.get("vs_previous") or {}).get("flag") for c in row["cells"]] for row in cli["rows"]]
+    assert verdicts == [[(c.get("vs_previous") or {}).get("flag") for c in row["cells"]] for row in workflow["rows"]]
+    assert cli["rule"]["margin"] == DEFAULT_RULE.margin
+    flags = [f["flag"] for f in cli["flags"]]
+    assert "regression" not in flags and "improvement" not in flags  # no speed-up from a backend newly available
+    assert flags.count("now available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
+    # Every judgement of a cell measured stable in both runs (vs previous and vs baseline) answers
+    # but the two whose change is the SM clock's (0003 is another card, held at another clock).
+    judged = [c[kind] for row in cli["rows"] for c in row["cells"] for kind in ("vs_previous", "vs_baseline")
+              if c.get(kind) and c[kind]["flag"] not in ("unstable", "now available", "not measured")]
+    answered = [v for v in judged if v["verdict"] in ("same", "changed")]
+    assert len(answered) >= 0.9 * len(judged) and [v["flag"] for v in judged if v not in answered] == ["clock"] * 2
