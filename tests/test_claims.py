@@ -264,7 +264,8 @@ def test_compare_is_the_policys_verdict_in_a_claims_words():
     verdict = judge(vendor, triton, DEFAULT_RULE)
     assert verdict["verdict"] == "changed" and claim["claim"] == "faster" and claim["faster"] == "a"
     assert claim["ratio"] == pytest.approx(verdict["ratio"]) and claim["metric"] == "device_ms"
-    assert claim["why"].startswith("aiter 2.") and "beyond the noise and the 1.5% margin" in claim["why"]
+    assert claim["why"] == f"aiter {claim['ratio']:.2f}x slower in device time: beyond the noise and the " \
+                           f"{DEFAULT_RULE.margin:.2%} margin"
     same = claims.compare(vendor, copy.deepcopy(vendor), names=("x", "y"))
     assert same["claim"] == "same" and same["faster"] is None
     shaky = copy.deepcopy(triton)

@@ -29,7 +29,7 @@ ONE_PROCESS = ("one process per job: the noise between processes is not estimate
                "tell a difference from it")
 # The verdict's lead "+x% figure (interval ..)": between runs it reads "new against old", which a
 # comparison of two cells of one run says in its own words.
-_CHANGE_LEAD = re.compile(r"^[+-]?\d+(\.\d+)?% (" + "|".join(METRICS.values()) + r")( \(interval [^)]*\))?[:;,]? *")
+_CHANGE_LEAD = re.compile(r"^[+-]?\d+(\.\d+)?% (" + "|".join(METRICS.values()) + r")( \([^)]*interval [^)]*\))?[:;,]? *")
 
 
 def rule_of(config: dict | None) -> Rule:

@@ -70,6 +70,6 @@ def context(run: Run, published: dict | None) -> dict | None:
         return None  # nothing recorded trials (e.g. published numbers recast as a run)
     device = run_metric(run.results) == "device_ms"
     return {"figure": "device time" if device else "wall-clock time", "floor": noise_floor(run, device),
-            "one_process": one_process_cells(run, device), "margin": f"{run.rule.margin:.1%}",
+            "one_process": one_process_cells(run, device), "margin": f"{run.rule.margin:.2%}",
             "intervals": [md_text(n) for n in interval_names(run, device)],
             "unstable": unstable_cells(run), "cross_check": cross_checks(run), **trial_counts(run)}
