@@ -124,6 +124,22 @@ def test_no_claim_in_a_report_of_a_real_run_contradicts_the_policy(entry, proces
         assert "**No prediction interval**" in text
     check_appendix(text, run)
     check_published_claims(text, run, published)
+    check_published_ratios(text, run)
+
+
+def check_published_ratios(text: str, run: Run) -> None:
+    """A published-vs-reproduced factor is marked wherever this run's figure supports no claim."""
+    for row in table_after(text, "### Published vs Reproduced"):
+        variant = next(v for v in run.variants if run.variant_label(v) == row[0])
+        result = next(r for r in run.of(variant) if "({}, {}, {}, {})".format(
+            *(r["shape"][k] for k in ("batch", "seq", "heads", "head_dim"))) == row[1])
+        entry = role_backend(result, row[2])
+        if entry is None or entry["status"] != "ok":
+            continue
+        stats = entry["stats"]
+        noise = stats["wall_mean_ms"].get("noise") or {}
+        untold = not stats["stable"] or noise.get("between", "trials") == "trials"
+        assert row[7].endswith(" ~") == untold, row
 
 
 def check_appendix(text: str, run: Run) -> None:

@@ -56,6 +56,20 @@ def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric
     return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "flag": flag}
 
 
+def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
+    """Why a cell's figure supports no claim on its own (against a published number, say):
+    unstable trials, one process per job, or no noise estimate; None when it does."""
+    if entry is None or entry.get("status") != "ok":
+        return None
+    stats = entry.get("stats") or {}
+    noise = (stats.get(metric) or {}).get("noise")
+    if not stats.get("stable", True):
+        return "unstable trials"
+    if not noise:
+        return "no noise estimate"
+    return ONE_PROCESS if noise.get("between") == "trials" else None
+
+
 def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"), rule: Rule = DEFAULT_RULE,
             published: bool = False) -> dict:
     """What the run may say about two analysed backend entries of it: the policy's verdict
