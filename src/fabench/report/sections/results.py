@@ -221,10 +221,9 @@ def winner(run: Run, result: dict) -> dict:
     elif ran:
         row["only"] = ran[0]
         missing = "triton" if ran[0] == "vendor" else "vendor"
-        row["missing"] = missing
-        row["missing_status"] = status_text(role_backend(result, missing))
         backend = role_backend(result, missing)
-        row["missing_reason"] = md_text(backend["reason"]) if backend and backend.get("reason") else None
+        row.update(missing=missing, missing_status=status_text(backend),
+                   missing_reason=md_text(backend["reason"]) if backend and backend.get("reason") else None)
     return row
 
 
@@ -272,10 +271,10 @@ def same_code_backends(run: Run) -> list[str]:
 
 def judged_on(run: Run) -> str | None:
     """The figure the policy judged the tables' claims on, in words; None for published numbers."""
+    if run.published:
+        return None
     metrics = {run.role_claim(r, "baseline", role)["metric"]
                for r in run.results for role in ("vendor", "triton")} - {None}
-    if not any(b.get("stats") for _, _, b in run.backends()):
-        return None
     return " and ".join(METRICS[m] for m in METRICS if m in metrics) or None
 
 
