@@ -54,6 +54,13 @@ def test_the_comparison_has_a_row_per_measured_cell_of_both_entries(archived):
     assert {(v, "b1-s64-h2-d32", b) for v in ("default", "tuned") for b in ("native", "sdpa")} <= cells
     markdown = (archived / "compare" / "compare.md").read_text()
     assert "cpu-a" in markdown and "cpu-b" in markdown and "](versions-tuned.png)" in markdown
+    # The workflow applies the comparison policy's default rule, as `fabench compare` does; two CPU
+    # runs on one host are the same card, never "other hardware".
+    from fabench.analysis.policy import DEFAULT_RULE, same_card
+
+    assert comparison["rule"]["margin"] == DEFAULT_RULE.margin
+    assert same_card(*(e["hardware"] for e in comparison["entries"]))
+    assert not [f for f in comparison["flags"] if f["flag"] == "hardware"]
 
 
 def test_archiving_again_adds_nothing_and_a_new_run_gets_a_new_id(archived):

@@ -195,3 +195,19 @@ def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
               if c.get(kind) and c[kind]["flag"] not in ("unstable", "now available", "not measured")]
     answered = [v for v in judged if v["verdict"] in ("same", "changed")]
     assert len(answered) >= 0.9 * len(judged) and [v["flag"] for v in judged if v not in answered] == ["clock"] * 2
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("archive", {"threshold": 0.05}, "invalid config: archive.threshold is no longer read: set comparison.margin "
+                                     "instead (default 0.0135)"),
+    ("comparison", {"margin": 1.5}, "invalid config: comparison.margin: 1.5"),
+])
+def test_the_workflow_refuses_a_retired_or_bad_comparison_key_on_one_line_before_any_job(tmp_path, key, value,
+                                                                                          expected):
+    from workflow_util import default_config, snakemake
+
+    proc = snakemake(tmp_path, "-n", "compare", config={**default_config(), key: value}, timeout=300)
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("invalid config:")]
+    assert len(lines) == 1 and lines[0].startswith(expected), proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()

@@ -148,11 +148,13 @@ def build_parser() -> Parser:
                        "several archives together; default: archive)")
     check.add_argument("--out-md", type=Path, help="write the Markdown here (default: standard output)")
     check.add_argument("--out-json", type=Path, help="write the check as JSON here")
+    from fabench.analysis.policy import DEFAULT_RULE
+
     for sub in (compare, check):
         sub.add_argument("--configfile", type=Path, metavar="FILE", help="a workflow config (YAML): its "
                          "`comparison` key sets the policy, as in `snakemake compare` (default: the policy's defaults)")
         sub.add_argument("--margin", type=margin_type, help="the smallest change called a regression or an "
-                         "improvement, as a fraction or percent (default: the config's, else 0.0135)")
+                         f"improvement, as a fraction or percent (default: the config's, else {DEFAULT_RULE.margin})")
     return parser
 
 

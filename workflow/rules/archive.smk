@@ -3,7 +3,10 @@
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
 # The work is in fabench.results.archive_store, .archive_read, .compare, .compare_markdown and
 # fabench.report.plots.
-from fabench.analysis.policy import Rule as ComparisonRule, RuleError as ComparisonRuleError
+from fabench.analysis.policy import (
+    Rule as ComparisonRule,
+    RuleError as ComparisonRuleError,
+)
 
 
 rule plots:

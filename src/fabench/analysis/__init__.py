@@ -11,8 +11,9 @@ launched, and notes on what went wrong. Everything derived from them comes from 
     noise      one run: noise pooled over cells of similar duration, the CI of each cell's median
                and the prediction interval for another run on the same hardware
     policy     the one comparison rule (Rule, its config key `comparison`): two runs of a cell are
-               changed / same / cannot tell; code, hardware and experiment identities; steps in a
-               series of archived runs; a figure against a published number
+               changed / same / cannot tell; steps in a series of archived runs; a figure against
+               a published number
+    identity   what may be compared with what: code, hardware and experiment identities
     detector   how that rule behaves on archived runs (false alarms, answers, sensitivity)
     peers      asv's and nvbench's rules on the same data, for comparison
     claims     what the report may say about two cells of one run (a winner or a tie)

@@ -100,7 +100,8 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
     return {"old": old_id, "new": new_id, "same_card": policy.same_card(*hardware), "cells": judged,
             "stable_cells": stable, "answered": answered,
             "other_code": [" ".join(k) + ": " + ", ".join(policy.code_differences(a[k], b[k])) for k in other_code],
-            "pi_checks": 2 * judged, "pi_outside": outside, "pi_bound": binomial_bound(2 * judged), "false_alarms": alarms,
+            "pi_checks": 2 * judged, "pi_outside": outside, "pi_bound": binomial_bound(2 * judged),
+            "false_alarms": alarms,
             "sensitivity": sensitivity}
 
 
@@ -158,7 +159,8 @@ def summary(pairs: list[dict]) -> dict:
                      "pi_checks": sum(p["pi_checks"] for p in chosen),
                      "pi_outside": sum(p["pi_outside"] for p in chosen),
                      "pi_outside_share": sum(p["pi_outside"] for p in chosen) / sum(p["pi_checks"] for p in chosen),
-                     "pi_within_bound": sum(p["pi_outside"] for p in chosen) <= binomial_bound(sum(p["pi_checks"] for p in chosen)),
+                     "pi_within_bound": (sum(p["pi_outside"] for p in chosen)
+                                         <= binomial_bound(sum(p["pi_checks"] for p in chosen))),
                      "pi_every_pair_within_bound": all(p["pi_outside"] <= p["pi_bound"] for p in chosen)}
     for index, change in enumerate(INJECTED):
         stable = sum(p["sensitivity"][index]["stable_cells"] for p in pairs)
@@ -172,10 +174,13 @@ def done_when(pairs: list[dict], totals: dict) -> list[dict]:
     """Issue 23's acceptance figures for our rule: each {name, value, limit, holds}; value None
     where no pair gives it (no two runs on one card, say)."""
     stable = sum(p["stable_cells"] for p in pairs)
+    def ours(key: str, figure: str):
+        return (totals.get(key) or {}).get(figure, {}).get("ours")
+
     figures = [("answered", sum(p["answered"] for p in pairs) / stable if stable else None, ">="),
-               ("false_alarms_same_card", (totals.get("same card") or {}).get("false_alarms_per_100", {}).get("ours"), "<="),
-               ("false_alarms_other_card", (totals.get("other card") or {}).get("false_alarms_per_100", {}).get("ours"), "<=")]
-    figures += [(f"+{c:.0%}", (totals.get(f"+{c:.0%}") or {}).get("flagged_share", {}).get("ours"), ">=")
-                for c in INJECTED]
-    return [{"name": name, "value": value, "limit": DONE_WHEN[name], "holds": None if value is None else
-             (value >= DONE_WHEN[name] if sense == ">=" else value <= DONE_WHEN[name])} for name, value, sense in figures]
+               ("false_alarms_same_card", ours("same card", "false_alarms_per_100"), "<="),
+               ("false_alarms_other_card", ours("other card", "false_alarms_per_100"), "<=")]
+    figures += [(f"+{c:.0%}", ours(f"+{c:.0%}", "flagged_share"), ">=") for c in INJECTED]
+    return [{"name": name, "value": value, "limit": DONE_WHEN[name],
+             "holds": None if value is None else (value >= DONE_WHEN[name] if sense == ">=" else value <= DONE_WHEN[name])}
+            for name, value, sense in figures]

@@ -4,7 +4,8 @@ Two processes cannot estimate one cell's noise (one degree of freedom: a Student
 over them is 12.7 standard errors wide). But the cells of a run that take about as long share
 their noise sources (timer resolution, launch jitter, clocks, the machine's state from minute
 to minute), so the relative spread between a cell's processes is pooled over its POOL_CELLS
-nearest cells in duration (itself included): about 16 degrees of freedom instead of 1.
+nearest stable cells in duration (itself included): about 16 degrees of freedom instead of 1.
+An unstable cell's noise has a cause of its own and stays out of its neighbours' pool.
 
 Model, in log space (relative noise): a process's median of a cell = the cell's true time + a
 process effect of standard deviation sigma. A run's median over P processes then has standard
@@ -12,9 +13,9 @@ error sigma / sqrt(P), and another run of P' processes differs from this one by
 sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
   ci95: this run's median +- t(df) * sigma / sqrt(P)              (where the true time lies)
   pi95: this run's median +- t(df) * sigma * sqrt(1/P + 1/P)      (where another run will read)
-with sigma^2 = pooled variance + FLOOR^2. Calibrated on the committed H200 pair (two default
-runs on one card, 50 cells): 2 and 3 of 50 cells of one run fell outside the other's pi95
-(nominal 5%: 2.5 expected). With one process per cell (a CPU run) the process effect cannot be
+with sigma^2 = pooled variance + FLOOR^2. Calibrated on two default runs on one card, each run's
+medians against the other's pi95 (nominal 5%): 9 of 100 on the committed H200 pair, 6 of 120 on
+the shared H100 pair, both within the binomial bound (examples/h200/detector-check.md). With one process per cell (a CPU run) the process effect cannot be
 seen: the trials' spread inside the process is pooled instead, and the method says that the
 intervals leave out the noise between processes.
 """

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.legacy import KERNELS_NOTE
-from fabench.analysis.policy import launched_kernels
+from fabench.analysis.identity import launched_kernels
 from fabench.files import write_json
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 

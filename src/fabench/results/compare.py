@@ -176,7 +176,7 @@ def compare_entries(entries: Iterable[Entry], rule: Rule = DEFAULT_RULE, baselin
                      "cells": cells})
     comparison = {
         "format": COMPARE_FORMAT,
-        "steps": steps(rows, hardware, rule),
+        "steps": steps(rows, hardware, rule, experiments),
         "rule": {**rule.as_dict(), "text": rule_text(rule)},
         "baseline": baseline,
         "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
@@ -212,17 +212,20 @@ class experiment_differences:
         return self.found[(old, new)]
 
 
-def steps(rows: list[dict], hardware: dict, rule: Rule = DEFAULT_RULE) -> list[dict]:
-    """Cells whose series over the archived entries (one GPU model's, in archive order, three stable
-    runs or more) steps somewhere beyond the noise and the margin (analysis.policy.find_step):
-    where, by how much, and whether the card changed there (two cards of one model differ by up to
-    a few percent under a power cap)."""
+def steps(rows: list[dict], hardware: dict, rule: Rule = DEFAULT_RULE, experiments=None) -> list[dict]:
+    """Cells whose series over the archived entries (one GPU model's and one experiment's, in
+    archive order, three stable runs or more) steps somewhere beyond the noise and the margin
+    (analysis.policy.find_step): where, by how much, and whether the card changed there (two cards
+    of one model differ by up to a few percent under a power cap)."""
     found = []
     for row in rows:
         series: dict[tuple, list] = {}
         for cell in row["cells"]:
             if cell["status"] == "ok" and cell.get("stats") and cell.get("stable", True):
-                series.setdefault(policy.hardware_key(hardware[cell["entry"]]), []).append(cell)
+                same_model = series.setdefault(policy.hardware_key(hardware[cell["entry"]]), [])
+                # A series is one experiment's: an entry of another is no point of it.
+                if not (same_model and experiments and experiments(same_model[0]["entry"], cell["entry"])):
+                    same_model.append(cell)
         for cells in series.values():
             metric = cell_metric(*cells) if len(cells) >= 3 else None
             step = policy.find_step([(c["entry"], c[metric]) for c in cells], rule) if metric else None

@@ -44,7 +44,8 @@ def render(check: dict) -> str:
                      f"{sense} {figure_text(item['name'], item['limit'])} | {holds} |")
     summary = check["summary"]
     lines += ["", "## Summary", "", "| Pairs | Cells | Answered (stable) | False alarms per 100 cells: " +
-              " / ".join(RULES) + " | Outside the other run's 95% PI (each way) | Within the binomial bound: all pairs / every pair |",
+              " / ".join(RULES) + " | Outside the other run's 95% PI (each way) | "
+              "Within the binomial bound: all pairs / every pair |",
               "|---|---|---|---|---|---|"]
     for name in ("same card", "other card"):
         if name in summary:

@@ -1,0 +1,159 @@
+"""What may be compared with what: the identities of the code a cell ran, of the hardware a run
+ran on, and of the experiment (the settings that change what is measured). Built from facts about
+code and hardware only, never from paths, times, process ids or compile-cache state, so identical
+software on one card gives identical identities. The comparison policy (fabench.analysis.policy)
+and the merge's kernel-difference note ask here; one definition of each.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Facts that name where or when something ran, not what ran: never part of an identity.
+NOT_CODE = frozenset({"configs_dir", "path", "cwd", "generated_sha256", "taken_at", "started", "finished"})
+LAUNCH_FACTS = ("kernel", "num_warps", "num_stages", "block_sizes")
+
+
+def _facts_only(value):
+    """`value` without the keys that name paths, times or cache state (recursively)."""
+    if isinstance(value, dict):
+        return {k: _facts_only(v) for k, v in sorted(value.items()) if k not in NOT_CODE}
+    if isinstance(value, list):
+        return [_facts_only(v) for v in value]
+    return value
+
+
+def launched_kernels(kernels: dict | None) -> dict | None:
+    """What a backend's profiled call launched: the kernels' names, the longest kernel's name,
+    source digest and launch settings. Not the digest of what Inductor generated: it differs
+    between a process with cold compile caches and one with warm caches for the same kernel."""
+    kernels = kernels or {}
+    launch = kernels.get("launch") or {}
+    found = {key: launch.get(key) for key in LAUNCH_FACTS if launch.get(key) is not None}
+    if kernels.get("names") is not None:
+        found["names"] = list(kernels["names"])
+    if kernels.get("source_sha256"):
+        found["source_sha256"] = kernels["source_sha256"]
+    return found or None
+
+
+def code_identity(entry: dict | None) -> dict:
+    """What one backend entry records of the code that ran: its implementation (kernel, packages
+    and versions, compiler), the config VALUES it read, and the launched kernels (launched_kernels).
+    Identical software gives an identical identity, whatever the paths, times or compile-cache
+    state; a fact not recorded is None."""
+    entry = entry or {}
+    return {"implementation": _facts_only(entry.get("implementation")),
+            "kernel_config": _facts_only(entry.get("kernel_config")),
+            "launched": launched_kernels(entry.get("kernels"))}
+
+
+def code_differences(a: dict | None, b: dict | None) -> list[str]:
+    """The facts in which two entries' code differs (a fact one of them does not record is not
+    held against them: results from before it was recorded are judged on the others)."""
+    if not (_ran(a) and _ran(b)):
+        return [] if _ran(a) == _ran(b) else ["ran in one only"]
+    ia, ib = code_identity(a), code_identity(b)
+    return [key for key in ia if ia[key] is not None and ib[key] is not None and _canon(ia[key]) != _canon(ib[key])]
+
+
+def same_code(a: dict | None, b: dict | None) -> bool:
+    """Whether two backend entries ran the same code (both ran, and no recorded fact differs)."""
+    return _ran(a) and _ran(b) and not code_differences(a, b)
+
+
+def _ran(entry: dict | None) -> bool:
+    return entry is not None and entry.get("status") in ("ok", "failed")
+
+
+def _canon(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def hardware_identity(results: list[dict]) -> dict:
+    """What ran the results: platform, device model and architecture (the model), and the cards
+    (GPU UUIDs; on a CPU, the host), as the results record them."""
+    if not results:
+        return {"platform": None, "device": None, "arch": None, "cards": []}
+    first = results[0]["provenance"]
+    gpu = first.get("gpu") or {}
+    platform = results[0].get("platform")
+    if platform == "cpu":
+        cards = sorted({f"host {r['provenance'].get('host')}" for r in results if r["provenance"].get("host")})
+    else:
+        cards = sorted({(r["provenance"].get("gpu") or {}).get("uuid") for r in results} - {None})
+    return {"platform": platform, "device": gpu.get("name") or first.get("device"), "arch": first.get("arch"),
+            "cards": cards}
+
+
+def hardware_key(identity: dict) -> tuple:
+    return identity.get("platform"), identity.get("device"), identity.get("arch")
+
+
+def hardware_text(identity: dict) -> str:
+    return " ".join(str(v) for v in hardware_key(identity) if v)
+
+
+def same_hardware(a: dict, b: dict) -> bool:
+    """Two hardware identities of one model (platform, device, architecture)."""
+    return hardware_key(a) == hardware_key(b)
+
+
+def same_card(a: dict, b: dict) -> bool:
+    """Two hardware identities of the very same cards (a CPU: the same host)."""
+    return same_hardware(a, b) and bool(a.get("cards")) and a.get("cards") == b.get("cards")
+
+
+def matches_published_hardware(results: list[dict], published: dict) -> bool:
+    """Whether every result ran on the hardware the published numbers were measured on: its
+    platform, and its architecture or (the published report names no architecture) device name."""
+    hardware = (published.get("source") or {}).get("hardware") or {}
+    arch, device = hardware.get("arch"), (hardware.get("device") or "").lower()
+    for result in results:
+        ours = hardware_identity([result])
+        if ours["platform"] != hardware.get("platform", ours["platform"]):
+            return False
+        if not ((arch and ours["arch"] == arch) or (device and device in (ours["device"] or "").lower())):
+            return False
+    return True
+
+
+# What a result's method records that describes, not sets, the measurement, or observes the machine.
+NOT_EXPERIMENT = frozenset({"wall", "device_time", "ci_method", "device_fallbacks", "gpu_state", "environment",
+                            "process_exits"})
+
+
+def experiment_identity(result: dict) -> dict:
+    """The settings of one job that change what is measured: shape, dtype, masking, tolerances,
+    timing settings. Two runs of one experiment may differ only in code and hardware."""
+    method = {k: v for k, v in (result.get("method") or {}).items() if k not in NOT_EXPERIMENT}
+    return {"shape": result.get("shape"), "dtype": result.get("dtype"), "causal": result.get("causal"),
+            "tolerance": result.get("tolerance"), "flop_convention": result.get("flop_convention"),
+            "method": method}
+
+
+def experiment_differences(a: list[dict], b: list[dict]) -> list[str]:
+    """The experiment settings in which two runs differ, over the jobs both measured, as
+    'key: old -> new' (empty: one experiment)."""
+    jobs_a = {(r["variant"], r["shape_id"]): experiment_identity(r) for r in a}
+    jobs_b = {(r["variant"], r["shape_id"]): experiment_identity(r) for r in b}
+    found: dict[str, str] = {}
+    for job in sorted(set(jobs_a) & set(jobs_b)):
+        for key, (old, new) in _flat_differences(jobs_a[job], jobs_b[job]).items():
+            found.setdefault(key, f"{key}: {old} -> {new}")
+    return list(found.values())
+
+
+def _flat_differences(a: dict, b: dict, prefix: str = "") -> dict:
+    out = {}
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict) and key != "shape":
+            out.update(_flat_differences(x, y, f"{prefix}{key}."))
+        elif _canon(x) != _canon(y):
+            out[f"{prefix}{key}"] = (_short(x), _short(y))
+    return out
+
+
+def _short(value) -> str:
+    return "absent" if value is None else (value if isinstance(value, str) else _canon(value))
