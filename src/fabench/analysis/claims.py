@@ -1,11 +1,14 @@
-"""What a report may say about two cells of one run: which is faster, or that they tie within
-the noise; and which cells of two variants ran the same code.
+"""What a report may say about two cells of one run: which is faster, that they take the same
+time, or that the run cannot tell; and which cells of two variants ran the same code.
 
-A cell is faster than another only when the difference is beyond both cells' noise: their 95%
-intervals (fabench.analysis.noise) do not overlap. Otherwise the two tie within the noise, and
-a cell whose trials were unstable supports no claim at all. Figures that carry no noise estimate
-(the published numbers, results archived before trials) are compared as they were published,
-and the claim says so.
+A within-run comparison of two cells is the comparison policy's (fabench.analysis.policy) verdict
+on them, the first cell taken as the old and the second as the new: "faster" where the difference
+is beyond both the noise and the policy's margin, "same" where it lies within the margin, "below
+margin" where it is real but smaller than the margin (not a win worth naming), and "cannot tell"
+where the noise, an unstable cell or a missing interval hides the answer (the verdict says which).
+A run of one process per job (a CPU run) cannot see the noise between processes, so nothing it
+measured supports a claim against another cell: "cannot tell", saying so. A publication's numbers
+carry no analysis at all: they are compared as they were published, and the claim says so.
 
 Two variants' cells ran the same code when the comparison policy's code identity agrees
 (fabench.analysis.policy.same_code: implementation, config values read, launched kernels): then
@@ -14,52 +17,95 @@ any difference between them is run-to-run noise, and no claim that one variant i
 
 from __future__ import annotations
 
+import re
+
 from fabench.analysis import policy
 from fabench.analysis.figures import METRICS
+from fabench.analysis.policy import DEFAULT_RULE, Rule, judge
 
-CLAIMS = ("faster", "tie", "unstable", "as published", "not measured")
+# Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
+NAMES_A_WINNER = ("faster", "as published")
+ONE_PROCESS = ("one process per job: the noise between processes is not estimated, so the run cannot "
+               "tell a difference from it")
+# The verdict's lead "+x% figure (interval ..)": between runs it reads "new against old", which a
+# comparison of two cells of one run says in its own words.
+_CHANGE_LEAD = re.compile(r"^[+-]?\d+(\.\d+)?% (" + "|".join(METRICS.values()) + r")( \([^)]*interval [^)]*\))?[:;,]? *")
 
 
-def figure(entry: dict | None, metric: str) -> dict | None:
-    """The entry's analysed figure for `metric` (median and intervals), None when it has none."""
+def rule_of(config: dict | None) -> Rule:
+    """The comparison rule of a run's config: its `comparison` key (the one the workflow checked
+    before the run started; retired keys of archived configs are not read here)."""
+    return Rule.from_config({"comparison": (config or {}).get("comparison")})
+
+
+def _published_figure(entry: dict) -> float | None:
+    """The time of a cell that carries no analysis (published numbers), else None."""
+    if entry.get("stats") is not None:
+        return None
+    value = entry.get("wall_mean_ms")
+    return value if isinstance(value, (int, float)) else None
+
+
+def _one_process(entry: dict, metric: str) -> bool:
+    noise = ((entry.get("stats") or {}).get(metric) or {}).get("noise") or {}
+    return noise.get("between") == "trials"
+
+
+def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric: str | None = None,
+           flag: str | None = None) -> dict:
+    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "flag": flag}
+
+
+def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
+    """Why a cell's figure supports no claim on its own (against a published number, say):
+    unstable trials, one process per job, or no noise estimate; None when it does."""
     if entry is None or entry.get("status") != "ok":
         return None
     stats = entry.get("stats") or {}
-    found = stats.get(metric)
-    if isinstance(found, dict) and found.get("median") is not None:
-        return found
-    value = entry.get(metric)  # results recorded before trials: the figure alone
-    return {"median": value} if isinstance(value, (int, float)) else None
+    noise = (stats.get(metric) or {}).get("noise")
+    if not stats.get("stable", True):
+        return "unstable trials"
+    if not noise:
+        return "no noise estimate"
+    return ONE_PROCESS if noise.get("between") == "trials" else None
 
 
-def compare(a: dict | None, b: dict | None, metric: str = "wall_mean_ms", names: tuple[str, str] = ("a", "b")) -> dict:
-    """Which of two analysed backend entries is faster on `metric`, if the data can say so.
+def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"), rule: Rule = DEFAULT_RULE,
+            published: bool = False) -> dict:
+    """What the run may say about two analysed backend entries of it: the policy's verdict
+    (fabench.analysis.policy.judge, a taken as the old and b as the new) in a claim's words.
 
-    Returns {claim, faster ("a", "b" or None), ratio (slower over faster), why}: claim is one of
-    CLAIMS; `faster` is set for "faster" and "as published" only. `names` name the cells in `why`."""
-    fa, fb = figure(a, metric), figure(b, metric)
-    if fa is None or fb is None:
-        return {"claim": "not measured", "faster": None, "ratio": None, "why": "not measured in both"}
-    first = "a" if fa["median"] <= fb["median"] else "b"
-    low, high = sorted((fa["median"], fb["median"]))
-    ratio = high / low if low > 0 else None
-    unstable = [who for who, e in zip(names, (a, b)) if not (e.get("stats") or {}).get("stable", True)]
-    if unstable:
-        return {"claim": "unstable", "faster": None, "ratio": ratio,
-                "why": "trials unstable in " + " and ".join(unstable)}
-    ia, ib = fa.get("ci95"), fb.get("ci95")
-    if not ia and not ib:
-        return {"claim": "as published", "faster": first, "ratio": ratio,
-                "why": "no noise estimate (published figures): compared as published"}
-    if not ia or not ib:
-        return {"claim": "tie", "faster": None, "ratio": ratio, "why": "one figure has no interval"}
-    slow_low = (ib if first == "a" else ia)[0]
-    fast_high = (ia if first == "a" else ib)[1]
-    if fast_high < slow_low:
-        return {"claim": "faster", "faster": first, "ratio": ratio,
-                "why": f"{METRICS[metric]}: the 95% intervals do not overlap"}
-    return {"claim": "tie", "faster": None, "ratio": ratio,
-            "why": f"{METRICS[metric]}: the 95% intervals overlap (a tie within the noise)"}
+    Returns {claim, faster ("a", "b" or None), ratio (slower over faster, on the judged figure),
+    why, metric (the figure judged), flag (the policy's flag)}: claim is "faster" (changed),
+    "same" (within the margin), "below margin" (real, but within the margin), "cannot tell",
+    "as published" or "not measured"; `faster` is set where the direction is a claim (faster,
+    below margin, as published). `names` name the cells in `why`. `published`: the cells are a
+    publication's numbers, which carry no analysis: compared as published, and the claim says so."""
+    if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
+        return _claim("not measured", None, None, "not measured in both")
+    figures = _published_figure(a), _published_figure(b)
+    if published and None not in figures:
+        low, high = sorted(figures)
+        return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
+                      "published figures, no noise estimate: compared as published", "wall_mean_ms")
+    verdict = judge(a, b, rule, names=names)
+    metric, ratio, flag = verdict["metric"], verdict["ratio"], verdict["flag"]
+    reason = _CHANGE_LEAD.sub("", verdict["why"])
+    if ratio is None:
+        return _claim("cannot tell", None, None, reason, metric, flag)
+    faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
+    difference = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}"
+    if verdict["verdict"] == "cannot tell":
+        return _claim("cannot tell", None, factor, f"{difference}: {reason}", metric, flag)
+    lonely = [name for name, entry in zip(names, (a, b)) if _one_process(entry, metric)]
+    if lonely:
+        return _claim("cannot tell", None, factor, f"{difference}; {ONE_PROCESS} ({' and '.join(lonely)})",
+                      metric, "one process")
+    if verdict["verdict"] == "changed":
+        return _claim("faster", faster, factor, f"{difference}: {reason}", metric, flag)
+    if flag == "small change":
+        return _claim("below margin", faster, factor, f"{difference}: {reason}", metric, flag)
+    return _claim("same", None, factor, f"{difference}: {reason}", metric, flag)
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

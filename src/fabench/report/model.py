@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from typing import Iterator
 
+from fabench.analysis import claims
 from fabench.report.format import shape_text
 from fabench.results.collect import shape_key
 
@@ -80,6 +81,9 @@ class Run:
             raise ValueError("nothing to report: the collected run has no results")
         self.name = collected.get("run") or config.get("run")
         self.config = config
+        self.rule = claims.rule_of(config)  # the comparison policy's rule every claim of the report follows
+        # A publication's numbers recast as a run (fabench.report.published): no job of it ever started.
+        self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
         # The head_dim most shapes share is the report's subject (the published report's 256);
@@ -101,6 +105,16 @@ class Run:
         shape = result["shape"]
         main = shape["head_dim"] == self.main_head_dim
         return self.variants.index(result["variant"]), not main, shape["head_dim"], shape_key(shape)
+
+    def claim(self, a: dict | None, b: dict | None, names: tuple[str, str]) -> dict:
+        """The policy's claim on two cells of this run (fabench.analysis.claims.compare)."""
+        return claims.compare(a, b, names=names, rule=self.rule, published=self.published)
+
+    def role_claim(self, result: dict, first: str, second: str) -> dict:
+        """The policy's claim on two roles' cells of one job (a = first, b = second), named by label."""
+        entries = [role_backend(result, role) for role in (first, second)]
+        names = tuple((e or {}).get("label") or result["roles"][role] for role, e in zip((first, second), entries))
+        return self.claim(*entries, names=names)
 
     def of(self, variant: str) -> list[dict]:
         return [r for r in self.results if r["variant"] == variant]

@@ -34,6 +34,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from fabench.analysis import claims  # noqa: E402
+from fabench.analysis.policy import DEFAULT_RULE, Rule, same_code  # noqa: E402
 from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic  # noqa: E402
 
 ROLES = ("baseline", "vendor", "triton")
@@ -228,17 +230,25 @@ SPEEDUP_ROLES = ("vendor", "triton")
 VARIANT_HATCHES = ("//", "", "..", "xx", "\\\\", "++", "oo", "--")
 
 
-def speedup_png(collected: dict) -> bytes:
-    return png_bytes(speedup_figure(collected))
+# A bar's mark after its value: the comparison policy's claim on the backend against the baseline.
+SPEEDUP_MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
+EVERY_VARIANT = "every variant"
 
 
-def speedup_figure(collected: dict):
+def speedup_png(collected: dict, rule: Rule = DEFAULT_RULE) -> bytes:
+    return png_bytes(speedup_figure(collected, rule))
+
+
+def speedup_figure(collected: dict, rule: Rule = DEFAULT_RULE):
     """Speedup over the baseline backend (baseline median / backend median) of the vendor and Triton
-    backends in every variant, at each sequence length: a panel per shape family."""
+    backends in every variant, at each sequence length: a panel per shape family. A backend that ran
+    the same code in every variant (it reads no variant config) gets one bar, not one per variant:
+    the variants cannot differ for it. Each value carries the comparison policy's mark when the
+    policy cannot tell it from the baseline (~) or finds them the same within its margin (=)."""
     results = collected["results"]
     variants, groups = variants_of(results), families_of(r["shape"] for r in results)
     baseline = backend_label(results, results[0]["roles"]["baseline"])
-    panels = [(group, speedup_series(results, variants, group)) for group in groups]
+    panels = [(group, speedup_series(results, variants, group, rule)) for group in groups]
     if not any(values for _, series in panels for *_, values in series):
         return message_figure("No speedup to draw: the baseline or the compared backends did not run.")
     bars = max(len(series) for _, series in panels) * max(len({r["shape"]["seq"] for r in results}), 1)
@@ -253,47 +263,79 @@ def speedup_figure(collected: dict):
     fig.suptitle(f"Speedup over {baseline} (higher is faster), every variant: {collected.get('run', '')}, "
                  f"{device_of(results)}", fontsize=11)
     legend_outside(fig, list(handles.values()))
+    drawn = {key for key in handles if key != "baseline"}
     never = [f"{backend_label(results, results[0]['roles'][role])}, {variant}" for role in SPEEDUP_ROLES
-             for variant in variants if (role, variant) not in handles]
-    note_below(fig, "Did not run in any shape: ", never)
+             for variant in variants if (role, variant) not in drawn and (role, EVERY_VARIANT) not in drawn]
+    marks = sorted({mark for _, series in panels for *_, values in series for _, mark in values if mark})
+    notes = (["Did not run in any shape: " + ", ".join(never)] if never else []) + [
+        {"~": "~ after a value: the comparison policy cannot tell it from the baseline (no claim)",
+         "=": "= after a value: the policy finds it the same as the baseline within its margin"}[m] for m in marks]
+    note_below(fig, "", notes)
     return fig
 
 
-def speedup_series(results: list[dict], variants: list[str], group: tuple) -> list[tuple[str, str, list]]:
-    """(role, variant, speedup per sequence length or None) of every role and variant that ran in the group."""
+def speedup_series(results: list[dict], variants: list[str], group: tuple,
+                   rule: Rule = DEFAULT_RULE) -> list[tuple[str, str, list]]:
+    """(role, variant, (speedup, mark) per sequence length) of every role and variant that ran in
+    the group; variant EVERY_VARIANT for a role whose cells ran the same code in every variant."""
     cells = {(r["variant"], r["shape"]["seq"]): r for r in results if family(r["shape"]) == group}
     seqs = sorted({seq for _, seq in cells})
     series = []
     for role in SPEEDUP_ROLES:
-        for variant in variants:
-            values = [speedup(cells.get((variant, seq)), role) for seq in seqs]
-            if any(v is not None for v in values):
+        shown = [EVERY_VARIANT] if one_code(cells, variants, seqs, role) else variants
+        for variant in shown:
+            source = variants[-1] if variant == EVERY_VARIANT else variant
+            values = [speedup(cells.get((source, seq)), role, rule) for seq in seqs]
+            if any(value is not None for value, _ in values):
                 series.append((role, variant, values))
     return series
 
 
-def speedup(result: dict | None, role: str) -> float | None:
+def one_code(cells: dict, variants: list[str], seqs: list[int], role: str) -> bool:
+    """Whether the role's backend ran the same code in every variant at every sequence length
+    (the policy's code identity), so that the variants cannot differ for it."""
+    if len(variants) < 2:
+        return False
+    for seq in seqs:
+        entries = [role_entry(cells.get((variant, seq)), role) for variant in variants]
+        if any(e is None or e["status"] != "ok" for e in entries) or not all(same_code(entries[0], e) for e in entries[1:]):
+            return False
+    return True
+
+
+def role_entry(result: dict | None, role: str) -> dict | None:
+    return None if result is None else result["backends"].get(result["roles"][role])
+
+
+def speedup(result: dict | None, role: str, rule: Rule = DEFAULT_RULE) -> tuple[float | None, str | None]:
+    """(baseline median / the role's median, the policy's mark on the two), (None, None) without both."""
     if result is None:
-        return None
-    base = timing(result["backends"].get(result["roles"]["baseline"]))[0]
-    mine = timing(result["backends"].get(result["roles"][role]))[0]
-    return base / mine if base and mine else None
+        return None, None
+    base_entry, entry = role_entry(result, "baseline"), role_entry(result, role)
+    base, mine = timing(base_entry)[0], timing(entry)[0]
+    if not base or not mine:
+        return None, None
+    claim = claims.compare(base_entry, entry, names=("baseline", role), rule=rule)
+    return base / mine, SPEEDUP_MARKS.get(claim["claim"])
 
 
 def draw_speedup_panel(ax, results: list[dict], group: tuple, series: list, handles: dict) -> None:
-    """Bars grouped by sequence length, each labelled with its value upright above it."""
+    """Bars grouped by sequence length, each labelled with its value (and mark) upright above it."""
     seqs = sorted({r["shape"]["seq"] for r in results if family(r["shape"]) == group})
-    variants = variants_of(results)
+    variants = variants_of(results) + [EVERY_VARIANT]
     width = 0.84 / max(len(series), 1)
     for i, (role, variant, values) in enumerate(series):
         xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(seqs))]
         hatch = VARIANT_HATCHES[variants.index(variant) % len(VARIANT_HATCHES)]
-        bars = ax.bar(xs, [v or 0 for v in values], width * 0.92, color=ROLE_COLORS[role], hatch=hatch,
-                      alpha=0.5 + 0.45 * (variants.index(variant) + 1) / len(variants), edgecolor="white",
-                      label=f"{backend_label(results, results[0]['roles'][role])}, {variant}")
+        shade = 1.0 if variant == EVERY_VARIANT else (variants.index(variant) + 1) / (len(variants) - 1)
+        label = f"{backend_label(results, results[0]['roles'][role])}, " + (
+            "every variant (same code)" if variant == EVERY_VARIANT else variant)
+        bars = ax.bar(xs, [v or 0 for v, _ in values], width * 0.92, color=ROLE_COLORS[role], hatch=hatch,
+                      alpha=0.5 + 0.45 * shade, edgecolor="white", label=label)
         handles.setdefault((role, variant), bars)
-        for bar, value in zip(bars, values):
+        for bar, (value, mark) in zip(bars, values):
             text = "did not run" if value is None else f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
+            text += f" {mark}" if mark and value is not None else ""
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         rotation=90, fontsize=7, xytext=(0, 2), textcoords="offset points")
     line = ax.axhline(1.0, color=ROLE_COLORS["baseline"], linewidth=1, linestyle="--",
@@ -301,7 +343,7 @@ def draw_speedup_panel(ax, results: list[dict], group: tuple, series: list, hand
     handles.setdefault("baseline", line)
     ax.set_xticks(range(len(seqs)), [str(s) for s in seqs])
     ax.grid(True, axis="y", alpha=0.3)
-    top = max((v for *_, values in series for v in values if v is not None), default=1.0)
+    top = max((v for *_, values in series for v, _ in values if v is not None), default=1.0)
     ax.set_ylim(0, max(top, 1.0) * 1.45)  # room for the upright value labels above the tallest bar
 
 

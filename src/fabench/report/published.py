@@ -67,7 +67,9 @@ def _consistency_error(published: dict) -> str | None:
     if extra and extra["variant"] not in published["variants"]:
         return (f"appendix.ck_vs_triton.variant: {extra['variant']!r} is not one of the variants "
                 f"({', '.join(published['variants'])})")
-    return None
+    from fabench.report.sections.published_claims import claim_error
+
+    return claim_error(published)
 
 
 def published_rows(published: dict) -> list[dict]:

@@ -18,6 +18,7 @@ import jinja2
 from fabench.report.format import fmt_ms, md_text
 from fabench.report.model import ROLES, Run
 from fabench.report.sections import appendix, comparison, correctness, overview, precision, results, timing
+from fabench.report.sections import published_claims
 from fabench.report.sections import timeline as timeline_section
 from fabench.report.sections import sweep as sweep_section
 
@@ -25,7 +26,7 @@ from fabench.report.sections import sweep as sweep_section
 TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "report"
 TEMPLATE = "report.md.j2"
 # Context name -> module computing it; report.md.j2 includes sections/<name>.md.j2 for each.
-SECTIONS = {"overview": overview, "results": results, "comparison": comparison,
+SECTIONS = {"overview": overview, "results": results, "comparison": comparison, "published_claims": published_claims,
             "correctness": correctness, "timing": timing, "timeline": timeline_section, "precision": precision,
             "sweep": sweep_section,
             "appendix": appendix}

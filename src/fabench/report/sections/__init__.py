@@ -8,6 +8,8 @@ here, its template there, one entry in SECTIONS and one include.
     overview     title, Environment Setup, Benchmark Configuration
     results      Results (a table per variant, config notes, Key Improvements), Analysis (winners)
     comparison   Published vs Reproduced
+    published_claims
+                 The Published Claims, Re-tested (by the comparison policy)
     correctness  Correctness
     timing       Device Timing and TFLOP/s, All measured backends
     appendix     Appendix: Full Benchmark Output

@@ -1,6 +1,11 @@
 """Appendix: the last variant printed as the published benchmark script prints its output, a
 fixed-width table in a code block, then a vendor-vs-Triton comparison for each shape of another
 head_dim. Inside a code block text is literal, so nothing here is escaped.
+
+The printout's derived figures follow the comparison policy as the Results tables do: a speedup
+carries the policy's mark (fabench.report.sections.results.MARKS), and the "X is N x faster than
+Y" line is printed only where the policy names a faster cell; otherwise the line says what the
+policy says instead (the same within its margin, or no claim and why).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from typing import Sequence
 
 from fabench.report.format import fmt_ms, fmt_times, shape_text, status_text
 from fabench.report.model import ROLES, Run, role_backend, role_ms, speedup
+from fabench.report.sections.results import MARKS, NAMES_A_WINNER
 
 # The published appendix prints fields left-aligned in these widths, one space apart, under and
 # over rules of 90 '=' (measured from the published text). A column whose label or a value does not
@@ -37,15 +43,26 @@ def plain_ms(result: dict, role: str) -> str:
     return fmt_ms(ms) if ms is not None else status_text(role_backend(result, role))
 
 
+def speedup_text(run: Run, result: dict, role: str) -> str:
+    """The role's speedup over the baseline, with the policy's mark on the two cells."""
+    text, mark = fmt_times(speedup(result, role)), MARKS.get(run.role_claim(result, "baseline", role)["claim"])
+    return f"{text} {mark}" if mark and text != "n/a" else text
+
+
 def comparison(run: Run, result: dict) -> dict:
     """The published "CK vs Triton" lines' values: times (or what happened instead) and
-    Triton/vendor, which the published text calls "slower" when the vendor took longer."""
+    Triton/vendor, which the published text calls "slower" when the vendor took longer; the
+    ratio only where the policy names a faster cell, else its verdict (`same`, or `why` not)."""
     vendor, triton = role_ms(result, "vendor"), role_ms(result, "triton")
+    claim = run.role_claim(result, "vendor", "triton")
+    told = claim["claim"] in NAMES_A_WINNER
+    untold = claim["claim"] in ("cannot tell", "below margin") and vendor and triton
     return {"shape": run.shape_name(result["shape"]),
             "vendor": {"ms": vendor, "status": status_text(role_backend(result, "vendor"))},
             "triton": {"ms": triton, "status": status_text(role_backend(result, "triton"))},
-            "ratio": triton / vendor if vendor and triton else None,
-            "vendor_slower": bool(vendor and triton and vendor > triton)}
+            "ratio": triton / vendor if vendor and triton and told else None,
+            "vendor_slower": claim["faster"] == "b",
+            "same": claim["claim"] == "same", "no_claim": claim["why"] if untold else None}
 
 
 def context(run: Run, published: dict | None) -> dict:
@@ -53,7 +70,7 @@ def context(run: Run, published: dict | None) -> dict:
     b, v, t = (run.label(role) for role in ROLES)
     header = ["Config", f"{b} (ms)", f"{v} (ms)", f"{t} (ms)", f"{v} Speedup", f"{t} Speedup"]
     rows = [[shape_text(r["shape"]), *(plain_ms(r, role) for role in ROLES),
-             fmt_times(speedup(r, "vendor")), fmt_times(speedup(r, "triton"))]
+             speedup_text(run, r, "vendor"), speedup_text(run, r, "triton")]
             for head_dim, results in groups if head_dim == run.main_head_dim for r in results]
     widths = column_widths([header, *rows])
     gpu = run.provenance_values("device")

@@ -4,6 +4,7 @@ both have. Left out of the report when no published numbers are given.
 
 from __future__ import annotations
 
+from fabench.analysis import claims
 from fabench.analysis.policy import matches_published_hardware
 from fabench.report.format import fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import ROLES, Run, role_backend, role_ms
@@ -24,6 +25,19 @@ def difference_text(result: dict, published: dict, ours: float | None, pub: floa
     return f"{fmt_sig(ours / pub)}x slower" if ours >= pub else f"{fmt_sig(pub / ours)}x faster"
 
 
+def untold_mark(run: Run, backend: dict | None) -> str:
+    """" ~" where this run's figure supports no claim (unstable, one process, no noise estimate)."""
+    return "" if run.published or not claims.unsupported(backend) else " ~"
+
+
+def untold_reasons(run: Run) -> list[str]:
+    """Why some of this run's figures support no claim, once each (the legend of untold_mark)."""
+    if run.published:
+        return []
+    reasons = (claims.unsupported(role_backend(r, role)) for r in run.results for role in ROLES)
+    return [md_text(reason) for reason in dict.fromkeys(reasons) if reason]
+
+
 def comparison_rows(run: Run, published: dict) -> list[dict]:
     """One row per role that the published report printed a time for, raw backend labels kept
     for the caveat about roles filled by other backends."""
@@ -42,7 +56,7 @@ def comparison_rows(run: Run, published: dict) -> list[dict]:
                           md_text(published["labels"][name]), fmt_ms(pub),
                           md_text(backend["label"] if backend else result["roles"][role]),
                           fmt_ms(ours) if ours is not None else status_text(backend),
-                          difference_text(result, published, ours, pub)],
+                          difference_text(result, published, ours, pub) + untold_mark(run, backend)],
             })
     return rows
 
@@ -60,6 +74,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "device": md_text(hardware["device"]),
         "arch": md_text(hardware["arch"]),
         "rows": [r["cells"] for r in rows],
+        "untold": untold_reasons(run),
         # Jobs measured on other hardware than published: their Difference is a factor, not a %.
         "other_devices": [md_text(d) for d in dict.fromkeys(r["provenance"].get("device") for r in other) if d],
         "other_hardware": bool(other),

@@ -57,10 +57,19 @@ def trial_counts(run: Run) -> dict:
                                              if b["stats"].get("ci_method")))}
 
 
+def one_process_cells(run: Run, device: bool) -> int:
+    """How many cells' noise comes from the trials of one process (no second process per job):
+    their run cannot estimate the noise between processes, so it has no prediction interval."""
+    metric = "device_ms" if device else "wall_mean_ms"
+    return sum(1 for *_, b in measured_cells(run)
+               if (shown_figure(b, metric).get("noise") or {}).get("between") == "trials")
+
+
 def context(run: Run, published: dict | None) -> dict | None:
     if not any(True for _ in measured_cells(run)):
         return None  # nothing recorded trials (e.g. published numbers recast as a run)
     device = run_metric(run.results) == "device_ms"
     return {"figure": "device time" if device else "wall-clock time", "floor": noise_floor(run, device),
+            "one_process": one_process_cells(run, device), "margin": f"{run.rule.margin:.2%}",
             "intervals": [md_text(n) for n in interval_names(run, device)],
             "unstable": unstable_cells(run), "cross_check": cross_checks(run), **trial_counts(run)}

@@ -5,10 +5,12 @@ Highlighting rule (it reproduces the published tables): the first variant is the
 state before any change, so its table is plain. Every later variant's table shows in bold the
 faster of the vendor and Triton times in each row, and the Triton speedup where Triton beats the
 vendor, because the question such a table answers is whether the changed Triton config caught up
-with the vendor kernel. "Faster" is the analysis stage's claim (fabench.analysis.claims): beyond
-both cells' 95% intervals, else a tie within the noise and nothing is bold; unstable cells are
-marked and support no claim. Published figures carry no noise estimate and are compared as
-published. Variants whose Triton-role cells ran the same code get no improvement claims.
+with the vendor kernel. "Faster" is the comparison policy's verdict on the two cells
+(fabench.analysis.claims): beyond the noise and the margin, else nothing is bold. Every derived
+figure says what the policy says of it: a speedup the policy cannot tell from the noise carries
+MARKS["cannot tell"], one within the margin MARKS["same"]; unstable cells are marked and support no
+claim. Published figures carry no noise estimate and are compared as published. Variants whose
+Triton-role cells ran the same code get no improvement claims.
 """
 
 from __future__ import annotations
@@ -16,11 +18,18 @@ from __future__ import annotations
 from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_code, md_text, shape_text,
                                    status_text, value_text)
 from fabench.analysis import claims
+from fabench.analysis.figures import METRICS
+from fabench.analysis.policy import code_identity, same_code
 from fabench.report.model import Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
-# Claims that name a faster cell: beyond the noise, or published figures compared as published.
-NAMES_A_WINNER = ("faster", "as published")
+NAMES_A_WINNER = claims.NAMES_A_WINNER
+# The mark a derived figure (a speedup, a factor) carries after the policy's claim on its two cells.
+MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
+# Why the policy cannot tell, in words, by its flag (fabench.analysis.policy.judge).
+UNTOLD_WORDS = {"not comparable": "no noise estimate", "unstable": "unstable trials",
+                "noisy": "noise wider than the margin", "clock": "the GPU clock moved, not the work",
+                "one process": "one process per job: the noise between processes is not estimated"}
 
 
 class Footnotes:
@@ -52,25 +61,33 @@ def ms_cell(result: dict, role: str, notes: Footnotes, strong: bool = False) -> 
     return bold(fmt_ms(ms), strong) + (f" {UNSTABLE_MARK}" if unstable(backend) else "")
 
 
-def vendor_vs_triton(result: dict) -> dict:
-    """The analysis's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
-    vendor, triton = role_backend(result, "vendor"), role_backend(result, "triton")
-    names = tuple((entry or {}).get("label") or result["roles"][role] for role, entry in
-                  (("vendor", vendor), ("triton", triton)))
-    return claims.compare(vendor, triton, names=names)
+def vendor_vs_triton(run: Run, result: dict) -> dict:
+    """The policy's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
+    return run.role_claim(result, "vendor", "triton")
 
 
-def variant_row(result: dict, notes: Footnotes, highlight: bool) -> list[str]:
-    claim = vendor_vs_triton(result)
+def marked(text: str, claim: dict) -> str:
+    """A derived figure with the mark of what the policy says about its two cells."""
+    mark = MARKS.get(claim["claim"])
+    return f"{text} {mark}" if mark and text != "n/a" else text
+
+
+def speedup_cell(run: Run, result: dict, role: str, strong: bool = False) -> str:
+    """Baseline over the role's time, marked unless the policy tells the two cells apart."""
+    value = speedup(result, role)
+    return marked(bold(fmt_times(value), strong and value is not None), run.role_claim(result, "baseline", role))
+
+
+def variant_row(run: Run, result: dict, notes: Footnotes, highlight: bool) -> list[str]:
+    claim = vendor_vs_triton(run, result)
     winner = claim["faster"] if highlight and claim["claim"] in NAMES_A_WINNER else None
-    triton_speedup = speedup(result, "triton")
     return [
         shape_text(result["shape"]),
         ms_cell(result, "baseline", notes),
         ms_cell(result, "vendor", notes, winner == "a"),
         ms_cell(result, "triton", notes, winner == "b"),
-        fmt_times(speedup(result, "vendor")),
-        bold(fmt_times(triton_speedup), winner == "b" and triton_speedup is not None),
+        speedup_cell(run, result, "vendor"),
+        speedup_cell(run, result, "triton", winner == "b"),
     ]
 
 
@@ -88,7 +105,7 @@ def variant_table(run: Run, variant: str) -> dict:
     tables = []
     for head_dim, results in run.head_dim_groups(variant):
         notes = Footnotes()
-        rows = [variant_row(r, notes, highlight) for r in results]
+        rows = [variant_row(run, r, notes, highlight) for r in results]
         tables.append({"head_dim": None if head_dim == run.main_head_dim else head_dim,
                        "rows": rows, "notes": notes.notes})
     return {"title": md_text(run.title(variant)), "label": md_text(run.variant_label(variant)),
@@ -130,18 +147,24 @@ def same_code_variants(run: Run) -> bool:
     first, last = run.variants[0], run.variants[-1]
     pairs = [(role_backend(run.find(first, r["shape"]), "triton") if run.find(first, r["shape"]) else None,
               role_backend(r, "triton")) for r in run.of(last)]
-    ran = [(a, b) for a, b in pairs if a is not None and b is not None and claims.code_facts(a) != claims.code_facts({})]
-    return bool(ran) and all(claims.same_code(a, b) for a, b in ran)
+    ran = [(a, b) for a, b in pairs if records_code(a) and records_code(b)]
+    return bool(ran) and all(same_code(a, b) for a, b in ran)
+
+
+def records_code(entry: dict | None) -> bool:
+    """Whether the entry ran and records any fact of its code (the policy's code identity)."""
+    identity = code_identity(entry)
+    return identity is not None and any(value is not None for value in identity.values())
 
 
 def improvement(run: Run) -> dict | None:
-    """The shape whose Triton time changed most between the first and the last variant, and
-    whether that change is beyond the noise (claim) or a tie within it."""
+    """The shape whose Triton time changed most between the first and the last variant, and the
+    policy's claim on that change: named only where it is beyond the noise and the margin."""
     pairs = triton_pairs(run)
     if not pairs:
         return None
     shape, before, after = max(pairs, key=lambda p: p[1]["wall_mean_ms"] / p[2]["wall_mean_ms"])
-    claim = claims.compare(before, after, names=(run.variant_label(run.variants[0]), run.variant_label(run.variants[-1])))
+    claim = run.claim(before, after, names=(run.variant_label(run.variants[0]), run.variant_label(run.variants[-1])))
     a, b = before["wall_mean_ms"], after["wall_mean_ms"]
     return {"shape": run.shape_name(shape), "before": a, "after": b, "faster": a >= b,
             "ratio": a / b if a >= b else b / a, "claim": claim["claim"], "why": md_text(claim["why"]),
@@ -149,41 +172,85 @@ def improvement(run: Run) -> dict | None:
 
 
 def beats(run: Run) -> list[dict]:
-    """Shapes where Triton is faster than the vendor in the last variant, beyond the noise;
+    """Shapes where Triton is faster than the vendor in the last variant, by the policy;
     `already` when it was so in the first too (the published "now" becomes "still")."""
     found = []
     for result in run.of(run.variants[-1]):
         before = run.find(run.variants[0], result["shape"])
-        claim = vendor_vs_triton(result)
+        claim = vendor_vs_triton(run, result)
         # "now" needs a before: a shape only the last variant measured is left to the winner table.
         if before is None or claim["claim"] not in NAMES_A_WINNER or claim["faster"] != "b":
             continue
-        earlier = vendor_vs_triton(before)
+        earlier = vendor_vs_triton(run, before)
         found.append({"shape": run.shape_name(result["shape"]), "triton_ms": role_ms(result, "triton"),
                       "vendor_ms": role_ms(result, "vendor"),
                       "already": earlier["claim"] in NAMES_A_WINNER and earlier["faster"] == "b"})
     return found
 
 
-def winner(result: dict) -> dict:
-    """Which of vendor and Triton was faster at this shape, by how much, when the noise lets us
-    say; `tie` when their intervals overlap or a cell was unstable; `only` when one ran."""
+def untold(run: Run) -> list[str]:
+    """Shapes of the last variant where both ran but the policy cannot tell vendor from Triton:
+    "beats at no shape" would claim more than the run knows there."""
+    return [run.shape_name(r["shape"]) for r in run.of(run.variants[-1])
+            if vendor_vs_triton(run, r)["claim"] == "cannot tell"]
+
+
+def winner(run: Run, result: dict) -> dict:
+    """Which of vendor and Triton was faster at this shape, by how much, as the policy claims it:
+    `winner` beyond the noise and the margin, `same` within the margin, `below` real but below it,
+    `untold` when the policy cannot tell (and why); `only` when one ran."""
     times = {role: role_ms(result, role) for role in ("vendor", "triton")}
     ran = [role for role, ms in times.items() if ms is not None]
-    row = {"shape": shape_text(result["shape"]), "winner": None, "only": None, "tie": None, "unstable": None}
+    row = {"shape": shape_text(result["shape"]), "winner": None, "only": None, "same": None, "below": None,
+           "untold": None}
     if len(ran) == 2:
-        claim = vendor_vs_triton(result)
+        claim = vendor_vs_triton(run, result)
         win, lose = sorted(ran, key=times.get)
-        row.update(ratio=times[lose] / times[win], win_ms=times[win], lose_ms=times[lose])
+        if claim["faster"] is not None:  # the judged figure's direction, which the wall means may not share
+            win = "vendor" if claim["faster"] == "a" else "triton"
+            lose = "triton" if win == "vendor" else "vendor"
+        row.update(ratio=times[lose] / times[win], win_ms=times[win], lose_ms=times[lose], why=md_text(claim["why"]))
         if claim["claim"] in NAMES_A_WINNER:
-            row["winner"] = win
-        elif claim["claim"] == "unstable":
-            row["unstable"] = md_text(claim["why"])
+            row["winner"] = "vendor" if claim["faster"] == "a" else "triton"
+        elif claim["claim"] == "below margin":
+            row["below"] = "vendor" if claim["faster"] == "a" else "triton"
+        elif claim["claim"] == "same":
+            row["same"] = True
         else:
-            row["tie"] = md_text(claim["why"])
+            row["untold"] = True
     elif ran:
         row["only"] = ran[0]
+        missing = "triton" if ran[0] == "vendor" else "vendor"
+        backend = role_backend(result, missing)
+        row.update(missing=missing, missing_status=status_text(backend),
+                   missing_reason=md_text(backend["reason"]) if backend and backend.get("reason") else None)
     return row
+
+
+def winners(run: Run) -> dict:
+    """The winner table's rows, and, when one role ran at no shape of the last variant for one
+    reason, that reason said once instead of a row per shape."""
+    rows = [winner(run, r) for r in run.of(run.variants[-1])]
+    only = {(w["missing"], w["missing_status"], w["missing_reason"]) for w in rows if w["only"]}
+    if rows and all(w["only"] for w in rows) and len(only) == 1:
+        missing, status, reason = only.pop()
+        return {"rows": [], "none": {"role": missing, "status": status, "reason": reason}}
+    return {"rows": rows, "none": None}
+
+
+def mark_notes(run: Run) -> list[dict]:
+    """The marks the tables use, each with what it means and, for "cannot tell", the policy's
+    reasons in this run (once each)."""
+    claimed = [run.role_claim(r, "baseline", role) for r in run.results for role in ("vendor", "triton")]
+    used = {MARKS.get(c["claim"]) for c in claimed} - {None}
+    reasons = list(dict.fromkeys(UNTOLD_WORDS.get(c["flag"], c["flag"] or "no reason")
+                                 for c in claimed if c["claim"] == "cannot tell"))
+    notes = []
+    if MARKS["cannot tell"] in used:
+        notes.append({"mark": MARKS["cannot tell"], "reasons": [md_text(r) for r in reasons]})
+    if MARKS["same"] in used:
+        notes.append({"mark": MARKS["same"], "reasons": []})
+    return notes
 
 
 def same_code_backends(run: Run) -> list[str]:
@@ -195,11 +262,20 @@ def same_code_backends(run: Run) -> list[str]:
     for result in run.of(run.variants[0]):
         others = [run.find(v, result["shape"]) for v in run.variants[1:]]
         for name, entry in result["backends"].items():
-            same = entry["status"] == "ok" and claims.code_facts(entry)["implementation"] is not None and all(
-                o is not None and claims.same_code(entry, o["backends"].get(name)) for o in others)
+            same = entry["status"] == "ok" and (code_identity(entry) or {}).get("implementation") is not None and all(
+                o is not None and same_code(entry, o["backends"].get(name)) for o in others)
             names[name] = names.get(name, True) and same
     return [backend_name(name, run.first["backends"][name]) for name, same in names.items()
             if same and name in run.first["backends"]]
+
+
+def judged_on(run: Run) -> str | None:
+    """The figure the policy judged the tables' claims on, in words; None for published numbers."""
+    if run.published:
+        return None
+    metrics = {run.role_claim(r, "baseline", role)["metric"]
+               for r in run.results for role in ("vendor", "triton")} - {None}
+    return " and ".join(METRICS[m] for m in METRICS if m in metrics) or None
 
 
 def context(run: Run, published: dict | None) -> dict:
@@ -213,7 +289,10 @@ def context(run: Run, published: dict | None) -> dict:
         "last_label": md_text(run.variant_label(last)),
         "improvement": improvement(run),
         "beats": beats(run),
-        "winners": [winner(r) for r in run.of(last)],
+        "untold": untold(run),
+        "winners": winners(run),
+        "marks": mark_notes(run),
+        "judged_on": judged_on(run),
         "same_code_triton": len(run.variants) > 1 and same_code_variants(run),
         "same_code": same_code_backends(run),
         "unstable_mark": UNSTABLE_MARK,
