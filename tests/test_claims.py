@@ -1,7 +1,7 @@
 """What the report claims, checked against the comparison policy on real archived runs.
 
-Reports are rendered from real runs: the committed H200 entries (examples/h200/archive) and, where
-this machine has them, the two H100 runs of ../shared/data/h100-2026-11-25. Each claim the report
+Reports are rendered from real runs: the committed H200 entries (examples/h200/archive) and the two
+H100 runs of examples/h100-2026-11-25. Each claim the report
 makes (bold winners, the winner table, speedup marks, Key Improvements, the appendix line, the
 published claims re-tested) is checked against fabench.analysis.policy.judge applied to the same
 two cells here, independently of the report's code.
@@ -26,10 +26,9 @@ from fabench.report.sections import published_claims
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = sorted((ROOT / "examples" / "h200" / "archive" / "cuda-13.0").glob("0*"))
-H100_ROOT = ROOT.parent / "shared" / "data" / "h100-2026-11-25" / "archive" / "cuda-13.0"
-H100 = sorted(H100_ROOT.glob("0*")) if H100_ROOT.is_dir() else []
+H100_ROOT = ROOT / "examples" / "h100-2026-11-25" / "archive" / "cuda-13.0"
+H100 = sorted(H100_ROOT.glob("0*"))
 ENTRIES = H200 + H100
-needs_h100 = pytest.mark.skipif(not H100, reason=f"the shared H100 runs are not on this machine ({H100_ROOT})")
 
 
 def entry_run(entry: Path) -> tuple[dict, dict]:
@@ -178,7 +177,6 @@ def check_published_claims(text: str, run: Run, published: dict) -> None:
 
 # ------------------------------------------------------------ the published claims on the H100
 
-@needs_h100
 def test_the_published_claims_on_the_h100_say_which_hold_which_role_and_which_figure():
     collected, config = entry_run(H100[-1])
     text = render(collected, config, load_published())
@@ -202,7 +200,6 @@ def test_the_published_claims_on_the_h100_say_which_hold_which_role_and_which_fi
     assert rows["CK wins at seq=2048"][3] == "device time"
 
 
-@needs_h100
 def test_a_run_of_one_process_per_job_tells_no_published_claim():
     collected, config = entry_run(H100[-1])
     text = render(one_process(collected), config, load_published())

@@ -211,3 +211,26 @@ def test_the_workflow_refuses_a_retired_or_bad_comparison_key_on_one_line_before
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("invalid config:")]
     assert len(lines) == 1 and lines[0].startswith(expected), proc.stdout + proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_run_of_one_process_per_job_predicts_nothing_and_compare_cannot_tell():
+    """One process per job (a CPU run) cannot see the noise between processes, which is what
+    separates two runs: no prediction interval is given, and two such runs are never judged."""
+
+    def one_process(collected: dict) -> dict:
+        for result in collected["results"]:
+            for entry in result["backends"].values():
+                entry["trials"] = [t for t in entry.get("trials") or [] if t.get("process", 0) == 0]
+        return analyse_run(collected)
+
+    runs = runs_of(h100_archive())
+    old, new = (one_process({"results": copy.deepcopy(runs[name])}) for name in ("0004-9181bb76", "0005-1ae7ded7"))
+    figures = [(e["stats"] or {}).get(e["stats"]["judged"]) for r in old["results"] for e in r["backends"].values()
+               if e["status"] == "ok"]
+    assert figures and all(f["ci95"] and f["pi95"] is None for f in figures)
+    assert all("no prediction interval" in e["stats"]["ci_method"] for r in old["results"]
+               for e in r["backends"].values() if e["status"] == "ok")
+    pairs = [(a["backends"][b], n["backends"][b]) for a, n in zip(old["results"], new["results"])
+             for b in a["backends"] if a["backends"][b]["status"] == "ok" == n["backends"][b]["status"]]
+    verdicts = [policy.judge(a, b)["flag"] for a, b in pairs if a["stats"].get("stable") and b["stats"].get("stable")]
+    assert verdicts and set(verdicts) == {"one process"}

@@ -46,11 +46,6 @@ def _published_figure(entry: dict) -> float | None:
     return value if isinstance(value, (int, float)) else None
 
 
-def _one_process(entry: dict, metric: str) -> bool:
-    noise = ((entry.get("stats") or {}).get(metric) or {}).get("noise") or {}
-    return noise.get("between") == "trials"
-
-
 def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric: str | None = None,
            flag: str | None = None) -> dict:
     return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "flag": flag}
@@ -97,10 +92,6 @@ def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"),
     difference = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}"
     if verdict["verdict"] == "cannot tell":
         return _claim("cannot tell", None, factor, f"{difference}: {reason}", metric, flag)
-    lonely = [name for name, entry in zip(names, (a, b)) if _one_process(entry, metric)]
-    if lonely:
-        return _claim("cannot tell", None, factor, f"{difference}; {ONE_PROCESS} ({' and '.join(lonely)})",
-                      metric, "one process")
     if verdict["verdict"] == "changed":
         return _claim("faster", faster, factor, f"{difference}: {reason}", metric, flag)
     if flag == "small change":

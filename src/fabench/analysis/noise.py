@@ -16,8 +16,9 @@ sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
 with sigma^2 = pooled variance + FLOOR^2. Calibrated on two default runs on one card, each run's
 medians against the other's pi95 (nominal 5%): 9 of 100 on the committed H200 pair, 6 of 120 on
 the shared H100 pair, both within the binomial bound (examples/h200/detector-check.md). With one process per cell (a CPU run) the process effect cannot be
-seen: the trials' spread inside the process is pooled instead, and the method says that the
-intervals leave out the noise between processes.
+seen: the trials' spread inside the process is pooled instead for the ci95, the method says that
+it leaves out the noise between processes, and no pi95 is given (nor any verdict between runs:
+fabench.analysis.policy says cannot tell).
 """
 
 from __future__ import annotations
@@ -84,9 +85,12 @@ def method_text(between: str, df: int, cells: int, replicates: int) -> str:
     what = ("the spread between the processes' medians" if between == "processes" else
             "the spread between the trials of one process (no second process: the noise from process to "
             "process is not included, so another run may land outside)")
+    predicts = ("pi95: where another run of the same experiment on the same hardware should read"
+                if between == "processes" else
+                "no prediction interval: one process cannot tell where another run will read")
     return (f"Student-t {LEVEL:.0%} intervals from {what}, pooled over the {cells} cells nearest in duration "
             f"({df} degrees of freedom), with a {FLOOR:.1%} floor; ci95: this run's median over {replicates} "
-            f"replicates; pi95: where another run of the same experiment on the same hardware should read")
+            f"replicates; {predicts}")
 
 
 def add_intervals(results: list[dict], metric: str) -> None:
@@ -101,7 +105,11 @@ def add_intervals(results: list[dict], metric: str) -> None:
         sigma = math.sqrt(max(variance, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + FLOOR**2)
         t = stats.t_quantile(stats.two_sided(LEVEL), df)
         figure["ci95"] = interval(figure["median"], t * sigma / math.sqrt(replicates))
-        figure["pi95"] = interval(figure["median"], t * sigma * math.sqrt(2.0 / replicates))
+        # One process per job cannot see the noise from process to process, the largest part of
+        # what separates two runs (two CPU runs in a row: 6 of 20 medians inside such an interval):
+        # no prediction interval is given rather than one that does not predict.
+        figure["pi95"] = (interval(figure["median"], t * sigma * math.sqrt(2.0 / replicates))
+                          if cell["between"] == "processes" else None)
         figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
                            "between": cell["between"]}
         if metric == cell["stats"]["judged"]:

@@ -144,7 +144,7 @@ def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str
     Returns {verdict, flag, why, metric, ratio, interval (of the ratio), detectable}. verdict is
     changed / same / cannot tell; flag: regression, improvement, now available (changed);
     unchanged, small change (same); noisy, unstable, not comparable, hardware, clock, other code,
-    other experiment, not measured (cannot tell). `hardware` holds both runs' hardware identities,
+    other experiment, one process, not measured (cannot tell). `hardware` holds both runs' hardware identities,
     `experiment` the differences between the runs' experiments (experiment_differences), and
     `expect_same_code` says that the two are repeats (detector-check), so other code is no repeat."""
     if experiment:
@@ -170,6 +170,10 @@ def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str
                 if not e["stats"].get("stable", True)]
     if unstable:
         return _verdict("cannot tell", "unstable", f"{change}; trials unstable in " + "; ".join(unstable), **base)
+    one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
+    if one_process:
+        return _verdict("cannot tell", "one process", f"{change}; one process per job: the noise between processes is not estimated "
+                        f"({' and '.join(one_process)}), and it is what separates two runs", **base)
     noise = change_noise(a, b)
     if noise is None:
         return _verdict("cannot tell", "not comparable", f"{change}; no noise estimate in both runs", **base)

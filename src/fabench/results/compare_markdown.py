@@ -54,7 +54,8 @@ def change_text(found: dict | None, prefix: str) -> str:
     flag = found["flag"]
     word = {"regression": "**regression**", "improvement": "**improvement**", "now available": "*now available*",
             "small change": "small change", "unstable": "*unstable*", "hardware": "*other hardware*",
-            "other experiment": "*other experiment*", "clock": "*clock*"}.get(flag, "")
+            "other experiment": "*other experiment*", "clock": "*clock*",
+            "one process": "*one process*"}.get(flag, "")
     text = " ".join(part for part in (prefix, ratio, word) if part)
     return text if (ratio or word) else ""
 
