@@ -164,7 +164,7 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
 
 
 def _patched_aiter_file(tmp_path, overrides):
-    from fabench.container.aiter_config import patch_local
+    from fabench.aiter_config import patch_local
 
     out = tmp_path / "aiter.json"
     patch_local(overrides, out, tmp_path / "aiter.meta.json")
@@ -178,7 +178,7 @@ def test_aiters_triton_kernel_runs_on_cuda_with_the_config_its_loader_read(tmp_p
     that aiter's own loader read; waves_per_eu left out of the launch and said so."""
     import json
 
-    from fabench.container.aiter_config import forward_config
+    from fabench.aiter_config import forward_config
 
     path = _patched_aiter_file(tmp_path, overrides)
     values = forward_config(json.loads(path.read_text()))

@@ -13,7 +13,7 @@ from fabench.analysis.stats import describe
 import torch
 
 from fabench.measure import merge, metrics
-from fabench.container.aiter_config import file_sha256
+from fabench.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.config import job_spec
 from fabench.shapes import parse_shape_id

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from fabench.container.aiter_config import file_sha256
+from fabench.aiter_config import file_sha256
 from workflow_util import REPO, planned_jobs, snakemake, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ rule patch_config:
     log:
         "logs/{run}/patch_config/{variant}.log",
     # Before any measuring process, so that the rounds of processes span every variant.
-    priority: (PROCESSES + 1) * len(job_order())
+    priority: (PROCESSES + 1) * len(PLAN.job_order)
     params:
         overrides=lambda wildcards: config["variants"][wildcards.variant]["triton"],
     script:

@@ -13,14 +13,14 @@ refused, with that reason, as are entries whose files fail their checksums.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Iterable
 
 from fabench.analysis import analyse_run
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.verdict import ALPHA, SAME_MARGIN, compare_cell, find_step, hardware_identity, hardware_key
 from fabench.results.archive_read import Entry, EntryChanged
-from fabench.results.collect import shape_key
+from fabench.results.published import published_rows
+from fabench.shapes import main_head_dim, shape_key
 
 COMPARE_FORMAT = "fabench-compare/1"
 # The smallest change worth flagging beyond the noise; 0: every change the noise lets us see.
@@ -112,7 +112,7 @@ def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
                 roles.setdefault(r["roles"][role], i)
             for name in r["backends"]:
                 backends.setdefault(name, None)
-    main = Counter(s["head_dim"] for s in shapes.values()).most_common(1)[0][0] if shapes else None
+    main = main_head_dim(shapes.values())
     shape_order = sorted(shapes, key=lambda s: (shapes[s]["head_dim"] != main, shapes[s]["head_dim"],
                                                  shape_key(shapes[s])))
     backend_order = sorted(backends, key=lambda b: (roles.get(b, len(ROLE_ORDER)), list(backends).index(b)))
@@ -246,8 +246,6 @@ def published_rule_text(tolerance: float) -> str:
 def published_flags(results: list[dict], published: dict, tolerance: float = DEFAULT_THRESHOLD) -> list[dict]:
     """Each published (variant, shape, backend) time against the reproduced one (stats.wall_mean_ms):
     flag slower/faster when |ours/published - 1| > tolerance and published lies outside our 95% CI."""
-    from fabench.report.published import published_rows
-
     found = {(r["variant"], shape_key(r["shape"])): r for r in results}
     out = []
     for row in published_rows(published):

@@ -17,7 +17,7 @@ from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.job import make_inputs, reference_output
 from fabench.measure.platform import synchronize
-from fabench.tune.job import Kernel, candidate_record
+from fabench.tune.kernel import Kernel, candidate_record
 from fabench.tune.memory import required_bytes
 
 

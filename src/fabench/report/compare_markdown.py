@@ -1,6 +1,6 @@
 """The comparison of archived entries (compare.compare_entries) as Markdown: one table per variant,
 the flagged cells, each entry's versions and the published-vs-reproduced flags, rendered through
-the template report/compare.md.j2.
+the template fabench/report/templates/compare.md.j2.
 """
 
 from __future__ import annotations
@@ -12,27 +12,19 @@ from typing import Sequence
 import jinja2
 
 from fabench.analysis.figures import cell_metric
+from fabench.report.format import fmt_ms_fine
+from fabench.resources import TEMPLATE_DIR
 from fabench.results.compare import FLAGGED
+from fabench.shapes import shape_text
 
 TEMPLATE = "compare.md.j2"
-REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
-PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "data"
 PUBLISHED_FLAGS = ("slower", "faster", "unstable", "matches", "not measured", "not comparable")
 VERSION_ORDER = ("hip", "rocm", "cuda", "cudnn", "driver", "torch", "triton", "aiter", "aiter_commit", "runtime",
                  "image", "image_id")
 
 
-def fmt_ms(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.3f}" if value >= 0.1 else f"{value:.4f}"
-
-
-def shape_text(shape: dict) -> str:
-    return f"({shape['batch']}, {shape['seq']}, {shape['heads']}, {shape['head_dim']})"
-
-
-def value_text(cell: dict) -> str:
+def median_text(cell: dict) -> str:
+    """A cell's median and 95% CI (device time, else wall-clock), or its status."""
     if cell["status"] is None:
         return "—"
     if cell["status"] != "ok":
@@ -43,8 +35,8 @@ def value_text(cell: dict) -> str:
     stat = cell[metric]
     unit = "" if metric == "device_ms" else " wall"
     if not stat.get("ci95"):
-        return f"{fmt_ms(stat['median'])}{unit} (no CI)"
-    return f"{fmt_ms(stat['median'])} [{fmt_ms(stat['ci95'][0])}, {fmt_ms(stat['ci95'][1])}]{unit}"
+        return f"{fmt_ms_fine(stat['median'])}{unit} (no CI)"
+    return f"{fmt_ms_fine(stat['median'])} [{fmt_ms_fine(stat['ci95'][0])}, {fmt_ms_fine(stat['ci95'][1])}]{unit}"
 
 
 def change_text(found: dict | None, prefix: str) -> str:
@@ -59,7 +51,7 @@ def change_text(found: dict | None, prefix: str) -> str:
 
 
 def cell_text(cell: dict) -> str:
-    parts = [value_text(cell), change_text(cell.get("vs_previous"), ""),
+    parts = [median_text(cell), change_text(cell.get("vs_previous"), ""),
              change_text(cell.get("vs_baseline"), "vs baseline")]
     return " · ".join(p for p in parts if p)
 
@@ -91,7 +83,7 @@ def markdown_context(comparison: dict) -> dict:
             counts = Counter(c["flag"] for c in section["cells"])
             shown = [c for c in section["cells"] if c["flag"] in ("slower", "faster", "unstable")]
             rows = [[c["variant"], shape_text(c["shape"]), c["backend"], f"{c['published_ms']:g}",
-                     value_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
+                     median_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
                      f"**{c['flag']}**" if c["flag"] in ("slower", "faster") else f"*{c['flag']}*", c["why"]]
                     for c in shown]
             published["entries"].append({
@@ -135,9 +127,7 @@ def version_text(value) -> str:
 
 
 def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
-    folder = Path(template_dir) if template_dir else (REPO_TEMPLATES if (REPO_TEMPLATES / TEMPLATE).is_file()
-                                                      else PACKAGE_TEMPLATES)
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir or TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 
 
