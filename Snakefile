@@ -35,9 +35,7 @@ onstart:
     planned(
         PLAN.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
     )
-    write_json(
-        WORKFLOW_STARTED, {"started_at": WORKFLOW_STARTED_AT, "pid": os.getpid()}
-    )
+    PLAN.record_start()
 
 
 # The report and every job result it is made from: a result deleted after the report was

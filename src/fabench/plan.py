@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from functools import cached_property
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from fabench import aiter_config, config_layers
 from fabench import config as fabench_config
 from fabench.container import image as container_image
 from fabench.container.job import rocm_devices_present
+from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease
 from fabench.measure.devices import DeviceError
@@ -35,6 +37,9 @@ from fabench.tune.space import stages as sweep_stages
 
 # The schema's pattern for a variant's name (config.schema.yaml).
 VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+# When this Snakemake started (its Snakefile parsed), written once the workflow runs (Snakefile
+# onstart), so that the report can say how long the whole run took, from Snakemake's start.
+WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
 # The rules whose jobs talk to the Docker engine when the runtime is docker.
 ENGINE_RULES = frozenset({"build_image", "patch_config", "measure"})
 
@@ -118,6 +123,7 @@ class Plan:
         # Measuring processes per job: a GPU's timing.repeats, a CPU's cpu.repeats.
         self.processes = fabench_config.processes(config, platform)
         self.python = sys.executable
+        self.started_at = time.time()
         self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
 
     @staticmethod
@@ -153,6 +159,10 @@ class Plan:
         plan.check_local_aiter()
         plan.commit = project_commit(project, env.get("FABENCH_PROJECT_COMMIT", ""))
         return plan
+
+    def record_start(self) -> None:
+        """When this Snakemake started, for the report's time line (written once the workflow runs)."""
+        write_json(WORKFLOW_STARTED, {"started_at": self.started_at, "pid": os.getpid()})
 
     def path(self, path: str) -> str:
         """Paths in the config are relative to the project, whatever the working directory."""

@@ -3,7 +3,6 @@ import os
 import re
 import shlex
 import sys
-import time
 from pathlib import Path
 
 from snakemake.utils import min_version, update_config, validate
@@ -11,8 +10,7 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config_layers
-from fabench.files import write_json
-from fabench.plan import Plan, PlanError, layer_user_config
+from fabench.plan import WORKFLOW_STARTED, Plan, PlanError, layer_user_config
 from fabench.results import archive_read
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
 from fabench.shapes import SHAPE_ID_PATTERN
@@ -63,12 +61,6 @@ wildcard_constraints:
     variant="|".join(map(re.escape, VARIANTS)),
     shape=SHAPE_ID_PATTERN,
     process=r"\d+",
-
-
-# When this Snakemake started (its Snakefile parsed), written once the workflow runs (onstart), so
-# that the report can say how long the whole run took, from Snakemake's start to the report.
-WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
-WORKFLOW_STARTED_AT = time.time()
 
 
 def planned(method, *args):
@@ -123,16 +115,12 @@ def job_spec_json(wildcards):
     return PLAN.job_spec_json(wildcards.run, wildcards.variant, wildcards.shape)
 
 
-def image_manifest(run):
-    return planned(PLAN.image_manifest, run)
-
-
 def image_to_build(wildcards):
     return planned(PLAN.image_to_build, wildcards.image)
 
 
 def docker_manifest(wildcards):
-    return image_manifest(wildcards.run) if PLAN.docker else []
+    return planned(PLAN.image_manifest, wildcards.run) if PLAN.docker else []
 
 
 def job_launcher(wildcards, input):
