@@ -1,4 +1,5 @@
-"""The package's import graph has no cycle, between modules or between packages.
+"""The package's structure: no import cycle, between modules or between packages, and the helpers
+every stage shares defined once.
 
 Every import statement of src/fabench is read from the source (ast), those inside functions too: a
 lazy import is a dependency all the same, it only arrives later. A package is a sub-package of
@@ -10,7 +11,10 @@ importing code, so it adds no edge (an __init__'s own imports do).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -119,3 +123,27 @@ def test_the_walk_reads_every_module():
     graph = import_graph()
     assert len(graph) == len(list((SRC / "fabench").rglob("*.py")))
     assert "fabench.tune.measure" in graph["fabench.tune.job"]  # imported inside run()
+
+
+# Helpers that were once written in several modules (fmt_ms, shape_text and value_text in the
+# comparison's Markdown and the report; shape_key in the collector; the Jinja environment).
+SHARED_HELPERS = ("fmt_ms", "shape_text", "shape_key", "value_text", "template_env", "main_head_dim")
+
+
+def top_level_definitions(name: str) -> list[str]:
+    return [module for module, (path, _) in modules().items()
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name]
+
+
+@pytest.mark.parametrize("name", SHARED_HELPERS)
+def test_a_shared_helper_is_defined_once(name):
+    assert len(top_level_definitions(name)) == 1, top_level_definitions(name)
+
+
+def test_the_main_head_dim_is_counted_in_one_place():
+    """The head_dim most shapes share (the report's subject, the sweep's shapes, the comparison's
+    row order) is fabench.shapes.main_head_dim's answer, counted nowhere else."""
+    counting = [module for module, (path, _) in modules().items()
+                if re.search(r'Counter\([^)]*head_dim', path.read_text())]
+    assert counting == ["fabench.shapes"], counting

@@ -9,10 +9,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-import jinja2
-
 from fabench.analysis.figures import cell_metric
 from fabench.report.format import fmt_ms_fine
+from fabench.report.render import template_env
 from fabench.resources import TEMPLATE_DIR
 from fabench.results.compare import FLAGGED
 from fabench.shapes import shape_text
@@ -126,11 +125,6 @@ def version_text(value) -> str:
     return text[:12] if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else text
 
 
-def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir or TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-
-
 def step_text(step: dict) -> str:
     what = "device time" if step["metric"] == "device_ms" else "wall-clock time"
     return (f"`{step['variant']}` {step['shape_id']} {step['label']}: {step['ratio'] - 1:+.1%} {what} from "
@@ -143,4 +137,4 @@ def render_markdown(comparison: dict, template_dir: str | Path | None = None,
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
                "steps": [step_text(step) for step in comparison.get("steps") or []]}
-    return template_env(template_dir).get_template(TEMPLATE).render(**context)
+    return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)
