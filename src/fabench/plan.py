@@ -125,6 +125,7 @@ class Plan:
         self.python = sys.executable
         self.started_at = time.time()
         self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
+        self._image_tags: dict[str, str] = {}  # run -> its image's tag, hashed once
 
     @staticmethod
     def check(config: dict, project: Path) -> None:
@@ -196,9 +197,10 @@ class Plan:
     def check_engine(self, rule_names) -> None:
         """A docker run whose engine does not answer stops before its first job. A run with nothing
         for the engine to do (archive, compare, a finished run) needs none."""
-        problem = ENGINE_RULES & set(rule_names) and self.engine_problem()
-        if problem:
-            raise PlanError(problem)
+        if ENGINE_RULES & set(rule_names):
+            problem = self.engine_problem()
+            if problem:
+                raise PlanError(problem)
 
     def measuring_slots(self, given: int | None, cores: int | None) -> tuple[int | None, str | None]:
         """How many measuring jobs (resource `gpu`, one per job) may run at once, and a warning line.
@@ -280,10 +282,6 @@ class Plan:
                 "name": merged["name"],
                 "build_args": {str(k): "" if v is None else str(v) for k, v in build_args.items()},
                 "cache_dir": self.path(merged["cache_dir"])}
-
-    @cached_property
-    def _image_tags(self) -> dict:
-        return {}
 
     def image_manifest(self, run: str) -> str:
         """The run's image manifest (build/images/<tag>.json); its docker jobs depend on it."""
