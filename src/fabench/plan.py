@@ -316,8 +316,7 @@ class Plan:
         """This config's variants, then every other variant an archived entry holds (its config.json
         names them): compare draws a figure for each. A broken entry is left to compare to name."""
         names = list(self.variants)
-        root = Path(self.config["archive"]["root"])
-        for entry in entry_dirs(root) if root.is_dir() else []:
+        for entry in entry_dirs(Path(self.config["archive"]["root"])):
             try:
                 archived = json.loads((entry / "config.json").read_text())
                 names += [name for name in archived["variants"]
