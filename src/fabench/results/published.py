@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from fabench.config import quote, schema_error
-from fabench.shapes import shape_id, shape_key
+from fabench.shapes import shape_key
 from fabench.resources import SCHEMA_DIR
 
 PUBLISHED_SCHEMA = SCHEMA_DIR / "published.schema.yaml"
