@@ -32,8 +32,10 @@ report: "workflow/report/workflow.rst"
 
 
 onstart:
-    check_engine(workflow.dag.needrun_jobs())
-    record_workflow_start()
+    planned(
+        PLAN.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
+    )
+    PLAN.record_start()
 
 
 # The report and every job result it is made from: a result deleted after the report was

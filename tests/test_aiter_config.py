@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from fabench.container import aiter_config
-from fabench.container.aiter_config import find_mha_config, merge_overrides, patch_local
+from fabench import aiter_config
+from fabench.aiter_config import find_mha_config, merge_overrides, patch_local
 
 PACKAGED = {"fwd": {"default": {"BLOCK_M": 128, "BLOCK_N": 64, "PRELOAD_V": False, "num_warps": 4},
                     "dropout_or_fp32": {"BLOCK_M": 32}}}
@@ -77,7 +77,7 @@ def test_the_runner_side_never_imports_docker():
     from pathlib import Path
 
     src = str(Path(__file__).resolve().parents[1] / "src")
-    code = (f"import sys; sys.path.insert(0, {src!r}); import fabench.container.aiter_config as a, "
+    code = (f"import sys; sys.path.insert(0, {src!r}); import fabench.aiter_config as a, "
             "fabench.container.probe as p; "
             f"assert a.__file__.startswith({src!r}) and p.__file__.startswith({src!r}); "
             "sys.exit('docker' in sys.modules)")
@@ -202,7 +202,7 @@ def test_each_git_layout_is_found_patched_and_read_back_under_the_name_its_loade
     proc = _run_python(f"""
         import json, torch
         from pathlib import Path
-        from fabench.container import aiter_config
+        from fabench import aiter_config
         from fabench.measure import aiter_kernel
         out = Path({str(tmp_path / 'tuned.json')!r})
         aiter_config.patch_local({{"BLOCK_M": 64, "PRELOAD_V": True}}, out, out.with_suffix(".meta.json"))

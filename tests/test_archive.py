@@ -17,18 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from fabench.report.published import load_published
+from fabench.results.published import load_published
 from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries, load_entry, natural_key, resolve_entry, verify_entry
 from fabench.results.archive_run_check import IncompleteRun
 from fabench.results.archive_store import AlreadyArchived, archive_run, store_entry
 from fabench.analysis.policy import Rule, judge as compare_cell
 from fabench.results.compare import V1_REASON, compare_entries, published_flags
-from fabench.results.compare_markdown import render_markdown
+from fabench.report.compare_markdown import render_markdown
 from support.runs import (CPU, CUDA_13_0, ROCM_6_4, ROCM_7_0, edit_backend, make_run, read_results,
                           v2_schema, write_results, write_v2_schema)
 
 REPO = Path(__file__).resolve().parents[1]
+PUBLISHED_YAML = REPO / "report" / "published" / "mi300x-2025-12-30.yaml"
 SCHEMA = v2_schema()
 OLD, NEW = "rocm-6.4.43482", "rocm-7.0.51831"
 CELL = ("tuned", "b4-s1024-h8-d256", "triton")
@@ -391,7 +392,7 @@ def test_published_vs_reproduced(two_runs):
     _, new, _ = two_runs
     edit_backend(new, "tuned", "b4-s4096-h8-d256", "triton", factor=1.2)
     results = read_results(new)["results"]
-    flags = {(f["variant"], f["shape_id"], f["backend"]): f for f in published_flags(results, load_published())}
+    flags = {(f["variant"], f["shape_id"], f["backend"]): f for f in published_flags(results, load_published(PUBLISHED_YAML))}
     assert flags[("tuned", "b4-s4096-h8-d256", "triton")]["flag"] == "slower"
     assert "outside our 95% prediction interval" in flags[("tuned", "b4-s4096-h8-d256", "triton")]["why"]
     assert flags[("tuned", "b4-s512-h8-d256", "ck")]["flag"] == "matches"
@@ -401,7 +402,7 @@ def test_published_vs_reproduced(two_runs):
 def test_published_section_skips_other_hardware(tmp_path):
     root = tmp_path / "archive"
     archive(make_run(tmp_path / "r", "h200", versions=CUDA_13_0), root)
-    comparison = compare_entries(list_entries(root), published=load_published())
+    comparison = compare_entries(list_entries(root), published=load_published(PUBLISHED_YAML))
     assert "published on AMD Instinct MI300X" in comparison["published"]["entries"][0]["skipped"]
     assert "Only one run: nothing to compare" in render_markdown(comparison)
 

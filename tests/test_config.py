@@ -1,6 +1,6 @@
 """Bad input gets one clear error, naming the key, before any job starts.
 
-The checks run in-process through fabench.config.check, the function the Snakefile calls; two
+The checks run in-process through fabench.plan.check_config, the function the Snakefile's plan calls; two
 tests run snakemake itself to prove the wiring (one line, no job scheduled, no results folder).
 """
 
@@ -14,7 +14,8 @@ import yaml
 
 from fabench.container.image import dockerfile_arg_defaults
 
-from fabench.config import JOB_SETTINGS_KEYS, ConfigError, check, check_roles
+from fabench.config import JOB_SETTINGS_KEYS, ConfigError, check_roles
+from fabench.plan import check_config
 from fabench.measure.backends import BACKENDS
 from workflow_util import REPO, default_config, planned_jobs, snakemake
 
@@ -103,7 +104,7 @@ def _error(mutate, platform: str = "cuda") -> str:
     """The one line that stops `mutate`d config.yaml, its jobs planned for `platform`."""
     config = _mutated(mutate)
     with pytest.raises(ConfigError) as err:
-        check(config, SCHEMAS, REPO)
+        check_config(config, REPO, SCHEMAS)
         check_roles(config, platform)
     return str(err.value)
 
@@ -153,13 +154,13 @@ def test_proxy_build_arguments_need_no_arg_line(tmp_path):
 
 
 def test_the_default_config_passes():
-    check(default_config(), SCHEMAS, REPO)
+    check_config(default_config(), REPO, SCHEMAS)
 
 
 def test_a_published_file_of_another_shape_names_what_is_missing(tmp_path):
     (tmp_path / "numbers.yaml").write_text(yaml.safe_dump({"source": {"title": "x"}}))
     with pytest.raises(ConfigError, match=r"published: .*numbers.yaml: \(top level\): 'method' is a required"):
-        check(_mutated(_set("published", str(tmp_path / "numbers.yaml"))), SCHEMAS, REPO)
+        check_config(_mutated(_set("published", str(tmp_path / "numbers.yaml"))), REPO, SCHEMAS)
 
 
 def test_the_runner_checks_a_spec_for_every_timing_key_of_the_schema():

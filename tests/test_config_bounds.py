@@ -78,7 +78,7 @@ def test_a_number_that_is_not_a_number_is_named(key):
 
 
 def test_a_published_file_with_nan_is_named(tmp_path):
-    from fabench.report.published import PublishedError, load_published
+    from fabench.results.published import PublishedError, load_published
 
     source = (REPO / "report" / "published" / "mi300x-2025-12-30.yaml").read_text()
     bad = tmp_path / "published.yaml"

@@ -24,7 +24,8 @@ from snakemake.utils import validate
 
 from fabench.container import image as fc
 from fabench.container import job as fj
-from fabench.container.aiter_config import patch_from_image, sidecar_path
+from fabench.aiter_config import sidecar_path
+from fabench.container.aiter_image import patch_from_image
 from workflow_util import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def patch(manifest: Path, overrides: dict, out: Path) -> dict:
 def test_image_tag_follows_inputs(tmp_path):
     for name in ("Dockerfile", ".dockerignore", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copytree(SRC, tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(SRC, tmp_path / "src", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "envs").mkdir()
     for lock in ("image-aiter.txt", "image-aiter-index.txt", "image-package.txt"):
         shutil.copy(ROOT / "envs" / lock, tmp_path / "envs" / lock)
@@ -460,7 +461,7 @@ def test_the_runner_imports_nothing_the_image_lacks():
             "        if name.split('.')[0] in ('yaml', 'jsonschema', 'jinja2', 'docker', 'snakemake'):\n"
             "            raise ImportError(f'{name} is not in the image')\n"
             "sys.meta_path.insert(0, Block())\n"
-            "import fabench.measure.job, fabench.container.probe, fabench.container.aiter_config\n")
+            "import fabench.measure.job, fabench.container.probe, fabench.aiter_config\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(SRC)})
     assert proc.returncode == 0, proc.stderr

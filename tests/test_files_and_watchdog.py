@@ -50,7 +50,8 @@ def test_a_runner_stops_when_its_workflow_is_gone(tmp_path):
     workflow = _stand_in_workflow()
     out = tmp_path / "result.json"
     env = {**ENV, "FABENCH_WORKFLOW": f"{socket.gethostname()}:{workflow.pid}"}
-    runner = subprocess.Popen([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out)],
+    runner = subprocess.Popen([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+                               "--process", "0"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_line(runner, "native: setting up")

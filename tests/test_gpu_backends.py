@@ -185,7 +185,8 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
     spec = job_spec(config, "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+                           "--process", "0"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
@@ -194,7 +195,7 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
 
 
 def _patched_aiter_file(tmp_path, overrides):
-    from fabench.container.aiter_config import patch_local
+    from fabench.aiter_config import patch_local
 
     out = tmp_path / "aiter.json"
     patch_local(overrides, out, tmp_path / "aiter.meta.json")
@@ -208,7 +209,7 @@ def test_aiters_triton_kernel_runs_on_cuda_with_the_config_its_loader_read(tmp_p
     that aiter's own loader read; waves_per_eu left out of the launch and said so."""
     import json
 
-    from fabench.container.aiter_config import forward_config
+    from fabench.aiter_config import forward_config
 
     path = _patched_aiter_file(tmp_path, overrides)
     values = forward_config(json.loads(path.read_text()))

@@ -15,7 +15,8 @@ from fabench.results import contract
 from fabench.results.collect import collect, result_schema
 from fabench.report.format import FAILURE_WORDS, fmt_sig, md_code, md_text
 from fabench.report.model import Run
-from fabench.report.published import as_collected, load_published
+from fabench.results.published import load_published
+from support.published_run import as_collected
 from fabench.report.render import render
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from fabench.analysis.stats import describe
 import torch
 
 from fabench.measure import merge, metrics
-from fabench.container.aiter_config import file_sha256
+from fabench.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.config import job_spec
 from fabench.shapes import parse_shape_id
@@ -26,16 +26,24 @@ TUNED = {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True, "waves_per_eu": 2, "nu
 
 
 def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32", extra=(), name="result.json"):
+    """The job's process (extra: --process N), or, without --process, its process 0 merged into the
+    job's result as the workflow's benchmark rule merges it."""
     spec = job_spec(config, variant, parse_shape_id(shape))
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
     out = tmp_path / name
+    process = [] if "--process" in extra else ["--process", "0"]
+    measured = out if "--process" in extra else tmp_path / f"process-0-{name}"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config),
-           "--out", str(out), "--project-commit", "abc123", *extra]
+           "--out", str(measured), "--project-commit", "abc123", *extra, *process]
     env = {**os.environ, "OMP_NUM_THREADS": "1",  # as Snakemake sets it for a job under --cores 1
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # this checkout's fabench
     assert proc.returncode == 0, proc.stderr
+    if measured != out:
+        merge = subprocess.run([sys.executable, "-m", "fabench.measure.merge", "--out", str(out), str(measured)],
+                               capture_output=True, text=True, timeout=300, env=env)
+        assert merge.returncode == 0, merge.stderr
     return json.loads(out.read_text()), kernel_config
 
 

@@ -126,7 +126,7 @@ def test_a_job_whose_reference_does_not_fit_still_writes_its_result(tmp_path, sh
     spec = job_spec(config, "tuned", shape)
     out = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
-           "--project-commit", "abc123"]
+           "--project-commit", "abc123", "--process", "0"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env,
                           preexec_fn=_limit_memory(3 * 1024**3))  # the runner and torch fit, 8 GiB does not

@@ -11,8 +11,9 @@ import types
 import pytest
 import yaml
 
-from fabench.config import ConfigError, check, job_settings
-from fabench.container.aiter_config import file_sha256, patch_local
+from fabench.config import ConfigError, job_settings
+from fabench.plan import check_config
+from fabench.aiter_config import file_sha256, patch_local
 from fabench.tune import job, memory, objective, pick, settings, space
 from support import mha_standin
 from workflow_util import REPO, default_config, tiny_config
@@ -164,14 +165,14 @@ def test_a_bad_sweep_key_is_named_in_one_line(change, message):
     config = default_config()
     change(config["sweep"])
     with pytest.raises(ConfigError, match=message) as err:
-        check(config, SCHEMAS, REPO)
+        check_config(config, REPO, SCHEMAS)
     assert "\n" not in str(err.value)
 
 
 def test_a_reference_that_is_no_variant_stops_a_sweep_but_not_a_run_without_one():
     config = default_config()
     config["sweep"]["reference"] = "best"
-    check(config, SCHEMAS, REPO)  # a run of its own variants need not sweep
+    check_config(config, REPO, SCHEMAS)  # a run of its own variants need not sweep
     assert settings.usage_error(config) == ("sweep.reference: 'best' is not a variant (default, tuned); "
                                             "name the variant whose config the candidates start from")
     assert settings.usage_error({**config, "sweep": None}).startswith("sweep: the config has no sweep")
@@ -325,7 +326,7 @@ def test_the_winner_is_aiters_config_accepted_by_the_patch_step_and_read_by_aite
 
     assert get_config(False, torch.float16) == variants["swept"]["triton"]
     # The config check accepts the variants file as a --configfile.
-    check({**config, "variants": variants}, SCHEMAS, REPO)
+    check_config({**config, "variants": variants}, REPO, SCHEMAS)
 
 
 # --- the report ----------------------------------------------------------------------------------

@@ -2,12 +2,13 @@
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 
 import pytest
 
-from fabench.container.aiter_config import file_sha256
+from fabench.aiter_config import file_sha256
 from workflow_util import REPO, planned_jobs, snakemake, tiny_config
 
 pytestmark = pytest.mark.slow
@@ -189,8 +190,10 @@ def test_a_checkout_path_with_a_space_and_a_published_path_with_a_command(tmp_pa
     files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"], check=True,
                            capture_output=True, text=True).stdout.split("\n")
     for name in filter(None, files):
-        if (REPO / name).is_file():
-            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_symlink():  # as a clone makes it (src/fabench/schemas)
+            (checkout / name).symlink_to(os.readlink(REPO / name))
+        elif (REPO / name).is_file():
             shutil.copy2(REPO / name, checkout / name)
     published = "report/published/$(touch INJECTED).yaml"
     shutil.copy(REPO / "report/published/mi300x-2025-12-30.yaml", checkout / published)

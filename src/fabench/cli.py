@@ -239,13 +239,13 @@ def cmd_verify(args) -> int:
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries
-    from fabench.results.compare_markdown import render_markdown
+    from fabench.report.compare_markdown import render_markdown
 
     prog = "fabench compare"
     try:
         published = None
         if args.published:
-            from fabench.report.published import PublishedError, load_published
+            from fabench.results.published import PublishedError, load_published
 
             try:
                 published = load_published(args.published)

@@ -1,7 +1,8 @@
 """config.yaml after validation: the one-line error for a schema violation, and what each job reads.
 
 Defaults and every rule a JSON schema can state live in workflow/schemas/config.schema.yaml;
-this module holds only what the schema cannot say.
+this module holds only what the schema cannot say about the config itself. The checks that need
+other stages (the sweep, the published numbers, the image) are fabench.plan's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import difflib
 import hashlib
 import json
 import re
-from pathlib import Path
 
 from fabench.files import json_problem
 from fabench.shapes import shape_id
@@ -132,44 +132,7 @@ def _expected(validator: str, schema: dict) -> str | None:
     return None
 
 
-def check(config: dict, schemas: Path, project: Path) -> None:
-    """Raise ConfigError for the first thing that would stop the run, before any job starts: a
-    schema violation, a rule across keys the schema cannot state, or a published-numbers file that
-    is missing or not what the report reads. `schemas` holds config.schema.yaml and
-    published.schema.yaml; relative paths in the config are relative to `project`."""
-    import yaml  # here, not at the top: the runner in the image imports this module, without PyYAML
-
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    problem = schema_error(config, schema) or _consistency_error(config) or sweep_error(config) or \
-        _published_error(config.get("published"), schemas, project)
-    if problem:
-        raise ConfigError(problem)
-
-
-def sweep_error(config: dict) -> str | None:
-    """The sweep's rules across keys (fabench.tune.settings)."""
-    from fabench.tune.settings import config_error
-
-    return config_error(config)
-
-
-def _published_error(published: str | None, schemas: Path, project: Path) -> str | None:
-    from fabench.report.published import PublishedError, load_published
-
-    if published is None:
-        return None
-    path = project / published
-    if not path.is_file():
-        return (f"published: no file at {path} (a path relative to the project; "
-                "for no published numbers set published: null, or --config published=)")
-    try:
-        load_published(path, schemas / "published.schema.yaml")
-    except PublishedError as err:
-        return f"published: {err}"
-    return None
-
-
-def _consistency_error(config: dict) -> str | None:
+def consistency_error(config: dict) -> str | None:
     """Rules across keys: platform images need containers."""
     if config.get("platforms") and config.get("runtime") == "local":
         return "platforms: each platform is an image, so runtime must be docker or auto (it is local)"
@@ -186,29 +149,6 @@ def check_roles(config: dict, platform: str) -> None:
         if backend not in config["backends"]:
             raise ConfigError(f"roles.{platform}.{role}: {backend!r} is not in backends "
                               f"({', '.join(config['backends'])}); add it there or name a listed backend")
-
-
-def check_build_args(config: dict, project: Path) -> None:
-    """ConfigError for a missing Dockerfile, or a build argument its Dockerfile does not declare (a
-    misspelt one, or one named under the wrong key): the build would ignore it and build another
-    image than meant. `config` has the schema's defaults; paths are relative to `project`."""
-    from fabench.container.image import PREDEFINED_BUILD_ARGS, dockerfile_args
-
-    images = [("image", config["image"], config["image"].get("build_args", {}))]
-    images += [(f"platforms.{label}", {**config["image"], **settings}, settings.get("build_args", {}))
-               for label, settings in config["platforms"].items()]
-    for where, image, build_args in images:
-        dockerfile = project / image["dockerfile"]
-        if not dockerfile.is_file():
-            raise ConfigError(f"{where}.dockerfile: no Dockerfile at {dockerfile}")
-        declared = dockerfile_args(dockerfile)
-        for name in build_args:
-            if name not in declared:
-                close = difflib.get_close_matches(name, sorted(declared), n=1)
-                raise ConfigError(f"{where}.build_args.{name}: {dockerfile} declares no ARG {name}, so the build "
-                                  f"would ignore it (it declares "
-                                  f"{', '.join(sorted(declared - PREDEFINED_BUILD_ARGS))})"
-                                  + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
 # What a job spec holds (job_spec), block by block, as the runner reads it: a spec written by hand

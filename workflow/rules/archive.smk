@@ -1,8 +1,8 @@
 # Keep every finished run, compare the archived versions, draw the pictures.
 #   snakemake --cores 1 archive    each finished run stored as archive/<platform-version>/<run-id>/
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
-# The work is in fabench.results.archive_store, .archive_read, .compare, .compare_markdown and
-# fabench.report.plots.
+# The work is in fabench.results.archive_store, .archive_read, .compare and fabench.report.compare_markdown,
+# .plots.
 from fabench.analysis.policy import (
     Rule as ComparisonRule,
     RuleError as ComparisonRuleError,
@@ -62,7 +62,7 @@ rule archive_run:
         run_dir=lambda wildcards, output: os.path.dirname(output[0]),
         root=config["archive"]["root"],
         label=config["archive"]["label"],
-        schema=SCHEMAS / "result.schema.json",
+        schema=SCHEMA_DIR / "result.schema.json",
     script:
         "../scripts/archive_run.py"
 

@@ -23,10 +23,8 @@ rule patch_config:
     log:
         "logs/{run}/patch_config/{variant}.log",
     # Before any measuring process, so that the rounds of processes span every variant.
-    priority: (PROCESSES + 1) * len(job_order())
+    priority: (PROCESSES + 1) * len(PLAN.job_order)
     params:
-        overrides=lambda wildcards: fabench_config.variant_triton(
-            config, wildcards.variant
-        ),
+        overrides=lambda wildcards: PLAN.triton_overrides(wildcards.variant),
     script:
         "../scripts/patch_config.py"

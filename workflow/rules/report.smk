@@ -11,7 +11,7 @@ rule collect:
     log:
         "logs/{run}/collect.log",
     params:
-        schema=SCHEMAS / "result.schema.json",
+        schema=SCHEMA_DIR / "result.schema.json",
         variants=VARIANTS,
         expected=expected_jobs,
     script:
@@ -42,7 +42,7 @@ rule render_report:
     params:
         # What the report reads of the config: a change (a title, the order) re-renders it.
         config=lambda wildcards: config,
-        template_dir=REPORT_TEMPLATE_DIR,
+        template_dir=TEMPLATE_DIR,
         workflow_started=WORKFLOW_STARTED,
     script:
         "../scripts/render_report.py"

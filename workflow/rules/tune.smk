@@ -52,7 +52,7 @@ rule sweep_pick:
         "logs/{run}/tune/pick.log",
     params:
         sweep=SWEEP,
-        variants=sweep_base_variants(),
+        variants=PLAN.sweep_base_variants(),
     script:
         "../scripts/sweep_pick.py"
 

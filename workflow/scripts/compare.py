@@ -9,12 +9,12 @@ from pathlib import Path
 from fabench.files import write_atomic, write_json
 from fabench.report.html import markdown_page
 from fabench.report.plots import version_plot_name, versions_png
-from fabench.report.published import load_published
+from fabench.results.published import load_published
 from fabench.results.archive_read import list_entries
 from fabench.analysis.policy import Rule
 from fabench.results.compare import CompareError, compare_entries
 from fabench.results.compare_csv import comparison_csv
-from fabench.results.compare_markdown import render_markdown
+from fabench.report.compare_markdown import render_markdown
 
 sm = snakemake  # noqa: F821
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from fabench.files import write_atomic
 from fabench.report.html import markdown_page
-from fabench.report.published import load_published
+from fabench.results.published import load_published
 from fabench.report.render import render
 
 sys.stderr = open(snakemake.log[0], "w")

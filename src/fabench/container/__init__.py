@@ -2,10 +2,11 @@
 
 * image: the image's tag (a content hash), its build and its manifest; engine_answers
 * probe: run inside the image (``python3 -m fabench.container.probe OUT``) to say what it holds
-* aiter_config: aiter's MHA config found and patched, from this host or from the image
+* aiter_image: aiter's MHA config patched from the file inside the image (fabench.aiter_config
+  finds and patches it on this host)
 * job: one benchmark job in a container (mounts, environment, devices, clean-up)
 * __main__: ``python -m fabench.container run-job``, the only command line
 
 Nothing here imports the docker SDK at module level: the runner inside the image imports
-fabench.container.aiter_config, and the image has no docker SDK.
+fabench.aiter_config, and the image has no docker SDK.
 """

@@ -6,7 +6,7 @@
 
 Inside the container: ``python3 -m fabench.measure <runner args> --aiter-config <mounted config>``.
 The only command line of this package: the workflow builds the image and patches the config by
-calling fabench.container.image.build_image and fabench.container.aiter_config.patch_from_image.
+calling fabench.container.image.build_image and fabench.container.aiter_image.patch_from_image.
 
 Exit status: the job's 0; 1 when the job or the engine failed; 2 for bad arguments; 130 when
 stopped (SIGTERM, Ctrl-C, or the workflow named in FABENCH_WORKFLOW gone), its container removed.

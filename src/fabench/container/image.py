@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as _dt
+import difflib
 import hashlib
 import io
 import json
@@ -393,3 +394,24 @@ def load_manifest(path: str | Path) -> dict:
         if not data.get(key):
             raise ContainerError(f"{path}: manifest without {key!r}")
     return data
+
+
+def build_args_error(config: dict, project: Path) -> str | None:
+    """The one line for a missing Dockerfile, or a build argument its Dockerfile does not declare (a
+    misspelt one, or one named under the wrong key): the build would ignore it and build another
+    image than meant. `config` has the schema's defaults; paths are relative to `project`."""
+    images = [("image", config["image"], config["image"].get("build_args", {}))]
+    images += [(f"platforms.{label}", {**config["image"], **settings}, settings.get("build_args", {}))
+               for label, settings in config["platforms"].items()]
+    for where, image, build_args in images:
+        dockerfile = Path(project) / image["dockerfile"]
+        if not dockerfile.is_file():
+            return f"{where}.dockerfile: no Dockerfile at {dockerfile}"
+        declared = dockerfile_args(dockerfile)
+        for name in build_args:
+            if name not in declared:
+                close = difflib.get_close_matches(name, sorted(declared), n=1)
+                return (f"{where}.build_args.{name}: {dockerfile} declares no ARG {name}, so the build would "
+                        f"ignore it (it declares {', '.join(sorted(declared - PREDEFINED_BUILD_ARGS))})"
+                        + (f"; did you mean {close[0]!r}?" if close else ""))
+    return None

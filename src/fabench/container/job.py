@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from fabench.container.aiter_config import sidecar_path
+from fabench.aiter_config import sidecar_path
 from fabench.container.image import TAIL_LINES, ContainerError, client, last_lines, load_manifest, write_now
 from fabench.measure import lease as device_lease
 
@@ -150,7 +150,7 @@ def _mount_target(m: dict, aiter_config: Path) -> str | None:
     in_image = m.get("aiter_mha_config")
     if in_image and not mount_target:
         raise ContainerError(f"{aiter_config}: no sidecar naming the file to mount over ({sidecar}); "
-                             "make both with fabench.container.aiter_config.patch_from_image")
+                             "make both with fabench.container.aiter_image.patch_from_image")
     if mount_target and in_image and mount_target != in_image:
         raise ContainerError(f"{sidecar} was patched for {mount_target}, the image has {in_image}")
     return mount_target

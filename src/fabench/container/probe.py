@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fabench.container.aiter_config import DEFAULT_ARCH, MhaConfigNotFound, require_mha_config
+from fabench.aiter_config import DEFAULT_ARCH, MhaConfigNotFound, require_mha_config
 from fabench.files import write_json
 
 _ROCM_VERSION_FILES = ("/opt/rocm/.info/version", "/opt/rocm/.info/version-dev")

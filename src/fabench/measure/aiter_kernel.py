@@ -32,7 +32,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from fabench.container.aiter_config import DEFAULT_ARCH, aiter_version, installed_aiter_dir
+from fabench.aiter_config import DEFAULT_ARCH, aiter_version, installed_aiter_dir
 
 # Where aiter keeps its Triton MHA forward: the user-facing module (flash_attn_func) and the kernel
 # module that holds the config loader (_get_config), by aiter version, newest last.

@@ -272,7 +272,7 @@ def _prepare_aiter_triton(p: Problem) -> Prepared:
 
 
 def _aiter_package() -> str | None:
-    from fabench.container.aiter_config import aiter_version, installed_aiter_dir
+    from fabench.aiter_config import aiter_version, installed_aiter_dir
 
     return aiter_version(installed_aiter_dir())
 

@@ -32,7 +32,7 @@ import torch
 from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
 from fabench.measure import platform as plat
-from fabench.container.aiter_config import file_sha256, forward_config
+from fabench.aiter_config import file_sha256, forward_config
 from fabench.measure.backends import BACKENDS, Backend, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure

@@ -41,7 +41,7 @@ def aiter_commit() -> str | None:
     """The container records the commit it built; a source install may carry a git checkout."""
     if os.environ.get("FABENCH_AITER_COMMIT"):
         return os.environ["FABENCH_AITER_COMMIT"]
-    from fabench.container.aiter_config import installed_aiter_dir
+    from fabench.aiter_config import installed_aiter_dir
 
     aiter_dir = installed_aiter_dir()
     return git_commit(aiter_dir.parent) if aiter_dir else None

@@ -1,16 +1,12 @@
-"""The runner's command line: one job, measured in `repeats` processes.
+"""The runner's command line: one process of one job.
 
-    python -m fabench.measure --spec '<job spec JSON>' --out OUT.json [--aiter-config F] [--project-commit C]
-    python -m fabench.measure --spec '<job spec JSON>' --out PROCESS.json --process N [...]
+    python -m fabench.measure --spec '<job spec JSON>' --out PROCESS.json --process N [--aiter-config F] [...]
 
 Some figures differ from process to process (a compiled kernel, the host's launch path), which
-no number of trials inside one process can show. So this coordinating process, which never
-touches the GPU (and does not import torch), starts `python -m fabench.measure.job` once per
-repeat, sequentially, never concurrently, and merges their results (fabench.measure.merge). The
-first process reports how many repeats apply on its platform (a CPU has its own count).
-
-With --process N it runs only the job's process N and writes that process's result for a later
-merge (`python -m fabench.measure.merge`): the workflow runs a job's processes as jobs of their
+no number of trials inside one process can show, so a job is measured in `repeats` processes.
+This process, which never touches the GPU (and does not import torch), starts
+`python -m fabench.measure.job` for the job's process N and writes that process's result for a
+later merge (`python -m fabench.measure.merge`): the workflow runs a job's processes as jobs of their
 own, in rounds across the run, so that the processes of one cell lie minutes apart and a drift
 of the machine over minutes shows in the spread between them (see workflow/rules/benchmark.smk).
 The workflow plans the count of the platform its jobs run on (fabench.run_platform); a process
@@ -20,8 +16,8 @@ marker that the merge skips.
 A process that writes no result (killed, crashed) is recorded in the result's method; when none
 writes one, the job's result says so for every backend instead of the job ending without one.
 
-Before its first measuring process starts, the runner takes the job's GPU (fabench.measure.lease):
-its processes see that GPU alone and inherit the lease, which ends when the last of them does.
+Before its measuring process starts, the runner takes the job's GPU (fabench.measure.lease): the
+process sees that GPU alone and inherits the lease, which ends when it does.
 """
 
 from __future__ import annotations
@@ -50,8 +46,8 @@ JOB_MODULE = "fabench.measure.job"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = job_arguments("python -m fabench.measure", __doc__.splitlines()[0])
-    parser.add_argument("--process", type=int, metavar="N",
-                        help="run only the job's process N (0-based) and write its result for the merge")
+    parser.add_argument("--process", type=int, metavar="N", required=True,
+                        help="the job's process N (0-based) to run; its result is written for the merge")
     return parser.parse_args(argv)
 
 
@@ -80,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[fabench] GPU {lease.gpu} ({lease.source}): {lease.visible_devices}", flush=True)
     with lease:
         args.lease = lease
-        if args.process is not None:
-            return one_process(args, commit)
-        return coordinate(args, commit)
+        return one_process(args, commit)
 
 
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
@@ -98,33 +92,6 @@ def one_process(args: argparse.Namespace, commit: str | None) -> int:
     if SKIPPED_KEY not in result:
         result["method"]["process_exits"] = [ended]
         result["provenance"]["command"] = runner_command()
-    write_json(args.out, result)
-    return 0
-
-
-def coordinate(args: argparse.Namespace, commit: str | None) -> int:
-    from fabench.measure.merge import merge  # the analysis stage (SciPy): only where this process merges
-
-    results, processes = [], []
-    wanted = 1  # until the first process says how many its platform asks for
-    index = 0
-    while index < wanted:
-        result, ended = measured(args, commit, index)
-        if refused(result, ended):
-            return USAGE
-        processes.append(ended)
-        if result is not None:
-            results.append(result)
-            if len(results) == 1:
-                wanted = max(wanted, int(results[0]["method"]["repeats"]))
-        elif index == 0:
-            wanted = max(wanted, int(args.spec["settings"]["timing"]["repeats"]))
-        index += 1
-    if results:
-        result = merge(results, processes)
-        result["provenance"]["command"] = runner_command()
-    else:
-        result = _without_result(args, commit, processes)
     write_json(args.out, result)
     return 0
 

@@ -12,7 +12,7 @@ import json
 import math
 import re
 
-from fabench.results.collect import shape_key
+from fabench.shapes import shape_text  # noqa: F401 (the sections spell shapes through this module)
 
 # Words for a failed backend's failure_kind, one for each kind of the result contract
 # (fabench.results.contract.FAILURE_KINDS; a test keeps the two the same).
@@ -53,7 +53,14 @@ def fmt(value, spec: str, missing: str = "n/a") -> str:
 
 
 def fmt_ms(value) -> str:
+    """Milliseconds as the published report prints them: 3 decimals."""
     return fmt(value, ".3f")
+
+
+def fmt_ms_fine(value) -> str:
+    """Milliseconds to 3 decimals, 4 below 0.1 ms: the comparison's medians and intervals, where a
+    short kernel's interval needs the digit."""
+    return fmt(value, ".3f" if value is None or abs(value) >= 0.1 else ".4f")
 
 
 def fmt_sig(value, digits: int = 3) -> str:
@@ -72,10 +79,6 @@ def fmt_times(value) -> str:
 
 def bold(text: str, on: bool) -> str:
     return f"**{text}**" if on else text
-
-
-def shape_text(shape: dict) -> str:
-    return "({}, {}, {}, {})".format(*shape_key(shape))
 
 
 def value_text(value) -> str:

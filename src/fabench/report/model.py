@@ -9,12 +9,10 @@ name go last. Everything here is raw data; the sections escape text where it ent
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Iterator
 
 from fabench.analysis import claims
-from fabench.report.format import shape_text
-from fabench.results.collect import shape_key
+from fabench.shapes import main_head_dim, shape_key, shape_text
 
 ROLES = ("baseline", "vendor", "triton")
 # (B,S,H,D) in order, each with the word a short shape name uses for it.
@@ -86,9 +84,7 @@ class Run:
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
-        # The head_dim most shapes share is the report's subject (the published report's 256);
-        # other head dims are side comparisons, as its appendix's d_k=64 line.
-        self.main_head_dim = Counter(s["head_dim"] for s in shapes).most_common(1)[0][0]
+        self.main_head_dim = main_head_dim(shapes)
         self.shape_name = ShapeNames(shapes, self.main_head_dim)
         self.variants = self._variant_order(collected["results"])
         self.results = sorted(collected["results"], key=self._order)

@@ -3,27 +3,25 @@
 Everything shown comes from the data: rows are the shapes that were measured, columns are the
 three roles (baseline, vendor, triton) labelled with the backends that filled them on the run's
 platform. The modules in fabench.report.sections compute each part's values; the templates in
-report/ (report.md.j2 and the report/sections/*.md.j2 it includes) write them out. Rendering
+fabench/report/templates/ (report.md.j2 and the sections/*.md.j2 it includes) write them out. Rendering
 returns text: the caller writes the file (fabench.files.write_atomic).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Sequence
 
 import jinja2
 
 from fabench.report.format import fmt_ms, md_text
 from fabench.report.model import ROLES, Run
+from fabench.resources import TEMPLATE_DIR
 from fabench.report.sections import appendix, comparison, correctness, overview, precision, results, timing
 from fabench.report.sections import published_claims
 from fabench.report.sections import timeline as timeline_section
 from fabench.report.sections import sweep as sweep_section
 
-# The repository's report/ folder: report.md.j2, _macros.md.j2 and sections/.
-TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "report"
 TEMPLATE = "report.md.j2"
 # Context name -> module computing it; report.md.j2 includes sections/<name>.md.j2 for each.
 SECTIONS = {"overview": overview, "results": results, "comparison": comparison, "published_claims": published_claims,

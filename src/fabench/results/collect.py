@@ -20,7 +20,7 @@ import jsonschema
 from fabench.analysis import analyse_run
 from fabench.files import JsonReadError, json_problem, read_json
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
-from fabench.shapes import shape_id
+from fabench.shapes import shape_id, shape_key
 
 # Schema 2 recorded every trial too; its observations are read back by fabench.analysis.legacy.
 COLLECTABLE = (2, SCHEMA_VERSION)
@@ -33,11 +33,6 @@ class ResultError(ValueError):
 def result_schema(path: str | os.PathLike | None = None) -> dict:
     """The result JSON Schema: from `path`, else the checkout's workflow/schemas/ copy."""
     return json.loads(Path(path or SCHEMA_PATH).read_text())
-
-
-def shape_key(shape: dict) -> tuple:
-    """Shapes sort in the order of the report's "(B,S,H,D)" column."""
-    return (shape["batch"], shape["seq"], shape["heads"], shape["head_dim"])
 
 
 def json_path(parts: Iterable) -> str:

@@ -16,14 +16,14 @@ refused, with that reason, as are entries whose files fail their checksums.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Iterable
 
 from fabench.analysis import analyse_run, policy
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import DEFAULT_RULE, Rule
 from fabench.results.archive_read import Entry, EntryChanged
-from fabench.results.collect import shape_key
+from fabench.results.published import published_rows
+from fabench.shapes import main_head_dim, shape_key
 
 COMPARE_FORMAT = "fabench-compare/2"
 V1_REASON = "archived with schema v1: no trials (no confidence interval to compare)"
@@ -107,7 +107,7 @@ def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
                 roles.setdefault(r["roles"][role], i)
             for name in r["backends"]:
                 backends.setdefault(name, None)
-    main = Counter(s["head_dim"] for s in shapes.values()).most_common(1)[0][0] if shapes else None
+    main = main_head_dim(shapes.values())
     shape_order = sorted(shapes, key=lambda s: (shapes[s]["head_dim"] != main, shapes[s]["head_dim"],
                                                  shape_key(shapes[s])))
     backend_order = sorted(backends, key=lambda b: (roles.get(b, len(ROLE_ORDER)), list(backends).index(b)))
@@ -259,8 +259,6 @@ def published_rule_text(rule: Rule = DEFAULT_RULE) -> str:
 def published_flags(results: list[dict], published: dict, rule: Rule = DEFAULT_RULE) -> list[dict]:
     """Each published (variant, shape, backend) time against the reproduced one (stats.wall_mean_ms),
     flagged by the policy (analysis.policy.judge_published)."""
-    from fabench.report.published import published_rows
-
     found = {(r["variant"], shape_key(r["shape"])): r for r in results}
     out = []
     for row in published_rows(published):

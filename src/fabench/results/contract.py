@@ -6,13 +6,13 @@ needs no torch, so the host-side stages can use it.
 
 from __future__ import annotations
 
-from pathlib import Path
+from fabench.resources import SCHEMA_DIR
 
 # 3: process files hold raw observations only; every figure is fabench.analysis's (issue 15).
 # 2: every measured backend carries its trials, their statistics, the host overhead, the
 # do_bench cross-check, the kernels it launched and its compile time (issue 8).
 SCHEMA_VERSION = 3
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "result.schema.json"
+SCHEMA_PATH = SCHEMA_DIR / "result.schema.json"
 
 # A process file that is no measurement: a process beyond its platform's repeats (planned for a
 # GPU that the job did not find), which measured nothing and is left out of the merge.
@@ -21,22 +21,17 @@ SKIPPED_KEY = "_skipped"
 # with why. Kept only when no process of the job measured; otherwise only its exit is recorded.
 PROCESS_FAILED_KEY = "_process_failed"
 
-STATUSES = ("ok", "unavailable", "failed")
 FAILURE_KINDS = ("oom", "out_of_resources", "unsupported", "correctness", "fallback", "config_mismatch", "error")
 
 WALL_METHOD = "perf_counter around the timed loop, device synchronize after every iteration; mean ms per iteration"
 FLOP_CONVENTION = "causal: half of the dense 4*B*H*S^2*D (non-causal: the dense count)"
 
 
-# The keys schema 2 added to a backend entry (see backend_entry).
-TRIAL_KEYS = ("process", "index", "iters", "wall_mean_ms", "device_ms", "warmup_iters", "gpu_state")
-
-
 def backend_entry(label: str, **values) -> dict:
     """One backend's record in a result, every key present (None, or no trials, until measured).
 
     wall_mean_ms: median over trials of the published method's figure; device_ms: the trials'
-    device figures as {median, p10, p90, mean, n}; trials: one record per trial (TRIAL_KEYS);
+    device figures as {median, p10, p90, mean, n}; trials: one record per trial (result.schema.json's trial);
     stats: median, 95% CI, spread and n per metric over the trials and the stability verdict;
     host_overhead_ms: wall_mean_ms minus the device median; cross_check: triton's do_bench;
     kernels: the kernel names one call launched, the main kernel's launch settings, the generated

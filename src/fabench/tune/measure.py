@@ -17,7 +17,8 @@ from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.job import make_inputs, reference_output
 from fabench.measure.platform import synchronize
-from fabench.tune.job import Kernel, candidate_record
+from fabench.shapes import shape_text
+from fabench.tune.kernel import Kernel, candidate_record
 from fabench.tune.memory import required_bytes
 
 
@@ -82,10 +83,6 @@ def analysed(cells: dict, job: dict) -> dict:
     for metric in METRICS:
         add_intervals([{"backends": entries}], metric)
     return entries
-
-
-def shape_text(shape: dict) -> str:
-    return f"({shape['batch']},{shape['seq']},{shape['heads']},{shape['head_dim']})"
 
 
 def _require_kernel(cell: Cell, name: str | None) -> None:

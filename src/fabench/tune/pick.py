@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from fabench.container import aiter_config
+from fabench import aiter_config
+from fabench.container import aiter_image
 from fabench.files import write_atomic, write_json
 from fabench.tune import objective
 
@@ -116,7 +117,7 @@ def write_winner(stages: dict[str, list[dict]], sweep: dict, variants: dict, out
     summary["winner"]["overrides"] = overrides
     config, meta = Path(outputs["config"]), Path(outputs["meta"])
     if manifest:
-        aiter_config.patch_from_image(Path(manifest), overrides, config, meta)
+        aiter_image.patch_from_image(Path(manifest), overrides, config, meta)
     else:
         aiter_config.patch_local(overrides, config, meta)
     write_json(outputs["summary"], summary)

@@ -4,9 +4,8 @@ one sweep job depends on (its spec)."""
 from __future__ import annotations
 
 import importlib.util
-from collections import Counter
 
-from fabench.shapes import shape_id
+from fabench.shapes import main_head_dim, shape_id
 
 # What a sweep job measures with besides the run's shared settings; the objective and the variant
 # it becomes only change the host steps after the jobs.
@@ -46,7 +45,7 @@ def sweep_shapes(config: dict) -> dict[str, dict]:
     Each other head_dim compiles every candidate once more (the kernel is specialised on it)."""
     shapes = config["sweep"]["shapes"]
     if not shapes:
-        main = Counter(shape["head_dim"] for shape in config["shapes"]).most_common(1)[0][0]
+        main = main_head_dim(config["shapes"])
         shapes = [shape for shape in config["shapes"] if shape["head_dim"] == main]
     return {shape_id(shape): shape for shape in shapes}
 

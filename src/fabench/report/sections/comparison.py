@@ -8,7 +8,7 @@ from fabench.analysis import claims
 from fabench.analysis.policy import matches_published_hardware
 from fabench.report.format import fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import ROLES, Run, role_backend, role_ms
-from fabench.report.published import find_published
+from fabench.results.published import find_published
 
 
 def same_hardware(result: dict, published: dict) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fabench.analysis import claims
 from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
-from fabench.results.collect import shape_key
+from fabench.shapes import shape_key
 
 # "gpu.<key>" reads the GPU's identity (provenance.gpu): which card, and the power limit it ran
 # under; results written before it was recorded lack it, and the line is then left out.

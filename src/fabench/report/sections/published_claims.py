@@ -18,37 +18,10 @@ from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
 from fabench.report.format import fmt_ms, md_text, value_text
 from fabench.report.model import Run, role_backend
-from fabench.results.collect import shape_key
+from fabench.results.published import claim_cells
+from fabench.shapes import shape_key
 
 OUTCOMES = ("holds", "fails", "cannot tell")
-
-
-def claim_error(published: dict) -> str | None:
-    """What the schema cannot say about the claims: unique ids, variants the file lists."""
-    seen = set()
-    for index, claim in enumerate(published.get("claims") or []):
-        where = f"claims[{index}] ({claim['id']})"
-        if claim["id"] in seen:
-            return f"{where}: the id is used twice"
-        seen.add(claim["id"])
-        forms = [form for form in (("faster", "slower"), ("same",)) if any(key in claim for key in form)]
-        if len(forms) != 1 or not all(key in claim for key in forms[0]):
-            return f"{where}: give either faster and slower (one cell claimed faster) or same (two cells), not {_keys(claim)}"
-        for cell in claim_cells(claim):
-            if cell["variant"] not in published["variants"]:
-                return (f"{where}: variant {cell['variant']!r} is not one of the variants "
-                        f"({', '.join(published['variants'])})")
-    return None
-
-
-def _keys(claim: dict) -> str:
-    given = [key for key in ("faster", "slower", "same") if key in claim]
-    return " and ".join(given) if given else "neither"
-
-
-def claim_cells(claim: dict) -> list[dict]:
-    """The claim's two cells: (faster, slower) or the two that take the same time."""
-    return claim["same"] if "same" in claim else [claim["faster"], claim["slower"]]
 
 
 def _entry(run: Run, cell: dict, shape: dict) -> tuple[dict | None, str | None]:

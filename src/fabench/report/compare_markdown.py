@@ -1,6 +1,6 @@
 """The comparison of archived entries (compare.compare_entries) as Markdown: one table per variant,
 the flagged cells, each entry's versions and the published-vs-reproduced flags, rendered through
-the template report/compare.md.j2.
+the template fabench/report/templates/compare.md.j2.
 """
 
 from __future__ import annotations
@@ -9,30 +9,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-import jinja2
-
 from fabench.analysis.figures import cell_metric
+from fabench.report.format import fmt_ms_fine
+from fabench.report.render import template_env
+from fabench.resources import TEMPLATE_DIR
 from fabench.results.compare import FLAGGED
+from fabench.shapes import shape_text
 
 TEMPLATE = "compare.md.j2"
-REPO_TEMPLATES = Path(__file__).resolve().parents[3] / "report"
-PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "data"
 PUBLISHED_FLAGS = ("slower", "faster", "unstable", "matches", "not measured", "not comparable")
 VERSION_ORDER = ("hip", "rocm", "cuda", "cudnn", "driver", "torch", "triton", "aiter", "aiter_commit", "runtime",
                  "image", "image_id")
 
 
-def fmt_ms(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.3f}" if value >= 0.1 else f"{value:.4f}"
-
-
-def shape_text(shape: dict) -> str:
-    return f"({shape['batch']}, {shape['seq']}, {shape['heads']}, {shape['head_dim']})"
-
-
-def value_text(cell: dict) -> str:
+def median_text(cell: dict) -> str:
+    """A cell's median and 95% CI (device time, else wall-clock), or its status."""
     if cell["status"] is None:
         return "—"
     if cell["status"] != "ok":
@@ -43,8 +34,8 @@ def value_text(cell: dict) -> str:
     stat = cell[metric]
     unit = "" if metric == "device_ms" else " wall"
     if not stat.get("ci95"):
-        return f"{fmt_ms(stat['median'])}{unit} (no CI)"
-    return f"{fmt_ms(stat['median'])} [{fmt_ms(stat['ci95'][0])}, {fmt_ms(stat['ci95'][1])}]{unit}"
+        return f"{fmt_ms_fine(stat['median'])}{unit} (no CI)"
+    return f"{fmt_ms_fine(stat['median'])} [{fmt_ms_fine(stat['ci95'][0])}, {fmt_ms_fine(stat['ci95'][1])}]{unit}"
 
 
 def change_text(found: dict | None, prefix: str) -> str:
@@ -61,7 +52,7 @@ def change_text(found: dict | None, prefix: str) -> str:
 
 
 def cell_text(cell: dict) -> str:
-    parts = [value_text(cell), change_text(cell.get("vs_previous"), ""),
+    parts = [median_text(cell), change_text(cell.get("vs_previous"), ""),
              change_text(cell.get("vs_baseline"), "vs baseline")]
     return " · ".join(p for p in parts if p)
 
@@ -94,7 +85,7 @@ def markdown_context(comparison: dict) -> dict:
             counts = Counter(c["flag"] for c in section["cells"])
             shown = [c for c in section["cells"] if c["flag"] in ("slower", "faster", "unstable")]
             rows = [[c["variant"], shape_text(c["shape"]), c["backend"], f"{c['published_ms']:g}",
-                     value_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
+                     median_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
                      f"**{c['flag']}**" if c["flag"] in ("slower", "faster") else f"*{c['flag']}*", c["why"]]
                     for c in shown]
             published["entries"].append({
@@ -145,13 +136,6 @@ def version_text(value) -> str:
     return text[:12] if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else text
 
 
-def template_env(template_dir: str | Path | None = None) -> jinja2.Environment:
-    folder = Path(template_dir) if template_dir else (REPO_TEMPLATES if (REPO_TEMPLATES / TEMPLATE).is_file()
-                                                      else PACKAGE_TEMPLATES)
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-
-
 def step_text(step: dict) -> str:
     what = "device time" if step["metric"] == "device_ms" else "wall-clock time"
     return (f"`{step['variant']}` {step['shape_id']} {step['label']}: {step['ratio'] - 1:+.1%} {what} from "
@@ -164,4 +148,4 @@ def render_markdown(comparison: dict, template_dir: str | Path | None = None,
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
                "steps": [step_text(step) for step in comparison.get("steps") or []]}
-    return template_env(template_dir).get_template(TEMPLATE).render(**context)
+    return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)

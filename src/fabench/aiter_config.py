@@ -7,8 +7,8 @@ Two sources for the file, one way to patch it:
 
 * :func:`patch_local`: the aiter installed on this host (the local runtime), or a skeleton when
   there is none (a CPU host: the runner then takes the values from the patched file itself);
-* :func:`patch_from_image`: the file inside the benchmark image (the docker runtime), read from
-  the image, never from a running container.
+* fabench.container.aiter_image.patch_from_image: the file inside the benchmark image (the docker
+  runtime), read from the image, never from a running container.
 
 The runner inside the image imports this module, and the image has no docker SDK: nothing here
 imports docker at module level, and nothing outside the standard library and fabench.files.
@@ -149,45 +149,12 @@ def patch_local(overrides: dict, out: Path, meta_out: Path, *, arch: str = DEFAU
     aiter_dir = installed_aiter_dir()
     base_path = require_mha_config(aiter_dir, arch) if aiter_dir else None
     raw = base_path.read_bytes() if base_path else None
-    info = {**_patch(raw, str(base_path) if base_path else None, overrides, Path(out)), "mount_target": None}
+    info = {**patch_bytes(raw, str(base_path) if base_path else None, overrides, Path(out)), "mount_target": None}
     write_json(meta_out, info)
     return info
 
 
-def patch_from_image(manifest: Path, overrides: dict, out: Path, meta_out: Path) -> dict:
-    """Patch the config inside the manifest's image into `out`; sidecar to `meta_out`.
-
-    The sidecar names the image's file as mount_target: run-job bind-mounts `out` over it, so
-    aiter's own lookup reads the patched values. An image without aiter needs no engine (the
-    skeleton is patched). Raises ValueError naming the unknown keys, before anything is written.
-    """
-    from fabench.container.image import load_manifest  # docker only when the image holds a file
-
-    m = load_manifest(manifest)
-    target = m.get("aiter_mha_config")
-    raw = _read_from_image(m["image_id"], target) if target else None
-    info = {
-        **_patch(raw, target, overrides, Path(out)),
-        "mount_target": target,  # None: nothing to mount over
-        "image": m["tag"],
-        "image_id": m["image_id"],
-        "aiter_commit": m.get("aiter_commit"),
-    }
-    write_json(meta_out, info)
-    return info
-
-
-def _read_from_image(image_id: str, path: str) -> bytes:
-    from fabench.container.image import client, read_file_from_image
-
-    cli = client()
-    try:
-        return read_file_from_image(cli, image_id, path)
-    finally:
-        cli.close()
-
-
-def _patch(raw_base: bytes | None, base_path: str | None, overrides: dict, out: Path) -> dict:
+def patch_bytes(raw_base: bytes | None, base_path: str | None, overrides: dict, out: Path) -> dict:
     """Merge `overrides` into the base (bytes of aiter's file, None: skeleton), write `out`.
 
     Returns the sidecar's record of what the file was made from: hashes of both files.

@@ -1,0 +1,359 @@
+"""The workflow's plan, made once when Snakemake reads the Snakefile: the checked config, the platform
+and runtime the jobs run on, the runs, variants and shapes, how a job is launched, and what the
+archive and the sweep add. workflow/rules/common.smk builds one Plan and its rules call it.
+
+Every problem found here is a PlanError of one line (which key or setting, what was expected),
+raised before any job starts. Nothing here imports Snakemake: the tests build plans directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+
+from fabench import aiter_config, config_layers
+from fabench import config as fabench_config
+from fabench.container import image as container_image
+from fabench.container.job import rocm_devices_present
+from fabench.files import write_json
+from fabench.gitinfo import git_commit
+from fabench.measure import lease
+from fabench.measure.devices import DeviceError
+from fabench.resources import SCHEMA_DIR
+from fabench.results.archive_read import entry_dirs
+from fabench.results.published import PublishedError, load_published
+from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
+from fabench.shapes import shape_id
+from fabench.tune import settings as sweep_settings
+from fabench.tune.space import stages as sweep_stages
+
+# The schema's pattern for a variant's name (config.schema.yaml).
+VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+# When this Snakemake started (its Snakefile parsed), written once the workflow runs (Snakefile
+# onstart), so that the report can say how long the whole run took, from Snakemake's start.
+WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
+# The rules whose jobs talk to the Docker engine when the runtime is docker.
+ENGINE_RULES = frozenset({"build_image", "patch_config", "measure"})
+
+
+class PlanError(ValueError):
+    """The workflow cannot run as configured: one line naming the key or setting."""
+
+
+def check_config(config: dict, project: Path, schemas: Path = SCHEMA_DIR) -> None:
+    """ConfigError for the first thing that would stop the run: a schema violation, a rule across keys
+    the schema cannot state, the sweep's rules, or a published-numbers file that is missing or not
+    what the report reads. Relative paths in the config are relative to `project`."""
+    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    problem = (fabench_config.schema_error(config, schema) or fabench_config.consistency_error(config)
+               or sweep_settings.config_error(config)
+               or published_error(config.get("published"), schemas, project))
+    if problem:
+        raise fabench_config.ConfigError(problem)
+
+
+def published_error(published: str | None, schemas: Path, project: Path) -> str | None:
+    if published is None:
+        return None
+    path = project / published
+    if not path.is_file():
+        return (f"published: no file at {path} (a path relative to the project; "
+                "for no published numbers set published: null, or --config published=)")
+    try:
+        load_published(path, schemas / "published.schema.yaml")
+    except PublishedError as err:
+        return f"published: {err}"
+    return None
+
+
+def layer_user_config(command_line: dict, configfiles: list, argv: list[str],
+                      schemas: Path = SCHEMA_DIR) -> dict:
+    """The values a user's --configfile files and --config put on top of config.yaml, as
+    fabench.config_layers describes; returns --config's values typed as in a YAML file (the caller
+    merges them as Snakemake merges, then calls config_layers.replace_whole_values)."""
+    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    typed = config_layers.command_line_values(dict(command_line), schema, argv)
+    # Snakemake has read these files already (a missing or broken one stops it before this).
+    files = [yaml.safe_load(Path(path).read_text()) or {} for path in configfiles]
+    return {"command_line": typed, "files": files}
+
+
+def use_docker(config: dict) -> bool:
+    """runtime docker: yes; local: no; auto: with several platform images, or on a ROCm host whose
+    Docker engine answers."""
+    if config["runtime"] != "auto":
+        return config["runtime"] == "docker"
+    if config["platforms"]:
+        return True
+    return rocm_devices_present() and container_image.engine_answers(timeout=5)
+
+
+def project_commit(project: Path, told: str = "") -> str:
+    """This checkout's commit, marked -dirty when files differ from it (recorded in every result).
+
+    `told` (FABENCH_PROJECT_COMMIT), when set, is taken instead: a copy of the checkout (a remote
+    machine, an unpacked archive) may carry no .git, or another commit's .git, and is told its commit.
+    """
+    told = told.strip()
+    if told:
+        if not re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", told):
+            raise PlanError(f"FABENCH_PROJECT_COMMIT: {told!r} is not a git commit id")
+        return told
+    return git_commit(project, mark_dirty=True) or "unknown"
+
+
+class Plan:
+    """What the rules need of a checked config. `project` is the folder of the Snakefile."""
+
+    def __init__(self, config: dict, project: Path, docker: bool, platform: str):
+        self.config, self.project, self.docker, self.platform = config, Path(project), docker, platform
+        run = config["run"]
+        # One run per platform image when config lists several (run <run>-<label>), else the one run.
+        self.runs = {f"{run}-{label}": label for label in config["platforms"]} or {run: None}
+        self.shapes = {shape_id(shape): shape for shape in config["shapes"]}
+        self.variants = list(config["variants"])
+        # Measuring processes per job: a GPU's timing.repeats, a CPU's cpu.repeats.
+        self.processes = fabench_config.processes(config, platform)
+        self.python = sys.executable
+        self.started_at = time.time()
+        self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
+        self._image_tags: dict[str, str] = {}  # run -> its image's tag, hashed once
+
+    @staticmethod
+    def check(config: dict, project: Path) -> None:
+        """The config as the user layered it, before the schema's defaults fill it: PlanError."""
+        try:
+            check_config(config, Path(project))
+        except fabench_config.ConfigError as err:
+            raise PlanError(f"invalid config: {err}") from None
+
+    @classmethod
+    def checked(cls, config: dict, project: Path, env: dict | None = None) -> "Plan":
+        """The plan of a checked config with the schema's defaults, once the environment and the
+        platform's roles are checked too; PlanError otherwise."""
+        project = Path(project)
+        env = os.environ if env is None else env
+        docker = use_docker(config)
+        try:
+            problem = docker and container_image.build_args_error(config, project)
+            if problem:  # the image settings are read in the docker runtime only
+                raise PlanError(f"invalid config: {problem}")
+            platform = planned_platform(docker)
+            fabench_config.check_roles(config, platform)
+        except PlatformError as err:
+            raise PlanError(str(err)) from None
+        except fabench_config.ConfigError as err:
+            raise PlanError(f"invalid config: {err}; {PLATFORM_HINT}") from None
+        try:
+            lease.check_environment(dict(env))
+        except DeviceError as err:
+            raise PlanError(f"invalid environment: {err}") from None
+        plan = cls(config, project, docker, platform)
+        plan.check_local_aiter()
+        plan.commit = project_commit(project, env.get("FABENCH_PROJECT_COMMIT", ""))
+        return plan
+
+    def record_start(self) -> None:
+        """When this Snakemake started, for the report's time line (written once the workflow runs)."""
+        write_json(WORKFLOW_STARTED, {"started_at": self.started_at, "pid": os.getpid()})
+
+    def path(self, path: str) -> str:
+        """Paths in the config are relative to the project, whatever the working directory."""
+        return path if os.path.isabs(path) else str(self.project / path)
+
+    # --- checks before any job ---------------------------------------------------------------------
+    def check_local_aiter(self) -> None:
+        """Locally, an installed aiter whose MHA config is not found is refused in one line naming its
+        version and the names looked for (in docker, the image build refuses it)."""
+        if self.docker:
+            return
+        package = aiter_config.installed_aiter_dir()
+        if package is None or not (package / "ops" / "triton").is_dir():
+            return  # no AMD aiter: the Triton backend says so per cell
+        try:
+            aiter_config.require_mha_config(package)
+        except aiter_config.MhaConfigNotFound as err:
+            raise PlanError(f"invalid setup: {err}") from None
+
+    def engine_problem(self, timeout: float = 10) -> str | None:
+        """In the docker runtime, the one line saying that no engine answers, where it looked and
+        how to point at one; None when one answers or the runtime is local."""
+        if not self.docker:
+            return None
+        try:
+            container_image.client(timeout=timeout).close()
+        except container_image.NoEngineError as err:
+            return f"runtime docker: {err}"
+        return None
+
+    def check_engine(self, rule_names) -> None:
+        """A docker run whose engine does not answer stops before its first job. A run with nothing
+        for the engine to do (archive, compare, a finished run) needs none."""
+        if ENGINE_RULES & set(rule_names):
+            problem = self.engine_problem()
+            if problem:
+                raise PlanError(problem)
+
+    def measuring_slots(self, given: int | None, cores: int | None) -> tuple[int | None, str | None]:
+        """How many measuring jobs (resource `gpu`, one per job) may run at once, and a warning line.
+
+        On a GPU host that is the user's --resources gpu=N (unset: any number; each job still
+        leases a GPU of its own). On a CPU the jobs time the cores they share, so one at a time,
+        whatever --cores says; a --resources gpu above 1 is refused."""
+        if self.platform != "cpu":
+            return given, None
+        if given is not None and given > 1:
+            raise PlanError(f"--resources gpu={given}: the jobs measure on this host's CPU, and jobs timed side "
+                            "by side share its cores; leave gpu unset (or 1) on a CPU host")
+        note = (f"note: --cores {cores} on a CPU host: the measuring jobs run one at a time (each times the "
+                "cores the others would share); only the host steps run beside them") if (cores or 1) > 1 else None
+        return 1, note
+
+    def require_sweep(self) -> None:
+        """One line naming what stops this run from sweeping, before any job starts: the config, or
+        a host whose jobs cannot run the swept kernel (aiter's Triton kernel needs a GPU: importing
+        it queries Triton's GPU driver)."""
+        problem = sweep_settings.usage_error(self.config)
+        if problem:
+            raise PlanError(f"invalid config: {problem}")
+        if self.platform == "cpu" and not self.sweep["kernel_module"]:
+            raise PlanError("cannot sweep here: the jobs would run on this host's CPU, and aiter's Triton kernel "
+                            "needs a GPU (run the sweep on a GPU host, or set sweep.kernel_module to a kernel "
+                            "that runs on a CPU)")
+
+    # --- jobs ---------------------------------------------------------------------------------------
+    @cached_property
+    def job_order(self) -> dict:
+        """Every (run, variant, shape) in one fixed order, the order of each round of processes."""
+        jobs = [(run, v, s) for run in self.runs for v in self.variants for s in self.shapes]
+        return {job: i for i, job in enumerate(jobs)}
+
+    def process_priority(self, run: str, variant: str, shape: str, process: int) -> int:
+        """Process 0 of every job first, then process 1, ..., each round in the same order of jobs,
+        so that the processes of one cell lie a whole round apart (never back to back)."""
+        position = self.job_order[(run, variant, shape)]
+        return (self.processes - int(process)) * len(self.job_order) - position
+
+    def job_spec_json(self, run: str, variant: str, shape: str) -> str:
+        """What the job measures, as its params: it re-runs when this changes, and only then."""
+        spec = fabench_config.job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform)
+        return json.dumps(spec, sort_keys=True)
+
+    def launcher(self, run: str, manifest: str, kernel_config: str, module: str = "fabench.measure") -> str:
+        """The command that the runner's arguments follow: this Python, or the job's container.
+
+        In docker, results/<run> is bind-mounted at the same absolute path and the working directory
+        is the same, so the runner's relative paths under results/<run> hold."""
+        if self.docker:
+            chosen = [] if module == "fabench.measure" else ["--module", module]
+            args = ["-m", "fabench.container", "run-job", *chosen, "--manifest", manifest,
+                    "--aiter-config", kernel_config, "--results-dir", f"results/{run}",
+                    "--cache-dir", self.image_settings(run)["cache_dir"], "--"]
+        else:
+            args = ["-m", module, "--aiter-config", kernel_config]
+        return shlex.join([self.python, *args])
+
+    def triton_overrides(self, variant: str) -> dict:
+        """The variant's entry for aiter's config, canonical (key order changes nothing)."""
+        return fabench_config.variant_triton(self.config, variant)
+
+    def expected_jobs(self, run: str) -> dict:
+        """What the collector checks each result against: the job it should be, run as configured."""
+        config = self.config
+        return {
+            "run": run,
+            "settings_sha256": fabench_config.sha256_json(fabench_config.job_settings(config, self.platform)),
+            "iterations": {"gpu": {k: config[k] for k in ("warmup", "iters")}, "cpu": config["cpu"]},
+            "jobs": {f"{v}/{s}": fabench_config.variant_triton(config, v) for v in self.variants for s in self.shapes},
+        }
+
+    # --- the docker runtime -------------------------------------------------------------------------
+    def image_settings(self, run: str) -> dict:
+        """config's image, with the run's platform entry (several platform images) merged over it."""
+        label = self.runs[run]
+        override = self.config["platforms"][label] if label else {}
+        build_args = {**self.config["image"]["build_args"], **override.get("build_args", {})}
+        merged = {**self.config["image"], **override, "build_args": build_args}
+        return {"dockerfile": Path(self.path(merged["dockerfile"])), "context": Path(self.path(merged["context"])),
+                "name": merged["name"],
+                "build_args": {str(k): "" if v is None else str(v) for k, v in build_args.items()},
+                "cache_dir": self.path(merged["cache_dir"])}
+
+    def image_manifest(self, run: str) -> str:
+        """The run's image manifest (build/images/<tag>.json); its docker jobs depend on it."""
+        if run not in self._image_tags:
+            image = self.image_settings(run)
+            if not image["dockerfile"].is_file():
+                raise PlanError(f"invalid config: image.dockerfile: no Dockerfile at {image['dockerfile']}")
+            self._image_tags[run] = container_image.image_tag(image["dockerfile"], image["build_args"],
+                                                              name=image["name"], context=image["context"])
+        return f"build/images/{container_image.manifest_name(self._image_tags[run])}"
+
+    def image_to_build(self, manifest_stem: str) -> dict:
+        """The image settings behind a manifest name (the build rule's params)."""
+        for run in self.runs:
+            if self.image_manifest(run) == f"build/images/{manifest_stem}.json":
+                return self.image_settings(run)
+        raise PlanError(f"no image of this config has the manifest build/images/{manifest_stem}.json")
+
+    # --- archive and compare ------------------------------------------------------------------------
+    def archive_state(self, own_receipts: list[str]) -> list[str]:
+        """The checksum files of the entries now in the archive but this config's own runs (which
+        stand in the DAG as their archive receipts), so that compare re-runs when one appears,
+        changes or goes."""
+        own = set()
+        for receipt in map(Path, own_receipts):
+            if receipt.is_file():
+                own.add(os.path.normpath(Path(json.loads(receipt.read_text())["path"]) / "SHA256SUMS"))
+        found = Path(self.config["archive"]["root"]).glob("*/*/SHA256SUMS")
+        return sorted(str(p) for p in found if os.path.normpath(p) not in own)
+
+    def compared_variants(self) -> list[str]:
+        """This config's variants, then every other variant an archived entry holds (its config.json
+        names them): compare draws a figure for each. A broken entry is left to compare to name."""
+        names = list(self.variants)
+        for entry in entry_dirs(Path(self.config["archive"]["root"])):
+            try:
+                archived = json.loads((entry / "config.json").read_text())
+                names += [name for name in archived["variants"]
+                          if isinstance(name, str) and re.fullmatch(VARIANT_NAME, name)]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return list(dict.fromkeys(names))
+
+    # --- the tuning sweep ---------------------------------------------------------------------------
+    @property
+    def sweep(self) -> dict | None:
+        return self.config.get("sweep")
+
+    @cached_property
+    def sweep_stages(self) -> tuple:
+        return sweep_stages(self.sweep["strategy"]) if self.sweep else ()
+
+    @cached_property
+    def sweep_shapes(self) -> dict:
+        return sweep_settings.sweep_shapes(self.config) if self.sweep else {}
+
+    @property
+    def sweep_variant(self) -> str | None:
+        return self.sweep["variant"]["name"] if self.sweep else None
+
+    def sweep_base_variants(self) -> dict:
+        """The config's variants but the sweep's own: the same whether or not the run was given the
+        sweep's variants.yaml, so that giving it re-runs no step of the sweep."""
+        return {k: v for k, v in self.config["variants"].items() if k != self.sweep_variant}
+
+    def sweep_job_spec_json(self, stage: str, shape: str) -> str:
+        """What a sweep job measures, as its params: it re-runs when this changes, and only then."""
+        spec = sweep_settings.job_spec(self.config, fabench_config.job_settings(self.config), stage,
+                                       self.sweep_shapes[shape])
+        return json.dumps(spec, sort_keys=True)
+

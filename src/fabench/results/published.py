@@ -1,0 +1,117 @@
+"""The published report's numbers (report/published/*.yaml): loading and lookup. They are data
+beside our runs: the config check loads them, the report and the comparison look rows up in them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from fabench.config import quote, schema_error
+from fabench.shapes import shape_key
+from fabench.resources import SCHEMA_DIR
+
+PUBLISHED_SCHEMA = SCHEMA_DIR / "published.schema.yaml"
+# The file config.yaml names (a path in the checkout): what an unreadable file is told to look like.
+EXAMPLE_NAME = "mi300x-2025-12-30.yaml"
+
+
+class PublishedError(ValueError):
+    """A published-numbers file the report cannot read: the message names the file and what is
+    wrong, on one line."""
+
+
+def load_published(path: str | Path, schema: str | Path = PUBLISHED_SCHEMA) -> dict:
+    """The published numbers of `path`, checked against the schema and across keys."""
+    path = Path(path)
+    if not path.is_file():
+        raise PublishedError(f"{path}: " + ("not a file" if path.exists() else "no such file"))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise PublishedError(f"{path} is not a text file (expected YAML like {EXAMPLE_NAME})") from None
+    except OSError as err:
+        raise PublishedError(f"{path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise PublishedError(f"{path} is not YAML: {yaml_problem(err, text)}") from None
+    problem = schema_error(data, yaml.safe_load(Path(schema).read_text())) or _consistency_error(data)
+    if problem:
+        raise PublishedError(f"{path}: {problem}")
+    return data
+
+
+def yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    """What the YAML parser objected to, with the one line of the file it points at."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    if mark is None:
+        return problem
+    lines = text.splitlines()
+    line = lines[mark.line] if mark.line < len(lines) else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}: {quote(line)}"
+
+
+def _consistency_error(published: dict) -> str | None:
+    """What the schema cannot say: every role and the appendix name a listed backend and variant."""
+    for role, name in published["roles"].items():
+        if name not in published["labels"]:
+            return f"roles.{role}: {name!r} has no entry in labels ({', '.join(published['labels'])})"
+    extra = published.get("appendix", {}).get("ck_vs_triton")
+    if extra and extra["variant"] not in published["variants"]:
+        return (f"appendix.ck_vs_triton.variant: {extra['variant']!r} is not one of the variants "
+                f"({', '.join(published['variants'])})")
+    return claim_error(published)
+
+
+def claim_error(published: dict) -> str | None:
+    """What the schema cannot say about the claims: unique ids, one form each, variants the file lists."""
+    seen = set()
+    for index, claim in enumerate(published.get("claims") or []):
+        where = f"claims[{index}] ({claim['id']})"
+        if claim["id"] in seen:
+            return f"{where}: the id is used twice"
+        seen.add(claim["id"])
+        forms = [form for form in (("faster", "slower"), ("same",)) if any(key in claim for key in form)]
+        if len(forms) != 1 or not all(key in claim for key in forms[0]):
+            return f"{where}: give either faster and slower (one cell claimed faster) or same (two cells), not {_keys(claim)}"
+        for cell in claim_cells(claim):
+            if cell["variant"] not in published["variants"]:
+                return (f"{where}: variant {cell['variant']!r} is not one of the variants "
+                        f"({', '.join(published['variants'])})")
+    return None
+
+
+def _keys(claim: dict) -> str:
+    given = [key for key in ("faster", "slower", "same") if key in claim]
+    return " and ".join(given) if given else "neither"
+
+
+def claim_cells(claim: dict) -> list[dict]:
+    """The claim's two cells: (faster, slower) or the two that take the same time."""
+    return claim["same"] if "same" in claim else [claim["faster"], claim["slower"]]
+
+
+def published_rows(published: dict) -> list[dict]:
+    """Every published measurement as {variant, shape, ms, speedup}, variant tables first.
+
+    The appendix's full output repeats the tuned table, so only the CK vs Triton line adds a row.
+    """
+    rows = [
+        {"variant": name, "shape": row["shape"], "ms": row["ms"], "speedup": row.get("speedup", {})}
+        for name, variant in published["variants"].items()
+        for row in variant["results"]
+    ]
+    extra = published.get("appendix", {}).get("ck_vs_triton")
+    if extra:
+        rows.append({"variant": extra["variant"], "shape": extra["shape"], "ms": extra["ms"], "speedup": {}})
+    return rows
+
+
+def find_published(published: dict, variant: str, shape: dict) -> dict | None:
+    for row in published_rows(published):
+        if row["variant"] == variant and shape_key(row["shape"]) == shape_key(shape):
+            return row
+    return None

@@ -1,0 +1,136 @@
+"""The workflow's plan (fabench.plan), built directly and through Snakemake: what it refuses before
+any job starts, and what the rules get from it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from fabench.plan import Plan, PlanError, check_config
+from fabench.resources import SCHEMA_DIR
+from workflow_util import REPO, default_config, planned_jobs, snakemake, tiny_config
+
+H200_ARCHIVE = REPO / "examples" / "h200" / "archive"
+
+
+def with_defaults(config: dict) -> dict:
+    """The config as the workflow has it after validation: the schema's defaults filled in."""
+    schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    check_config(config, REPO)
+
+    def fill(validator, properties, instance, schema):
+        for name, rule in properties.items():
+            if isinstance(instance, dict) and "default" in rule:
+                instance.setdefault(name, rule["default"])
+        yield from jsonschema.Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    filling = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": fill})
+    filling(schema).validate(config)
+    return config
+
+
+def cpu_plan(**overrides) -> Plan:
+    return Plan(with_defaults({**default_config(), **overrides}), REPO, docker=False, platform="cpu")
+
+
+def test_a_cpu_host_is_refused_the_sweep_of_aiters_kernel():
+    with pytest.raises(PlanError, match=r"^cannot sweep here: the jobs would run on this host's CPU"):
+        cpu_plan().require_sweep()
+    config = with_defaults(default_config())
+    config["sweep"]["kernel_module"] = "support.mha_standin"  # a kernel that runs on a CPU
+    Plan(config, REPO, docker=False, platform="cpu").require_sweep()
+    Plan(with_defaults(default_config()), REPO, docker=False, platform="cuda").require_sweep()
+
+
+def test_snakemake_tune_on_a_cpu_host_says_why_before_any_job(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "tune", config=default_config(), timeout=300)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "cannot sweep here: the jobs would run on this host's CPU" in output
+    assert "Job stats:" not in output and not (tmp_path / "results").exists()
+
+
+def test_measuring_jobs_run_one_at_a_time_on_a_cpu():
+    plan = cpu_plan()
+    assert plan.measuring_slots(None, 1) == (1, None)
+    slots, note = plan.measuring_slots(None, 2)
+    assert slots == 1 and note.startswith("note: --cores 2 on a CPU host: the measuring jobs run one at a time")
+    with pytest.raises(PlanError, match=r"^--resources gpu=2: the jobs measure on this host's CPU"):
+        plan.measuring_slots(2, 2)
+    gpu = Plan(plan.config, REPO, docker=False, platform="cuda")
+    assert gpu.measuring_slots(None, 8) == (None, None) and gpu.measuring_slots(4, 8) == (4, None)
+
+
+def test_snakemake_on_a_cpu_with_two_cores_says_so_and_refuses_two_measuring_slots(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--cores", "2", "report", config=tiny_config(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: --cores 2 on a CPU host: the measuring jobs run one at a time" in proc.stderr
+    proc = snakemake(tmp_path, "-n", "--cores", "2", "report", "--resources", "gpu=2", config=tiny_config())
+    assert proc.returncode != 0
+    assert "--resources gpu=2: the jobs measure on this host's CPU" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_measuring_jobs_on_a_cpu_never_overlap_with_two_cores(tmp_path):
+    """Four measuring jobs under --cores 2: each process's measuring span ends before the next begins."""
+    config = tiny_config(run="serial")
+    config["cpu"]["repeats"] = 2
+    proc = snakemake(tmp_path, "--cores", "2", *[f"results/serial/{v}/{s}.json" for v in ["default"]
+                                                 for s in ("b1-s64-h2-d32", "b1-s128-h2-d64")],
+                     config=config, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spans = []
+    for path in (tmp_path / "results" / "serial" / "default").glob("*/process-*.json"):
+        provenance = json.loads(path.read_text())["provenance"]
+        spans.append(tuple(datetime.fromisoformat(provenance[k]) for k in ("started", "finished")))
+    spans.sort()
+    assert len(spans) == 4
+    assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:])), spans
+
+
+def test_a_dry_run_in_the_docker_runtime_is_told_that_no_engine_answers(tmp_path):
+    config = {**tiny_config(), "runtime": "docker"}
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=config, timeout=300,
+                     env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: runtime docker:")]
+    assert len(warnings) == 1 and "no-engine.sock" in warnings[0], proc.stderr
+    assert planned_jobs(proc)["measure"] > 0
+
+
+def test_the_plan_gives_the_rules_their_launch_lines_and_order():
+    plan = cpu_plan()
+    line = plan.launcher("r", [], "results/r/aiter-config/default.json")
+    assert shlex.split(line) == [sys.executable, "-m", "fabench.measure", "--aiter-config",
+                                 "results/r/aiter-config/default.json"]
+    run, (first, *_) = next(iter(plan.runs)), list(plan.shapes)
+    # every job's process 0 comes before any process 1
+    last_round0 = min(plan.process_priority(run, v, s, 0) for v in plan.variants for s in plan.shapes)
+    assert plan.process_priority(run, plan.variants[0], first, 1) < last_round0
+    spec = json.loads(plan.job_spec_json(run, plan.variants[0], first))
+    assert spec["shape_id"] == first and spec["variant"] == plan.variants[0]
+
+
+def test_compare_draws_every_variant_an_archived_entry_holds():
+    config = with_defaults(default_config())
+    config["archive"]["root"] = str(H200_ARCHIVE)
+    config["variants"] = {"mine": config["variants"][next(iter(config["variants"]))]}
+    plan = Plan(config, REPO, docker=False, platform="cpu")
+    archived = {name for entry in H200_ARCHIVE.glob("*/*/config.json")
+                for name in json.loads(entry.read_text())["variants"]}
+    assert archived and plan.compared_variants() == ["mine", *sorted(archived, key=plan.compared_variants().index)]
+    assert len(plan.archive_state([])) == len(list(H200_ARCHIVE.glob("*/*/SHA256SUMS")))
+
+
+def test_the_plan_refuses_a_config_before_the_schema_fills_it():
+    with pytest.raises(PlanError, match=r"^invalid config: published: no file at"):
+        Plan.check({**default_config(), "published": "no/such/numbers.yaml"}, REPO)
+    with pytest.raises(PlanError, match=r"^invalid config: iters: "):
+        Plan.check({**default_config(), "iters": "many"}, Path(REPO))
