@@ -20,7 +20,8 @@ import yaml
 from fabench.analysis import analyse_run, claims
 from fabench.analysis.policy import DEFAULT_RULE, judge
 from fabench.report.model import Run, role_backend
-from fabench.report.published import PublishedError, as_collected, load_published
+from fabench.results.published import PublishedError, load_published
+from support.published_run import as_collected
 from fabench.report.render import render
 from fabench.report.sections import published_claims
 
@@ -29,6 +30,7 @@ H200 = sorted((ROOT / "examples" / "h200" / "archive" / "cuda-13.0").glob("0*"))
 H100_ROOT = ROOT / "examples" / "h100-2026-11-25" / "archive" / "cuda-13.0"
 H100 = sorted(H100_ROOT.glob("0*"))
 ENTRIES = H200 + H100
+PUBLISHED_YAML = ROOT / "report" / "published" / "mi300x-2025-12-30.yaml"
 
 
 def entry_run(entry: Path) -> tuple[dict, dict]:
@@ -78,7 +80,7 @@ def test_no_claim_in_a_report_of_a_real_run_contradicts_the_policy(entry, proces
     collected, config = entry_run(entry)
     if processes == "one process":
         collected = one_process(collected)
-    published = load_published()
+    published = load_published(PUBLISHED_YAML)
     text = render(collected, config, published)
     run = Run(collected, config)
     tuned = run.variants[-1]
@@ -179,7 +181,7 @@ def check_published_claims(text: str, run: Run, published: dict) -> None:
 
 def test_the_published_claims_on_the_h100_say_which_hold_which_role_and_which_figure():
     collected, config = entry_run(H100[-1])
-    text = render(collected, config, load_published())
+    text = render(collected, config, load_published(PUBLISHED_YAML))
     rows = {r[0].split(":")[0].split(" (")[0]: r for r in
             table_after(text, "### The Published Claims, Re-tested")}
     verdicts = {key: row[2] for key, row in rows.items()}
@@ -202,7 +204,7 @@ def test_the_published_claims_on_the_h100_say_which_hold_which_role_and_which_fi
 
 def test_a_run_of_one_process_per_job_tells_no_published_claim():
     collected, config = entry_run(H100[-1])
-    text = render(one_process(collected), config, load_published())
+    text = render(one_process(collected), config, load_published(PUBLISHED_YAML))
     rows = table_after(text, "### The Published Claims, Re-tested")
     assert {row[2] for row in rows} == {"**cannot tell**"}
     assert all("one process per job: the noise between processes is not estimated" in row[5]
@@ -218,15 +220,15 @@ def test_a_claim_on_another_config_than_the_published_cannot_be_told():
     for result in changed["results"]:
         if result["variant"] == "tuned":
             result["kernel_config"]["values"]["BLOCK_M"] = 128
-    rows = table_after(render(changed, config, load_published()), "### The Published Claims, Re-tested")
+    rows = table_after(render(changed, config, load_published(PUBLISHED_YAML)), "### The Published Claims, Re-tested")
     tuned_rows = [r for r in rows if "this run's config is not the published one" in r[5]]
     assert tuned_rows and all(r[2] == "**cannot tell**" for r in tuned_rows)
     assert "tuned BLOCK_M=128 (published 64)" in tuned_rows[0][5]
 
 
 def test_published_numbers_alone_re_test_no_claim():
-    collected, config = as_collected(load_published())
-    assert "Published Claims, Re-tested" not in render(collected, config, load_published())
+    collected, config = as_collected(load_published(PUBLISHED_YAML))
+    assert "Published Claims, Re-tested" not in render(collected, config, load_published(PUBLISHED_YAML))
 
 
 # ------------------------------------------------------------ the claims file
@@ -256,7 +258,7 @@ def test_a_broken_claim_is_one_clear_line(tmp_path, change, message):
 
 def test_the_claims_are_the_published_reports_own_words():
     text = (ROOT.parent / "shared" / "reference" / "published-mi300x-report.md")
-    claims_file = load_published()["claims"]
+    claims_file = load_published(PUBLISHED_YAML)["claims"]
     assert len({c["id"] for c in claims_file}) == len(claims_file) == 6
     if text.is_file():  # the numbers each claim quotes are the report's
         report = text.read_text()
@@ -325,7 +327,7 @@ def test_the_speedup_figure_draws_one_bar_for_code_no_variant_touches_and_marks_
 def test_a_role_that_ran_nowhere_is_said_once_not_in_every_winner_row():
     fixture = ROOT / "tests" / "fixtures" / "cpu-run"  # a real default CPU run: FlexAttention unavailable
     collected, config = (json.loads((fixture / name).read_text()) for name in ("results.json", "config.json"))
-    text = render(collected, config, load_published())
+    text = render(collected, config, load_published(PUBLISHED_YAML))
     analysis = text.split("### Analysis")[1].split("\n---\n")[0]
     assert "only SDPA measured" not in text and "| (4, " not in analysis
     assert analysis.count("No winner to name: FlexAttention did not run at any shape (unavailable: ") == 1

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabench.config import ConfigError, check
+from fabench.config import ConfigError
+from fabench.plan import check_config
 from workflow_util import REPO, default_config, snakemake
 
 SCHEMAS = REPO / "workflow" / "schemas"
@@ -49,9 +50,9 @@ def config_with(dotted: str, value) -> dict:
 @pytest.mark.parametrize("key", sorted(BOUNDS))
 def test_a_value_beyond_its_bound_is_one_line_naming_the_key(key):
     inside, beyond = BOUNDS[key]
-    check(config_with(key, inside), SCHEMAS, REPO)  # the bound itself is allowed
+    check_config(config_with(key, inside), REPO, SCHEMAS)  # the bound itself is allowed
     with pytest.raises(ConfigError) as err:
-        check(config_with(key, beyond), SCHEMAS, REPO)
+        check_config(config_with(key, beyond), REPO, SCHEMAS)
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{key}: ") and "maximum" in message, message
 
@@ -73,7 +74,7 @@ def test_snakemake_names_a_huge_thread_count_before_any_job(tmp_path):
 def test_a_number_that_is_not_a_number_is_named(key):
     """NaN passes every minimum and maximum of JSON Schema: refused before the schema is asked."""
     with pytest.raises(ConfigError) as err:
-        check(config_with(key, float("nan")), SCHEMAS, REPO)
+        check_config(config_with(key, float("nan")), REPO, SCHEMAS)
     assert str(err.value) == f"{key}: nan is not a finite number"
 
 

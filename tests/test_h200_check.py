@@ -15,8 +15,9 @@ spec.loader.exec_module(h200_check)
 
 
 def job(devices: list[float], do_bench: float, variant: str = "tuned") -> dict:
-    """A one-process result of one cell whose trials have these device figures."""
-    trials = [{"process": 0, "index": i, "iters": 100, "wall_mean_ms": 2 * d, "device_ms": d, "warmup_iters": 10,
+    """A result of one cell whose trials have these device figures, from two processes (one process
+    gives no prediction interval, and the check compares where another run should read)."""
+    trials = [{"process": i % 2, "index": i, "iters": 100, "wall_mean_ms": 2 * d, "device_ms": d, "warmup_iters": 10,
                "gpu_state": None} for i, d in enumerate(devices)]
     entry = backend_entry("SDPA (cuDNN)", trials=trials)
     entry["trials"][0].update(do_bench_ms=do_bench, host_call_ms=0.001)  # raw, as a process records it

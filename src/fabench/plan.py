@@ -26,7 +26,7 @@ from fabench.container.job import rocm_devices_present
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease
-from fabench.measure.devices import DeviceError
+from fabench.measure.devices import DECLARED_ENV, DeviceError
 from fabench.resources import SCHEMA_DIR
 from fabench.results.archive_read import entry_dirs
 from fabench.results.published import PublishedError, load_published
@@ -207,8 +207,9 @@ class Plan:
 
         On a GPU host that is the user's --resources gpu=N (unset: any number; each job still
         leases a GPU of its own). On a CPU the jobs time the cores they share, so one at a time,
-        whatever --cores says; a --resources gpu above 1 is refused."""
-        if self.platform != "cpu":
+        whatever --cores says; a --resources gpu above 1 is refused. GPUs the operator declared
+        (FABENCH_GPUS) are leased as GPUs, one job each, whatever the platform planned."""
+        if self.platform != "cpu" or os.environ.get(DECLARED_ENV):
             return given, None
         if given is not None and given > 1:
             raise PlanError(f"--resources gpu={given}: the jobs measure on this host's CPU, and jobs timed side "

@@ -112,7 +112,7 @@ def add_intervals(results: list[dict], metric: str) -> None:
                           if cell["between"] == "processes" else None)
         figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
                            "between": cell["between"]}
-        if metric == cell["stats"]["judged"]:
+        if metric == cell["stats"].get("judged"):
             cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates)
 
 
