@@ -36,6 +36,14 @@ onstart:
     record_workflow_start()
 
 
+onsuccess:
+    stop_measuring_workers()
+
+
+onerror:
+    stop_measuring_workers()
+
+
 # The report and every job result it is made from: a result deleted after the report was
 # rendered is measured again, and the report rebuilt, instead of "Nothing to be done".
 rule report:

@@ -331,6 +331,33 @@ def container_job_args(run, manifest, aiter_config, module=None):
     ]
 
 
+# --- how measure jobs run their processes (fabench.measure.worker_client; docs/worker.md) ---------
+def measure_mode():
+    """measure.mode on the local executor. In the docker runtime (a container per job: a worker
+    inside it would die with it) and under cluster executors (each job its own allocation) every
+    measuring process is a process of its own: isolate."""
+    if use_docker() or workflow.non_local_exec or workflow.remote_exec:
+        return "isolate"
+    return config["measure"]["mode"]
+
+
+def measure_options(wildcards):
+    """The runner's --mode, --worker-idle-s and --timeout-s (only the timeout in docker)."""
+    settings = config["measure"]
+    options = ["--timeout-s", str(settings["job_timeout_s"])]
+    if not use_docker():
+        options += ["--mode", measure_mode(), "--worker-idle-s", str(settings["worker_idle_s"])]
+    return shlex.join(options)
+
+
+def stop_measuring_workers():
+    """At the workflow's end, its measuring workers end at once instead of when idle."""
+    from fabench.measure.worker_client import stop_workers
+
+    if measure_mode() == "worker":
+        stop_workers(os.environ[WORKFLOW_ENV])
+
+
 # --- collect and report ---------------------------------------------------------------------------
 REPORT_TEMPLATE_DIR = Path(workflow.basedir) / "report"
 REPORT_TEMPLATES = sorted(map(str, REPORT_TEMPLATE_DIR.rglob("*.j2")))

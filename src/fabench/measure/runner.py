@@ -46,7 +46,7 @@ from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
-from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
+from fabench.measure.invocation import USAGE, JobError, job_arguments, measuring_environment, report_failure
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.worker_client import run_in_worker
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY
@@ -101,10 +101,15 @@ def run(args: argparse.Namespace) -> int:
 
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
     """The job's process N alone: its result, with how it ended, for the merge. When it writes
-    none, a result that says so for every backend (the merge keeps the other processes' figures)."""
+    none, a result that says so for every backend (the merge keeps the other processes' figures).
+    A measuring worker that died or hung mid-job instead fails the job, its reason the last line:
+    the worker's death need not be the job's doing (killed from outside, an earlier job's state),
+    so no failed figure is kept, and the next `snakemake` run measures the job in a fresh worker."""
     result, ended = measured(args, commit, args.process)
     if refused(result, ended):
         return USAGE
+    if result is None and "worker" in ended and ended["exit_code"] is None:
+        raise JobError(ended["reason"])
     if result is None:
         result = _without_result(args, commit, [ended])
         result[PROCESS_FAILED_KEY] = True

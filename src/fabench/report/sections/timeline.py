@@ -31,5 +31,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "workflow": seconds(line["workflow_s"]),
         "before_first_process": seconds(line["before_first_process_s"]),
         "gpus": len(line["gpus"]),
+        "workers": line["workers"],
+        "in_workers": line["in_workers"],
         "overlaps": [md_text(o) for o in line["overlaps"]],
     }
