@@ -1,14 +1,11 @@
 """Measuring workers as real processes on this machine's CPU: job after job in one worker, a worker
 killed or hung mid-job failing that job alone, the state reset between jobs, and stopping."""
 
-import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,23 +14,12 @@ import torch
 
 from fabench.config import job_spec
 from fabench.measure import aiter_kernel, worker
-from fabench.measure.worker_client import stop_workers
+from fabench.measure.worker_client import live_workers, stop_workers
 from fabench.shapes import parse_shape_id
+from support.workers import worker_dir  # noqa: F401 (a fixture)
 from workflow_util import REPO, tiny_config
 
 SHAPE = "b1-s64-h2-d32"
-
-
-@pytest.fixture
-def worker_dir():
-    """A short folder of its own (a unix socket's path holds at most 107 bytes)."""
-    folder = Path(tempfile.mkdtemp(prefix="fw-", dir="/tmp"))
-    yield folder
-    stop_workers(env={"FABENCH_WORKER_DIR": str(folder)})
-    for pid in worker_pids(folder):  # a worker that did not answer the stop
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE):
@@ -58,14 +44,7 @@ def finished(proc) -> tuple[int, str]:
 
 
 def worker_pids(worker_dir) -> list[int]:
-    """The workers whose records are there and whose processes live."""
-    pids = []
-    for record in worker_dir.glob("w-*.json"):
-        with contextlib.suppress(FileNotFoundError):
-            pid = json.loads(record.read_text())["pid"]
-            if Path(f"/proc/{pid}").exists() and "State:\tZ" not in Path(f"/proc/{pid}/status").read_text():
-                pids.append(pid)
-    return pids
+    return live_workers(worker_dir)
 
 
 def until_mid_job(proc) -> str:

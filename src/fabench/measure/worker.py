@@ -101,6 +101,8 @@ class Worker:
             if request.get("stop") or "spec" not in request:
                 return not request.get("stop")
             self.measure(conn, request)
+        except OSError as err:  # its launcher is gone (killed, cancelled): the next job is served all the same
+            print(f"[fabench worker] job {self.jobs_run}: connection lost ({err})", flush=True)
         finally:
             for fd in fds:  # the job's GPU lease, held while it measured
                 os.close(fd)
@@ -138,8 +140,9 @@ def output_to(conn: socket.socket):
     try:
         yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # what a gone launcher cannot read is dropped
+            sys.stdout.flush()
+            sys.stderr.flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(saved[0])
