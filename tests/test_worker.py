@@ -17,7 +17,7 @@ from fabench.measure import aiter_kernel, worker
 from fabench.measure.worker_client import live_workers, stop_workers
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)
-from workflow_util import REPO, tiny_config
+from workflow_util import REPO, tiny_config, write_config
 
 SHAPE = "b1-s64-h2-d32"
 
@@ -177,3 +177,73 @@ def test_between_jobs_the_allocator_is_emptied_and_its_peak_forgotten():
     assert torch.cuda.memory_reserved() > 0 and torch.cuda.max_memory_allocated() >= 64 << 20
     worker.reset_between_jobs(0)
     assert torch.cuda.memory_reserved() == 0 and torch.cuda.max_memory_allocated() == 0
+
+
+# --- the workflow (slow: each runs snakemake on the CPU test experiment) ---------------------------
+
+def workflow_command(directory: Path, config: dict) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(directory),
+            "--configfile", str(write_config(directory, config)), "--cores", "1", "report"]
+
+
+def workflow_env(worker_dir: Path) -> dict:
+    return {**os.environ, "FABENCH_WORKER_DIR": str(worker_dir),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+
+
+def results_of(directory: Path, config: dict) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((directory / "results" / config["run"]).glob("*/*.json"))
+            if p.parent.name != "aiter-config"]
+
+
+def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worker_dir):
+    config = tiny_config(measure={"mode": "isolate"})
+    proc = subprocess.run(workflow_command(tmp_path, config), capture_output=True, text=True, timeout=900,
+                          env=workflow_env(worker_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = results_of(tmp_path, config)
+    assert len(results) == len(config["variants"]) * len(config["shapes"])
+    for result in results:
+        [timeline] = result["timelines"]
+        assert "worker" not in timeline and "imports" in [p["phase"] for p in timeline["phases"]]
+    assert not list(worker_dir.iterdir())  # no worker was started
+    report = (tmp_path / "results" / config["run"] / "report.md").read_text()
+    assert "measuring worker" not in report
+
+
+def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_next_run_finishes_the_rest(tmp_path, worker_dir):
+    config = tiny_config()  # measure.mode: worker, the default
+    logs = tmp_path / "logs" / config["run"]
+    workflow = subprocess.Popen(workflow_command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=workflow_env(worker_dir))
+
+    def measuring_log():
+        return next((log for log in logs.glob("*/*/process-0.log") if "native: setting up" in log.read_text()), None)
+
+    deadline = time.monotonic() + 300
+    while measuring_log() is None:
+        assert time.monotonic() < deadline and workflow.poll() is None, "no job started measuring"
+        time.sleep(0.05)
+    [pid] = live_workers(worker_dir)
+    os.kill(pid, signal.SIGSTOP)
+    os.kill(pid, signal.SIGKILL)
+    output, _ = workflow.communicate(timeout=600)
+    assert workflow.returncode != 0
+    killed = measuring_log()
+    assert killed.read_text().strip().splitlines()[-1].endswith(
+        f"its measuring worker (pid {pid}) ended mid-job without a result (crashed or was killed)")
+    assert not (killed.parent / "process-0.json").exists()
+    assert not (tmp_path / "results" / config["run"] / "report.md").exists()
+
+    again = subprocess.run(workflow_command(tmp_path, config), capture_output=True, text=True, timeout=900,
+                           env=workflow_env(worker_dir))
+    assert again.returncode == 0, again.stderr[-3000:]
+    results = results_of(tmp_path, config)
+    assert len(results) == len(config["variants"]) * len(config["shapes"])
+    workers = {r["timelines"][0]["worker"]["pid"] for r in results}
+    assert pid not in workers and len(workers) == 1  # one round: one worker measured every job of the rerun
+    assert sorted(r["timelines"][0]["worker"]["jobs_before"] for r in results) == list(range(len(results)))
+    report = (tmp_path / "results" / config["run"] / "report.md").read_text()
+    assert f"{len(results)} of the {len(results)} were measured by 1 measuring worker(s)" in report
+    time.sleep(1)
+    assert not live_workers(worker_dir)  # stopped at the workflow's end (onsuccess)
