@@ -17,7 +17,7 @@ from fabench.measure import aiter_kernel, worker
 from fabench.measure.worker_client import live_workers, stop_workers
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)
-from workflow_util import REPO, tiny_config, write_config
+from workflow_util import REPO, snakemake, tiny_config, write_config
 
 SHAPE = "b1-s64-h2-d32"
 
@@ -247,3 +247,14 @@ def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_next_run_finis
     assert f"{len(results)} of the {len(results)} were measured by 1 measuring worker(s)" in report
     time.sleep(1)
     assert not live_workers(worker_dir)  # stopped at the workflow's end (onsuccess)
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ({"mode": "fast"}, "invalid config: measure.mode: 'fast' is not one of ['worker', 'isolate']"),
+    ({"worker_idle_s": 0}, "invalid config: measure.worker_idle_s: 0 is less than or equal to the minimum of 0"),
+    ({"job_timeout_s": "1h"}, "invalid config: measure.job_timeout_s: '1h' is not of type 'number'"),
+])
+def test_a_bad_measure_setting_stops_the_run_in_one_line(tmp_path, bad, expected):
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=tiny_config(measure=bad))
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
