@@ -346,7 +346,12 @@ def measure_options(wildcards):
     settings = config["measure"]
     options = ["--timeout-s", str(settings["job_timeout_s"])]
     if not use_docker():
-        options += ["--mode", measure_mode(), "--worker-idle-s", str(settings["worker_idle_s"])]
+        options += [
+            "--mode",
+            measure_mode(),
+            "--worker-idle-s",
+            str(settings["worker_idle_s"]),
+        ]
     return shlex.join(options)
 
 
