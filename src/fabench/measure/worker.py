@@ -88,10 +88,11 @@ class Worker:
                         print("[fabench worker] asked to stop: ending", flush=True)
                         return
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                self.where.socket.unlink()
-            with contextlib.suppress(FileNotFoundError):
-                self.where.record.unlink()
+            # An ended worker leaves its lock (removing a lock file others may hold open would let
+            # two workers of one name run) and, only when it died, its log.
+            for path in (self.where.socket, self.where.record, self.where.log):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     def handle(self, conn: socket.socket) -> bool:
         """One connection: a job (measured, True), or a request to stop (False)."""
