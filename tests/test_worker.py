@@ -4,6 +4,7 @@ killed or hung mid-job failing that job alone, the state reset between jobs, and
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from workflow_util import REPO, snakemake, tiny_config, write_config
 SHAPE = "b1-s64-h2-d32"
 
 
-def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE):
+def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None):
     """The runner as the workflow starts it, in worker mode: a process of its own, output piped."""
     spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
     kernel_config = tmp_path / "aiter.json"
@@ -34,6 +35,8 @@ def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FABENCH_WORKER_DIR": str(worker_dir),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     env.pop("FABENCH_WORKFLOW", None)
+    if workflow:
+        env["FABENCH_WORKFLOW"] = workflow
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     return proc, out
 
@@ -131,6 +134,19 @@ def test_a_worker_ends_when_asked_and_when_idle(tmp_path, worker_dir):
     assert len(stop_workers(env={"FABENCH_WORKER_DIR": str(worker_dir)})) == 1
     time.sleep(1)
     assert not worker_pids(worker_dir)
+
+
+def test_a_worker_ends_when_its_workflow_is_gone(tmp_path, worker_dir):
+    snakemake_stand_in = subprocess.Popen(["sleep", "600"])  # a process the worker watches as its workflow
+    proc, _ = launch(tmp_path, worker_dir, "one", workflow=f"{socket.gethostname()}:{snakemake_stand_in.pid}")
+    assert finished(proc)[0] == 0
+    [pid] = worker_pids(worker_dir)
+    snakemake_stand_in.kill()
+    snakemake_stand_in.wait()
+    deadline = time.monotonic() + 30
+    while worker_pids(worker_dir):
+        assert time.monotonic() < deadline, f"worker {pid} outlived its workflow"
+        time.sleep(0.2)
 
 
 def test_between_jobs_aiter_config_is_forgotten_and_the_generators_reseeded(tmp_path):
