@@ -188,11 +188,15 @@ def test_between_jobs_dynamo_forgets_compiled_frames():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_between_jobs_the_allocator_is_emptied_and_its_peak_forgotten():
-    held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    size = 256 << 20
+    held = torch.empty(size, dtype=torch.uint8, device="cuda")
     del held
-    assert torch.cuda.memory_reserved() > 0 and torch.cuda.max_memory_allocated() >= 64 << 20
+    reserved = torch.cuda.memory_reserved()
+    assert torch.cuda.max_memory_allocated() >= size + torch.cuda.memory_allocated()
     worker.reset_between_jobs(0)
-    assert torch.cuda.memory_reserved() == 0 and torch.cuda.max_memory_allocated() == 0
+    # What this process still holds (other tests' tensors) stays; the job's cached block and peak go.
+    assert torch.cuda.memory_reserved() <= reserved - size
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
 
 
 # --- the workflow (slow: each runs snakemake on the CPU test experiment) ---------------------------
