@@ -38,6 +38,14 @@ onstart:
     PLAN.record_start()
 
 
+onsuccess:
+    PLAN.stop_measuring_workers(workflow.non_local_exec or workflow.remote_exec)
+
+
+onerror:
+    PLAN.stop_measuring_workers(workflow.non_local_exec or workflow.remote_exec)
+
+
 # The report and every job result it is made from: a result deleted after the report was
 # rendered is measured again, and the report rebuilt, instead of "Nothing to be done".
 rule report:

@@ -22,6 +22,7 @@ from fabench.config import job_spec
 from fabench.container import job as container_job
 from fabench.measure import devices, lease
 from fabench.shapes import parse_shape_id
+from support.workers import worker_dir  # noqa: F401 (a fixture)
 from workflow_util import REPO, snakemake, tiny_config
 
 SHAPES = ("b1-s64-h2-d32", "b1-s128-h2-d64", "b1-s64-h2-d64")
@@ -35,12 +36,12 @@ def lease_env(tmp_path: Path, gpus: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
 
 
-def start_job(tmp_path: Path, env: dict, shape: str, name: str) -> tuple[subprocess.Popen, Path, Path]:
+def start_job(tmp_path: Path, env: dict, shape: str, name: str, mode: str = "isolate") -> tuple[subprocess.Popen, Path, Path]:
     """A real measure job (the runner, as rule measure starts it) on the CPU test experiment."""
     spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
     out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--process", "0",
-           "--out", str(out), "--project-commit", "abc123"]
+           "--out", str(out), "--project-commit", "abc123", "--mode", mode, "--worker-idle-s", "30"]
     with open(log, "w") as log_file:
         proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, out, log
@@ -81,19 +82,22 @@ def wait_for(condition, timeout: float = 120, what: str = "condition") -> None:
         time.sleep(0.05)
 
 
-def test_concurrent_measure_jobs_never_share_a_gpu(tmp_path):
-    env = lease_env(tmp_path, "0,1")
-    jobs = [start_job(tmp_path, env, shape, f"job{i}") for i, shape in enumerate(SHAPES)]
+@pytest.mark.parametrize("mode", ["isolate", "worker"])
+def test_concurrent_measure_jobs_never_share_a_gpu(tmp_path, mode, worker_dir):
+    env = {**lease_env(tmp_path, "0,1"), "FABENCH_WORKER_DIR": str(worker_dir)}
+    jobs = [start_job(tmp_path, env, shape, f"job{i}", mode) for i, shape in enumerate(SHAPES)]
     ended = exit_times([proc for proc, _, _ in jobs])
-    spans = []
+    spans, workers = [], {}
     for proc, out, log in jobs:
         assert proc.returncode == 0, log.read_text()
         result = json.loads(out.read_text())
         held = result["provenance"]["device_lease"]
         assert held["source"] == "lease" and held["gpu"] in ("0", "1")
         assert held["visible_devices"]["CUDA_VISIBLE_DEVICES"] == held["gpu"]
-        # what the measuring process itself saw, read from its own environment
+        # what the measuring process (or worker) itself saw, read from its own environment
         assert result["provenance"]["visible_devices"] == held["gpu"]
+        if mode == "worker":  # each GPU's own worker
+            assert result["timeline"]["worker"]["pid"] == workers.setdefault(held["gpu"], result["timeline"]["worker"]["pid"])
         spans.append((held["gpu"], held["taken_at"], ended[proc.pid], held["waited_s"], log))
     assert {gpu for gpu, *_ in spans} == {"0", "1"}
     for i, (gpu, start, end, *_) in enumerate(spans):
@@ -129,6 +133,25 @@ def test_a_killed_job_releases_its_gpu_and_the_next_takes_it_over(tmp_path):
     assert held["gpu"] == "0" and held["taken_over_from"] == first.pid
     assert f"taking over the lease left by pid {first.pid}" in log.read_text()
     assert not holder.exists() and not lock_is_held(lock)  # released on a normal exit
+
+
+def test_a_worker_holds_the_gpu_while_it_measures_the_job_of_a_killed_launcher(tmp_path, worker_dir):
+    env = {**lease_env(tmp_path, "0"), "FABENCH_WORKER_DIR": str(worker_dir)}
+    lock = tmp_path / "leases" / "gpu-0.lock"
+    first, _, log = start_job(tmp_path, env, SHAPES[0], "killed", "worker")
+    wait_for(lambda: "native: setting up" in log.read_text(), what="the worker measuring the job")
+    [record] = worker_dir.glob("w-*.json")
+    worker = json.loads(record.read_text())["pid"]
+    os.kill(worker, signal.SIGSTOP)  # mid-job, until the launcher is gone
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert lock_is_held(lock)  # the worker was handed the lease's descriptor with the job
+    os.kill(worker, signal.SIGCONT)
+    wait_for(lambda: not lock_is_held(lock), timeout=60, what="the worker to end the job and the lease")
+
+    second, out, log = start_job(tmp_path, env, SHAPES[0], "next", "worker")
+    assert second.wait(timeout=600) == 0, log.read_text()
+    assert json.loads(out.read_text())["timeline"]["worker"]["pid"] == worker  # it lived on
 
 
 def _children(pid: int) -> list[int]:

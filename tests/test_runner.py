@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -231,3 +232,29 @@ def test_an_uncompiled_flex_call_on_a_cpu_is_caught_as_a_fallback():
     q = torch.randn(1, 2, 64, 32)
     with pytest.raises(FallbackError, match="ran no Inductor graph"):
         _require_compiled_code(lambda: flex_attention(q, q, q), "cpu")
+
+
+def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with_why(tmp_path):
+    """Isolate mode: a hung measuring process (frozen here) is killed after --timeout-s; its
+    process file says so for every backend, as for any process that wrote no result."""
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"))
+    out = tmp_path / "process-0.json"
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+           "--project-commit", "abc123", "--process", "0", "--mode", "isolate", "--timeout-s", "4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    for line in runner.stdout:
+        if "native: setting up" in line:
+            break
+    [measuring] = subprocess.run(["pgrep", "-P", str(runner.pid)], capture_output=True, text=True).stdout.split()
+    os.kill(int(measuring), signal.SIGSTOP)
+    runner.communicate(timeout=120)
+    assert runner.returncode == 0
+    result = json.loads(out.read_text())
+    assert result[merge.PROCESS_FAILED_KEY] is True
+    [ended] = result["method"]["process_exits"]
+    assert ended["reason"] == "timed out after 4 s (measure.job_timeout_s): killed" and ended["exit_code"] == -9
+    native = result["backends"]["native"]
+    assert native["status"] == "failed" and native["reason"].endswith(
+        "no process of the job wrote a result: process 0 timed out after 4 s (measure.job_timeout_s): killed")

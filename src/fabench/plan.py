@@ -262,6 +262,29 @@ class Plan:
             args = ["-m", module, "--aiter-config", kernel_config]
         return shlex.join([self.python, *args])
 
+    # --- how measure jobs run their processes (fabench.measure.worker_client; docs/worker.md) -------
+    def measure_mode(self, cluster: bool) -> str:
+        """measure.mode on the local executor. In the docker runtime (a container per job: a worker
+        inside it would die with it) and under cluster executors (each job its own allocation) every
+        measuring process is a process of its own: isolate."""
+        return "isolate" if self.docker or cluster else self.config["measure"]["mode"]
+
+    def measure_options(self, cluster: bool) -> str:
+        """The runner's --mode, --worker-idle-s and --timeout-s (only the timeout in docker)."""
+        settings = self.config["measure"]
+        options = ["--timeout-s", str(settings["job_timeout_s"])]
+        if not self.docker:
+            options += ["--mode", self.measure_mode(cluster), "--worker-idle-s", str(settings["worker_idle_s"])]
+        return shlex.join(options)
+
+    def stop_measuring_workers(self, cluster: bool) -> None:
+        """At the workflow's end, its measuring workers end at once instead of when idle."""
+        from fabench.measure.worker_client import stop_workers
+        from fabench.watchdog import WORKFLOW_ENV
+
+        if self.measure_mode(cluster) == "worker":
+            stop_workers(os.environ[WORKFLOW_ENV])
+
     def triton_overrides(self, variant: str) -> dict:
         """The variant's entry for aiter's config, canonical (key order changes nothing)."""
         return fabench_config.variant_triton(self.config, variant)

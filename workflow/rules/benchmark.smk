@@ -7,6 +7,9 @@
 # of a job shared the machine's state of that minute: on an H200 every backend of one job moved
 # together by up to 0.9% between two runs while its two processes agreed within 0.1%, and the
 # interval over the processes could not show it.
+#
+# Each job's process N is measured by the measuring worker of its GPU and round N (measure.mode
+# worker, the default on the local executor) or by a new process (isolate); see docs/worker.md.
 
 
 rule measure:
@@ -22,12 +25,13 @@ rule measure:
         gpu=1,
     params:
         launch=job_launcher,
+        measure=measure_options,
         spec=job_spec_json,
         commit=PROJECT_COMMIT,
     # The job's progress lines, live on the terminal and in its log; under Snakemake's bash strict
     # mode (pipefail) the job fails when the launcher does, its last line being the reason.
     shell:
-        "PYTHONUNBUFFERED=1 {params.launch} --spec {params.spec:q} --process {wildcards.process:q} "
+        "PYTHONUNBUFFERED=1 {params.launch} {params.measure} --spec {params.spec:q} --process {wildcards.process:q} "
         "--out {output:q} --project-commit {params.commit:q} 2>&1 | tee {log:q}"
 
 

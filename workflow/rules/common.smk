@@ -103,7 +103,6 @@ def report_path(run):
 
 
 def all_runs(path_of):
-    """A per-run path (or list of paths) for every run of this config."""
     return [path for run in RUNS for path in flatten([path_of(run)])]
 
 
@@ -128,6 +127,10 @@ def job_launcher(wildcards, input):
 
 
 REPORT_TEMPLATES = sorted(map(str, TEMPLATE_DIR.rglob("*.j2")))
+
+
+def measure_options(wildcards):
+    return PLAN.measure_options(workflow.non_local_exec or workflow.remote_exec)
 
 
 def expected_jobs(wildcards):
@@ -164,13 +167,11 @@ def sweep_jobs(run, stages=PLAN.sweep_stages):
 
 
 def sweep_variants_file(run):
-    """The sweep's last output: the config's variants and the winner (a --configfile)."""
     planned(PLAN.require_sweep)
     return f"results/{run}/tune/variants.yaml"
 
 
 def sweep_summary(wildcards):
-    """The sweep's record, which the report shows when the run measures the sweep's variant."""
     if SWEEP and SWEEP_VARIANT in VARIANTS:
         planned(PLAN.require_sweep)
         return f"results/{wildcards.run}/tune/sweep.json"
@@ -196,5 +197,4 @@ def sweep_job_spec_json(wildcards):
 
 
 def sweep_launcher(wildcards, input):
-    """This Python, or the run's container, running fabench.tune with the reference's config."""
     return PLAN.launcher(wildcards.run, input.manifest, input.reference, "fabench.tune")

@@ -8,6 +8,10 @@ loops) from everything a faster pipeline can cut.
 
 Also whether any two processes measured on one GPU at the same time, from the same records: the
 discipline is one timed process per GPU, and a run on several GPUs has to show it.
+
+A job's process measured by a measuring worker (fabench.measure.worker) records which worker and
+how many jobs it had run before: the worker's start-up (interpreter start, imports) lies in its
+first job alone, and each job has the worker's hand-over instead.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections import defaultdict
 
 # Phase -> the kind of work it is, in the order the report lists the kinds.
 GROUPS = {
-    "start-up": ("interpreter start", "imports", "device set-up", "aiter config read-back",
+    "start-up": ("interpreter start", "imports", "worker hand-over", "device set-up", "aiter config read-back",
                  "inputs and fp32 reference"),
     "compiling and the correctness check": ("prepare", "first call and check"),
     "kernel identification": ("profiler start-up", "kernel identification", "device timer set-up"),
@@ -38,6 +42,8 @@ def process_phases(timeline: dict, ended: dict | None) -> list[dict]:
     last = max(p["end"] for p in phases)
     spawned = (ended or {}).get("spawned_at") or timeline.get("spawned_at")
     derived = []
+    if (timeline.get("worker") or {}).get("jobs_before", 0) > 0:
+        spawned = None  # the worker started long before, for an earlier job that shows it
     if spawned is not None and spawned <= first:
         derived.append({"phase": "interpreter start", "start": spawned, "end": first})
     exited = (ended or {}).get("exited_at")
@@ -59,8 +65,14 @@ def job_processes(result: dict) -> list[dict]:
         processes.append({"job": f"{result['variant']} {result['shape_id']}", "process": timeline.get("process"),
                           "gpu": (ended or {}).get("gpu_uuid"), "host": (ended or {}).get("host"),
                           "start": min(p["start"] for p in phases), "end": max(p["end"] for p in phases),
-                          "phases": phases})
+                          "worker": worker_name(timeline, ended), "phases": phases})
     return processes
+
+
+def worker_name(timeline: dict, ended: dict | None) -> str | None:
+    """The measuring worker that measured the process (on its host), None for a process of its own."""
+    worker = timeline.get("worker")
+    return f"{(ended or {}).get('host')}:{worker['name']}:{worker['pid']}" if worker else None
 
 
 def run_time_line(results: list[dict], workflow_started_at: float | None = None,
@@ -94,6 +106,8 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         if workflow_started_at and workflow_started_at <= first else None,
         "measured_before_workflow": bool(workflow_started_at and first < workflow_started_at),
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
+        "workers": len({p["worker"] for p in processes if p["worker"]}),
+        "in_workers": sum(1 for p in processes if p["worker"]),
         "overlaps": gpu_overlaps(processes),
     }
 

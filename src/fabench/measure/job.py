@@ -337,48 +337,62 @@ def _summary(entry: dict) -> str:
     return f"ok, {trials} trial(s) recorded"
 
 
-def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
-                    out: Path) -> None:
-    """One process of the job (fabench.measure.runner starts it): measure, write for the merge.
-    A process beyond its platform's repeats (the workflow planned for another platform than the
-    job found, see fabench.run_platform) writes only a marker that the merge skips."""
+def measure_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int) -> dict:
+    """One process's share of the job, measured in this interpreter: its result with its time line,
+    or a marker the merge skips. A process beyond its platform's repeats (the workflow planned for
+    another platform than the job found, see fabench.run_platform) measures nothing. Called once
+    per process (isolate mode) or once per job by a measuring worker (fabench.measure.worker)."""
     platform = plat.detect()
     problem = roles_error(spec["settings"], platform)
     if problem:
         raise SpecError(problem)
     wanted = timing_settings(spec["settings"], platform)["repeats"]
     if process >= wanted:
-        write_json(out, {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in "
-                                      f"{wanted} process(es)"})
-        return
+        return {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in {wanted} process(es)"}
     result = run_job(spec, kernel_config_path, project_commit, process)
-    clock = timeline.current()
-    clock.add("imports", IMPORTS_BEGAN, IMPORTS_ENDED)
     # Writing and exiting come after the record: the runner records when the process ended.
-    result["timeline"] = clock.record()
-    write_json(out, result)
+    result["timeline"] = timeline.current().record()
+    return result
+
+
+def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
+                    out: Path, start_up: list[dict] | None = None, worker: dict | None = None) -> int:
+    """Measure one process of the job and write its result for the merge: the exit code a measuring
+    process ends with (0; USAGE for a spec this host cannot run; 1 for a failure, its reason the
+    last line of output). `start_up` are the phases before the job this process paid for it (by
+    default its imports; a worker gives its imports to its first job alone, and to each job the
+    hand-over); `worker`, when a worker measured it, which one and how many jobs it had run before."""
+    if start_up is None:
+        start_up = [{"phase": "imports", "start": IMPORTS_BEGAN, "end": IMPORTS_ENDED}]
+    try:
+        result = measure_job(spec, kernel_config_path, project_commit, process)
+        if "timeline" in result:
+            result["timeline"]["phases"][:0] = start_up
+            if worker:
+                result["timeline"]["worker"] = worker
+        write_json(out, result)
+    except SpecError as err:  # the spec does not fit this host (no roles for its platform)
+        print(f"python -m fabench.measure: error: {err}", file=sys.stderr, flush=True)
+        return USAGE
+    except Exception as err:  # its reason is the last line the terminal and the log show
+        report_failure(err, spec, process)
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """One measuring process, as the runner starts it (--process-index N): measure, write, end."""
+    """One measuring process, as the runner starts it in isolate mode (--process-index N):
+    measure, write, end."""
     parser = job_arguments("python -m fabench.measure.job")
     parser.add_argument("--process-index", type=int, required=True, help="this process's index among the repeats")
     args = parser.parse_args(argv)
-    try:
-        measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
-    except SpecError as err:  # the spec does not fit this host (no roles for its platform)
-        print(f"python -m fabench.measure: error: {err}", file=sys.stderr, flush=True)
-        os._exit(USAGE)
-    except Exception as err:  # its reason is the last line the terminal and the log show
-        report_failure(err, args.spec, args.process_index)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+    code = measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
     # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
     # (Inductor's compile workers, atexit hooks), for every process of every job.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 if __name__ == "__main__":

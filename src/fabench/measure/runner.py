@@ -16,8 +16,14 @@ marker that the merge skips.
 A process that writes no result (killed, crashed) is recorded in the result's method; when none
 writes one, the job's result says so for every backend instead of the job ending without one.
 
-Before its measuring process starts, the runner takes the job's GPU (fabench.measure.lease): the
-process sees that GPU alone and inherits the lease, which ends when it does.
+Before its first measuring process starts, the runner takes the job's GPU (fabench.measure.lease):
+its processes see that GPU alone and inherit the lease, which ends when the last of them does.
+
+--mode isolate (the default here) starts each measuring process anew; --mode worker hands the
+process to the measuring worker of its GPU and round (fabench.measure.worker_client), which keeps
+torch and the compile caches from job to job: the workflow's default on the local executor
+(docs/worker.md). --timeout-s ends a measuring process (or worker) that runs longer; that job
+fails alone with the reason.
 """
 
 from __future__ import annotations
@@ -36,18 +42,26 @@ from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
-from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
+from fabench.measure.invocation import USAGE, JobError, job_arguments, measuring_environment, report_failure
 from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.measure.worker_client import run_in_worker
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
+MODES = ("isolate", "worker")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = job_arguments("python -m fabench.measure", __doc__.splitlines()[0])
     parser.add_argument("--process", type=int, metavar="N", required=True,
                         help="the job's process N (0-based) to run; its result is written for the merge")
+    parser.add_argument("--mode", choices=MODES, default="isolate",
+                        help="isolate: a new process per measuring process; worker: the GPU's worker of the round")
+    parser.add_argument("--worker-idle-s", type=float, default=300.0, metavar="S",
+                        help="a worker started here ends after S seconds without a job")
+    parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
+                        help="a measuring process still running after S seconds is killed and its job failed")
     return parser.parse_args(argv)
 
 
@@ -81,10 +95,15 @@ def run(args: argparse.Namespace) -> int:
 
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
     """The job's process N alone: its result, with how it ended, for the merge. When it writes
-    none, a result that says so for every backend (the merge keeps the other processes' figures)."""
+    none, a result that says so for every backend (the merge keeps the other processes' figures).
+    A measuring worker that died or hung mid-job instead fails the job, its reason the last line:
+    the worker's death need not be the job's doing (killed from outside, an earlier job's state),
+    so no failed figure is kept, and the next `snakemake` run measures the job in a fresh worker."""
     result, ended = measured(args, commit, args.process)
     if refused(result, ended):
         return USAGE
+    if result is None and "worker" in ended and ended["exit_code"] is None:
+        raise JobError(ended["reason"])
     if result is None:
         result = _without_result(args, commit, [ended])
         result[PROCESS_FAILED_KEY] = True
@@ -100,10 +119,20 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
     """Run measuring process `index`: its result (None when it wrote none) and how it ended."""
     with tempfile.TemporaryDirectory(prefix="fabench-process-") as tmp:
         out = Path(tmp) / "process.json"
-        code, spawned_at, exited_at = run_process(args, commit, index, out)
+        if args.mode == "worker":
+            ended = in_worker(args, commit, index, out)
+        else:
+            ended = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
-    return result, {"index": index, "exit_code": code, "wrote_result": result is not None,
-                    "spawned_at": spawned_at, "exited_at": exited_at}
+    return result, {"index": index, **ended, "wrote_result": result is not None}
+
+
+def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:
+    """Measuring process `index`, measured by the worker of the lease's GPU and round `index`."""
+    request = {"spec": args.spec, "aiter_config": str(args.aiter_config) if args.aiter_config else None,
+               "project_commit": commit, "process": index, "out": str(out), "lease": args.lease.record()}
+    print(f"[fabench] process {index}: measuring worker of round {index}", flush=True)
+    return run_in_worker(request, args.lease, index, args.worker_idle_s, args.timeout_s)
 
 
 def refused(result: dict | None, ended: dict) -> bool:
@@ -116,10 +145,10 @@ def runner_command() -> list[str]:
     return [sys.executable, "-m", "fabench.measure", *sys.argv[1:]]
 
 
-def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> tuple[int, float, float]:
+def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:
     """One measuring process: its exit code, when it was started and when it had ended (seconds
-    since the epoch, for the run's time line). SIGTERM to this one (workflow gone, job
-    cancelled) ends it too."""
+    since the epoch, for the run's time line), and why it ended when it was killed for running
+    past --timeout-s. SIGTERM to this one (workflow gone, job cancelled) ends it too."""
     cmd = [sys.executable, "-m", JOB_MODULE, "--spec", json.dumps(args.spec), "--out", str(out),
            "--process-index", str(index)]
     if args.aiter_config is not None:
@@ -144,21 +173,27 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
         killer.start()
 
     previous = signal.signal(signal.SIGTERM, stop)
+    ended = {}
     try:
-        code = child.wait()
+        try:
+            code = child.wait(timeout=args.timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = child.wait()
+            ended["reason"] = f"timed out after {args.timeout_s:g} s (measure.job_timeout_s): killed"
     finally:
         signal.signal(signal.SIGTERM, previous)
     exited_at = time.time()
     if stopped:
         raise SystemExit(128 + stopped[0])
-    return code, spawned_at, exited_at
+    return {"exit_code": code, "spawned_at": spawned_at, "exited_at": exited_at, **ended}
 
 
 def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:
     """No process wrote a result: one that says why for every backend (needs torch, for the labels)."""
     from fabench.measure.job import failed_result
 
-    how = "; ".join(f"process {p['index']} {_exit_text(p['exit_code'])}" for p in processes)
+    how = "; ".join(f"process {p['index']} {p.get('reason') or _exit_text(p['exit_code'])}" for p in processes)
     result = failed_result(args.spec, args.aiter_config, commit, f"no process of the job wrote a result: {how}")
     result["method"]["process_exits"] = processes
     return result

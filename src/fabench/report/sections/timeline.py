@@ -32,5 +32,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "before_first_process": seconds(line["before_first_process_s"]),
         "measured_before_workflow": line["measured_before_workflow"],
         "gpus": len(line["gpus"]),
+        "workers": line["workers"],
+        "in_workers": line["in_workers"],
         "overlaps": [md_text(o) for o in line["overlaps"]],
     }

@@ -1,0 +1,188 @@
+"""A measuring worker: one process per (GPU, round) that keeps torch, the device's context and the
+in-memory compile caches, and measures one job at a time as launchers ask
+(fabench.measure.worker_client starts it and speaks to it; docs/worker.md compares the modes).
+
+    python -m fabench.measure.worker --folder DIR --name NAME --idle-s S --identity JSON
+
+Each job is measured by fabench.measure.job's own functions, as in a process of its own; between
+jobs the state one job could leave to the next is reset (reset_between_jobs). The job's output
+(Python's and the C libraries') goes to the launcher while it runs, so the job's log shows it.
+
+The worker ends when no job came for --idle-s seconds, when asked (the workflow's end), when the
+workflow it serves is gone (fabench.watchdog), or when killed; a lock held for its life keeps a
+second worker of the same name from starting.
+"""
+
+from __future__ import annotations
+
+import time
+
+IMPORTS_BEGAN = time.time()
+
+import argparse
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import random
+import socket
+import sys
+from pathlib import Path
+
+from fabench.files import write_json
+from fabench.measure.worker_client import MARK, Address
+from fabench.watchdog import watch_workflow
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fabench.measure.worker")
+    parser.add_argument("--folder", type=Path, required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--idle-s", type=float, required=True)
+    parser.add_argument("--identity", type=json.loads, required=True)
+    args = parser.parse_args(argv)
+    where = Address(args.name, args.folder)
+    lock = os.open(where.lock, os.O_RDWR | os.O_CREAT, 0o600)  # inherited by nothing: no child keeps it
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"[fabench worker] {args.name}: another worker of this name runs; ending", flush=True)
+        return 0
+    with contextlib.suppress(FileNotFoundError):
+        where.socket.unlink()  # left by a worker that died: its lock is free, so it is gone
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(where.socket))
+    server.listen(8)
+    watch_workflow()
+    Worker(where, args.identity, args.idle_s).serve(server)
+    return 0
+
+
+class Worker:
+    def __init__(self, where: Address, facts: dict, idle_s: float) -> None:
+        from fabench.measure import job  # torch and the measuring code: the start-up paid once
+
+        self.job = job
+        self.imports = (IMPORTS_BEGAN, time.time())
+        self.where, self.facts, self.idle_s = where, facts, idle_s
+        self.jobs_run = 0
+        self.pid = os.getpid()
+        write_json(where.record, {"identity": facts, "pid": self.pid, "started_at": IMPORTS_BEGAN,
+                                  "log": str(where.log)})
+        print(f"[fabench worker] {where.name} (pid {self.pid}) ready after "
+              f"{self.imports[1] - self.imports[0]:.1f} s of imports", flush=True)
+
+    def serve(self, server: socket.socket) -> None:
+        server.settimeout(self.idle_s)
+        try:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    print(f"[fabench worker] idle for {self.idle_s:g} s: ending", flush=True)
+                    return
+                conn.settimeout(None)
+                with conn:
+                    if not self.handle(conn):
+                        print("[fabench worker] asked to stop: ending", flush=True)
+                        return
+        finally:
+            # An ended worker leaves its lock (removing a lock file others may hold open would let
+            # two workers of one name run) and, only when it died, its log.
+            for path in (self.where.socket, self.where.record, self.where.log):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+    def handle(self, conn: socket.socket) -> bool:
+        """One connection: a job (measured, True), or a request to stop (False)."""
+        _, fds, _, _ = socket.recv_fds(conn, 1, 4)
+        try:
+            request = json.loads(conn.makefile("rb").readline() or b"{}")
+            if request.get("stop") or "spec" not in request:
+                return not request.get("stop")
+            self.measure(conn, request)
+        except OSError as err:  # its launcher is gone (killed, cancelled): the next job is served all the same
+            print(f"[fabench worker] job {self.jobs_run}: connection lost ({err})", flush=True)
+        finally:
+            for fd in fds:  # the job's GPU lease, held while it measured
+                os.close(fd)
+        self.jobs_run += 1
+        return True
+
+    def measure(self, conn: socket.socket, request: dict) -> None:
+        worker = {"name": self.where.name, "pid": self.pid, "jobs_before": self.jobs_run,
+                  "started_at": IMPORTS_BEGAN}
+        conn.sendall(MARK + json.dumps(worker).encode() + b"\n")
+        spec = request["spec"]
+        handed_over = max(request["sent_at"], self.imports[1])
+        reset_between_jobs(spec["settings"]["seed"])
+        start_up = [{"phase": "imports", "start": self.imports[0], "end": self.imports[1]}] if not self.jobs_run else []
+        start_up.append({"phase": "worker hand-over", "start": handed_over, "end": time.time()})
+        if request.get("lease") is not None:
+            os.environ["FABENCH_DEVICE_LEASE"] = json.dumps(request["lease"], sort_keys=True)
+        with output_to(conn):
+            code = self.job.measure_to_file(
+                spec, Path(request["aiter_config"]) if request.get("aiter_config") else None,
+                request.get("project_commit"), request["process"], Path(request["out"]),
+                start_up=start_up, worker=worker)
+        conn.sendall(MARK + json.dumps({"exit_code": code}).encode() + b"\n")
+
+
+@contextlib.contextmanager
+def output_to(conn: socket.socket):
+    """This process's stdout and stderr (file descriptors 1 and 2, so C libraries' output too) go
+    to the connection while the job runs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(conn.fileno(), 1)
+    os.dup2(conn.fileno(), 2)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):  # what a gone launcher cannot read is dropped
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def reset_between_jobs(seed: int) -> None:
+    """What one job could leave to the next, put back as a fresh process has it: the allocator's
+    cache and peak statistics, Dynamo's compiled frames (keyed on the variant's tiles, with a
+    recompile limit), aiter's loaded config, and the random generators (seeded as the job's)."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    torch.compiler.reset()
+    forget_aiter_configs()
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        numpy.random.seed(seed)
+
+
+def forget_aiter_configs() -> list[str]:
+    """Drop the config every loaded aiter loader module keeps (its lru_cached _get_config and the
+    parsed file on it): the next job's patched file is read anew. The modules it cleared."""
+    from fabench.measure.aiter_kernel import _forget_loaded_config as forget_loaded_config
+
+    cleared = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("aiter") and module is not None and callable(getattr(module, "_get_config", None)):
+            forget_loaded_config(module)
+            cleared.append(name)
+    return cleared
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""The launcher's side of a measuring worker (fabench.measure.worker): find it, start it, hand it one
+job, relay its output, and contain what goes wrong. Torch-free: the launcher stays light.
+
+One worker per (GPU, round): a job's process N goes to the worker of its GPU and of round N, so the
+two processes of a cell are still two independent processes. A worker is addressed by a name built
+from facts (host, GPU, round, this checkout's code and interpreter, the measuring environment, the
+workflow it serves); its unix socket, lock, record and log lie in a runtime folder outside results/.
+
+The launcher holds the job's GPU lease and passes the lease's descriptor to the worker for the job
+(SCM_RIGHTS), so the GPU stays held while the worker measures even if the launcher is killed. A
+worker that dies mid-job, or hangs past the job's timeout (killed then), fails that job alone; the
+next job starts a fresh worker.
+
+Protocol, one connection per job: the launcher sends one byte (with the lease's descriptor, if
+any), then one JSON line (the request). The worker answers a MARK line (hello: its identity and
+how many jobs it ran before), the job's raw output, and a MARK line with the job's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabench.measure.devices import VISIBLE_VARS
+from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, measuring_environment
+from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.watchdog import WORKFLOW_ENV
+
+WORKER_MODULE = "fabench.measure.worker"
+WORKER_DIR_ENV = "FABENCH_WORKER_DIR"
+MARK = b"\x1efabench-worker "  # a record separator starts the protocol's own lines
+START_TIMEOUT_S = 120.0  # a fresh worker answers within this (it binds before importing torch)
+STOP_AFTER_TERM_S = 30.0
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where one worker lives: its socket, its lock (held for its life), its record and log."""
+
+    name: str
+    folder: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.folder / f"{self.name}.sock"
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / f"{self.name}.lock"
+
+    @property
+    def record(self) -> Path:
+        return self.folder / f"{self.name}.json"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"{self.name}.log"
+
+
+class WorkerGone(Exception):
+    """The worker closed the connection before answering the job (it died or was stopped)."""
+
+
+def runtime_folder(env: dict | None = None) -> Path:
+    """This user's folder of workers: FABENCH_WORKER_DIR, else under XDG_RUNTIME_DIR, else /tmp.
+    Short on purpose: a unix socket's path holds at most 107 bytes."""
+    env = os.environ if env is None else env
+    folder = env.get(WORKER_DIR_ENV)
+    if not folder:
+        base = env.get("XDG_RUNTIME_DIR")
+        folder = f"{base}/fabench-workers" if base else f"/tmp/fabench-workers-{os.getuid()}"
+    path = Path(folder)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def code_fingerprint() -> str:
+    """This fabench's sources as they are now (path, size, mtime): a worker runs the code it started
+    with, so an edited checkout gets a fresh worker."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def identity(lease, process: int, env: dict | None = None) -> dict:
+    """The facts a worker must share with a job to measure it: same host, GPU and round, same code,
+    interpreter, working directory, measuring environment and workflow."""
+    env = dict(os.environ if env is None else env)
+    measured_env = {k: env.get(k) for k in (*MEASURING_ENV, *CACHE_ENV, *VISIBLE_VARS, "PYTHONPATH")}
+    return {
+        "host": socket.gethostname(),
+        "gpu": lease.gpu or "cpu",
+        "lease_source": lease.source,
+        "visible_devices": lease.visible_devices,
+        "round": process,
+        "python": sys.executable,
+        "code": code_fingerprint(),
+        "workdir": os.getcwd(),
+        "environment": measured_env,
+        "workflow": env.get(WORKFLOW_ENV),
+    }
+
+
+def address(facts: dict, env: dict | None = None) -> Address:
+    name = "w-" + hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+    return Address(name, runtime_folder(env))
+
+
+def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: float | None,
+                  out=None) -> dict:
+    """Measure one job in the worker of (lease's GPU, round `process`), starting one when none
+    answers. Returns how it ended: exit_code (None when the worker died or was killed), spawned_at
+    and exited_at (epoch seconds), the worker's hello, and a reason when no exit code came."""
+    out = out or sys.stdout.buffer
+    facts = identity(lease, process)
+    where = address(facts)
+    began = time.time()
+    for attempt in range(3):  # a worker that goes away before answering (idle end, lost start race)
+        conn, started = connect_or_start(where, facts, lease, idle_s, began)
+        try:
+            return exchange(conn, dict(request, sent_at=time.time()), lease, timeout_s, out, began, started)
+        except WorkerGone:
+            if attempt == 2:
+                raise
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")
+
+
+def connect(where: Address) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(where.socket))
+    except (FileNotFoundError, ConnectionRefusedError):
+        conn.close()
+        return None
+    return conn
+
+
+def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: float) -> tuple[socket.socket, bool]:
+    """A connection to the worker: the running one, or a fresh one started here (detached: it
+    outlives this launcher, bound to the lease's GPU through its visibility variables)."""
+    conn = connect(where)
+    if conn is not None:
+        return conn, False
+    env = measuring_environment(lease)
+    env[SPAWNED_AT_ENV] = repr(began)
+    cmd = [sys.executable, "-m", WORKER_MODULE, "--folder", str(where.folder), "--name", where.name,
+           "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True)]
+    with open(where.log, "ab") as log:
+        worker = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)  # not in the job's process group: outlives it
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        conn = connect(where)
+        if conn is not None:
+            return conn, True
+        code = worker.poll()
+        if code not in (None, 0):  # 0: it lost the race to a worker already starting
+            raise RuntimeError(f"the measuring worker could not start (exit code {code}); see {where.log}")
+        time.sleep(0.05)
+    worker.kill()
+    raise RuntimeError(f"the measuring worker did not answer within {START_TIMEOUT_S:.0f} s; see {where.log}")
+
+
+def exchange(conn: socket.socket, request: dict, lease, timeout_s: float | None, out, began: float,
+             started: bool) -> dict:
+    """Send the job, relay the worker's output, and return how the job ended."""
+    socket.send_fds(conn, [b"F"], list(lease.inheritable_fds()))
+    conn.sendall(json.dumps(request).encode() + b"\n")
+    lines = conn.makefile("rb")
+    waited = timeout_s + START_TIMEOUT_S if timeout_s else None
+    conn.settimeout(waited)  # a worker busy with another job (CPU jobs side by side) answers after it
+    try:
+        hello = read_mark(lines)
+    except TimeoutError:
+        raise RuntimeError(f"the measuring worker did not take the job within {waited:g} s") from None
+    conn.settimeout(None)
+    if hello is None:
+        raise WorkerGone()
+    pid = hello["pid"]
+    ended = {"spawned_at": began, "worker": {**hello, "started_by_this_job": started}}
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop_worker(pid, signum, stopped))
+    timer = threading.Timer(timeout_s or 0, lambda: stop_worker(pid, None, stopped))
+    timer.daemon = True
+    if timeout_s:
+        timer.start()
+    try:
+        end = relay(lines, out)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    ended["exited_at"] = time.time()
+    if stopped and stopped[0] is not None:
+        raise SystemExit(128 + stopped[0])
+    if end is not None:
+        return {**ended, "exit_code": end["exit_code"]}
+    if stopped:
+        reason = (f"timed out after {timeout_s:g} s (measure.job_timeout_s): its measuring worker "
+                  f"(pid {pid}) was killed")
+    else:
+        reason = f"its measuring worker (pid {pid}) ended mid-job without a result (crashed or was killed)"
+        kill(pid, signal.SIGKILL)  # in case it only closed the connection
+    return {**ended, "exit_code": None, "reason": reason}
+
+
+def read_mark(lines) -> dict | None:
+    line = lines.readline()
+    if not line.startswith(MARK):
+        return None
+    return json.loads(line[len(MARK):])
+
+
+def relay(lines, out) -> dict | None:
+    """The job's output to `out`, line by line, until the worker's end line (None: it never came)."""
+    for line in lines:
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+        out.write(line)
+        out.flush()
+    return None
+
+
+def stop_worker(pid: int, signum: int | None, stopped: list) -> None:
+    """The job is cancelled (signum: SIGTERM to the launcher) or timed out (None): the worker is
+    ended, SIGTERM then SIGKILL when cancelled, SIGKILL at once when it hangs."""
+    stopped.append(signum)
+    if signum is None:
+        kill(pid, signal.SIGKILL)
+        return
+    kill(pid, signal.SIGTERM)
+    killer = threading.Timer(STOP_AFTER_TERM_S, kill, (pid, signal.SIGKILL))
+    killer.daemon = True
+    killer.start()
+
+
+def kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def live_workers(folder: Path) -> list[int]:
+    """The pids of the workers recorded in `folder` whose processes still run."""
+    pids = []
+    for record in folder.glob("w-*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            pid = int(json.loads(record.read_text())["pid"])
+            if "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text():  # a zombie has ended
+                pids.append(pid)
+    return pids
+
+
+def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[str]:
+    """Ask every worker of this user (of `workflow` only, when given) to end; their names. Workers
+    end by themselves when idle too: this is the workflow's end saying so at once."""
+    folder = runtime_folder(env)
+    stopped = []
+    for record in sorted(folder.glob("w-*.json")):
+        try:
+            facts = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if workflow is not None and facts.get("identity", {}).get("workflow") != workflow:
+            continue
+        conn = connect(Address(record.stem, folder))
+        if conn is None:
+            continue
+        with conn:
+            with contextlib.suppress(OSError):
+                socket.send_fds(conn, [b"F"], [])
+                conn.sendall(b'{"stop": true}\n')
+                conn.recv(1)  # the worker closes the connection as it ends
+        stopped.append(record.stem)
+    return stopped

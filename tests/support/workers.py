@@ -1,0 +1,27 @@
+"""Measuring workers in tests: a folder of their own, and the workers found live in it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fabench.measure.worker_client import live_workers, stop_workers
+
+
+@pytest.fixture
+def worker_dir():
+    """A folder of workers of its own, short (a unix socket's path holds at most 107 bytes); its
+    workers are stopped afterwards, killed if they do not answer."""
+    folder = Path(tempfile.mkdtemp(prefix="fw-", dir="/tmp"))
+    yield folder
+    stop_workers(env={"FABENCH_WORKER_DIR": str(folder)})
+    for pid in live_workers(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,280 @@
+"""Measuring workers as real processes on this machine's CPU: job after job in one worker, a worker
+killed or hung mid-job failing that job alone, the state reset between jobs, and stopping."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fabench.config import job_spec
+from fabench.measure import aiter_kernel, worker
+from fabench.measure.worker_client import live_workers, stop_workers
+from fabench.shapes import parse_shape_id
+from support.workers import worker_dir  # noqa: F401 (a fixture)
+from workflow_util import REPO, snakemake, tiny_config, write_config
+
+SHAPE = "b1-s64-h2-d32"
+
+
+def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None):
+    """The runner as the workflow starts it, in worker mode: a process of its own, output piped."""
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
+    kernel_config = tmp_path / "aiter.json"
+    kernel_config.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
+    out = tmp_path / f"{name}.json"
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config),
+           "--out", str(out), "--project-commit", "abc123", "--process", "0", "--mode", "worker",
+           "--worker-idle-s", "60", *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FABENCH_WORKER_DIR": str(worker_dir),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    env.pop("FABENCH_WORKFLOW", None)
+    if workflow:
+        env["FABENCH_WORKFLOW"] = workflow
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    return proc, out
+
+
+def finished(proc) -> tuple[int, str]:
+    output, _ = proc.communicate(timeout=300)
+    return proc.returncode, output
+
+
+def worker_pids(worker_dir) -> list[int]:
+    return live_workers(worker_dir)
+
+
+def until_mid_job(proc) -> str:
+    """Read the job's output until it is measuring (a backend set up); what was read."""
+    seen = ""
+    for line in proc.stdout:
+        seen += line
+        if "native: setting up" in line:
+            return seen
+    raise AssertionError(f"the job never started measuring:\n{seen}")
+
+
+def test_one_worker_measures_job_after_job_and_pays_its_start_up_once(tmp_path, worker_dir):
+    results = []
+    for name in ("first", "second"):
+        proc, out = launch(tmp_path, worker_dir, name)
+        code, output = finished(proc)
+        assert code == 0, output
+        assert "native: trial 2/2" in output  # the worker's progress reaches the job's output
+        results.append(json.loads(out.read_text()))
+    first, second = results
+    for result in results:
+        assert result["backends"]["native"]["status"] == "ok" and result["backends"]["sdpa"]["status"] == "ok"
+    w1, w2 = first["timeline"]["worker"], second["timeline"]["worker"]
+    assert w1["pid"] == w2["pid"] and (w1["jobs_before"], w2["jobs_before"]) == (0, 1)
+    phases = [[p["phase"] for p in r["timeline"]["phases"]] for r in results]
+    assert "imports" in phases[0] and "imports" not in phases[1]
+    assert "worker hand-over" in phases[0] and "worker hand-over" in phases[1]
+    [ended] = second["method"]["process_exits"]
+    assert ended["exit_code"] == 0 and ended["worker"]["started_by_this_job"] is False
+    assert first["method"]["process_exits"][0]["worker"]["started_by_this_job"] is True
+
+
+def test_a_worker_killed_mid_job_fails_that_job_alone_and_the_next_job_gets_a_fresh_worker(tmp_path, worker_dir):
+    proc, out = launch(tmp_path, worker_dir, "killed")
+    until_mid_job(proc)
+    [pid] = worker_pids(worker_dir)
+    os.kill(pid, signal.SIGSTOP)  # frozen mid-job, so the kill lands before the job could finish
+    os.kill(pid, signal.SIGKILL)
+    code, output = finished(proc)
+    assert code == 1 and not out.exists()
+    assert output.strip().splitlines()[-1] == (
+        f"[fabench] job failed: tuned {SHAPE} process 0: its measuring worker (pid {pid}) ended mid-job "
+        f"without a result (crashed or was killed)")
+
+    proc, out = launch(tmp_path, worker_dir, "next")
+    code, output = finished(proc)
+    assert code == 0, output
+    fresh = json.loads(out.read_text())["timeline"]["worker"]
+    assert fresh["pid"] != pid and fresh["jobs_before"] == 0
+
+
+def test_a_job_that_hangs_its_worker_is_timed_out_alone(tmp_path, worker_dir):
+    proc, out = launch(tmp_path, worker_dir, "hung", "--timeout-s", "5")
+    until_mid_job(proc)
+    [pid] = worker_pids(worker_dir)
+    os.kill(pid, signal.SIGSTOP)  # the worker hangs
+    began = time.monotonic()
+    code, output = finished(proc)
+    assert code == 1 and not out.exists() and time.monotonic() - began < 60
+    assert output.strip().splitlines()[-1] == (
+        f"[fabench] job failed: tuned {SHAPE} process 0: timed out after 5 s (measure.job_timeout_s): "
+        f"its measuring worker (pid {pid}) was killed")
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):  # killed: gone once its parent (or init) has reaped it
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+    proc, out = launch(tmp_path, worker_dir, "after")
+    code, output = finished(proc)
+    assert code == 0, output
+    assert json.loads(out.read_text())["timeline"]["worker"]["pid"] != pid
+
+
+def test_a_worker_ends_when_asked_and_when_idle(tmp_path, worker_dir):
+    proc, _ = launch(tmp_path, worker_dir, "one", "--worker-idle-s", "3")
+    assert finished(proc)[0] == 0
+    [pid] = worker_pids(worker_dir)
+    time.sleep(6)
+    assert not worker_pids(worker_dir) and not list(worker_dir.glob("*.sock"))  # idle: ended, cleaned up
+
+    proc, _ = launch(tmp_path, worker_dir, "two")
+    assert finished(proc)[0] == 0
+    assert len(stop_workers(env={"FABENCH_WORKER_DIR": str(worker_dir)})) == 1
+    time.sleep(1)
+    assert not worker_pids(worker_dir)
+
+
+def test_a_worker_ends_when_its_workflow_is_gone(tmp_path, worker_dir):
+    snakemake_stand_in = subprocess.Popen(["sleep", "600"])  # a process the worker watches as its workflow
+    proc, _ = launch(tmp_path, worker_dir, "one", workflow=f"{socket.gethostname()}:{snakemake_stand_in.pid}")
+    assert finished(proc)[0] == 0
+    [pid] = worker_pids(worker_dir)
+    snakemake_stand_in.kill()
+    snakemake_stand_in.wait()
+    deadline = time.monotonic() + 30
+    while worker_pids(worker_dir):
+        assert time.monotonic() < deadline, f"worker {pid} outlived its workflow"
+        time.sleep(0.2)
+
+
+def test_between_jobs_aiter_config_is_forgotten_and_the_generators_reseeded(tmp_path):
+    """aiter's real loader on the CPU (as tests/test_aiter_config.py runs it): the config it cached
+    for one job is gone before the next."""
+    if aiter_kernel.unavailable_reason():
+        pytest.skip(aiter_kernel.unavailable_reason())
+    patched = tmp_path / "patched.json"
+    patched.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
+    loader, placed = aiter_kernel.load_patched("cpu", patched, torch.float16, tmp_path / "configs")
+    assert placed["read_back"]["BLOCK_M"] == 64
+    assert hasattr(loader._get_config, "_config_dict") or loader._get_config.cache_info().currsize
+
+    torch.rand(3)
+    worker.reset_between_jobs(7)
+
+    assert not hasattr(loader._get_config, "_config_dict")
+    if hasattr(loader._get_config, "cache_info"):
+        assert loader._get_config.cache_info().currsize == 0
+    drawn = torch.rand(3)
+    torch.manual_seed(7)
+    assert torch.equal(drawn, torch.rand(3))
+
+
+def test_between_jobs_dynamo_forgets_compiled_frames():
+    """A frame Dynamo compiled for one job is compiled anew in the next (its cache, keyed on what
+    the job ran, and its recompile count start over)."""
+    from torch._dynamo.utils import counters
+
+    compiled = torch.compile(lambda x: x * 2, backend="eager")
+    compiled(torch.ones(2))
+    graphs = counters["stats"]["unique_graphs"]
+    compiled(torch.ones(2))
+    assert counters["stats"]["unique_graphs"] == graphs  # cached: not compiled again
+    worker.reset_between_jobs(0)
+    compiled(torch.ones(2))
+    assert counters["stats"]["unique_graphs"] == graphs + 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_between_jobs_the_allocator_is_emptied_and_its_peak_forgotten():
+    size = 256 << 20
+    held = torch.empty(size, dtype=torch.uint8, device="cuda")
+    del held
+    reserved = torch.cuda.memory_reserved()
+    assert torch.cuda.max_memory_allocated() >= size + torch.cuda.memory_allocated()
+    worker.reset_between_jobs(0)
+    # What this process still holds (other tests' tensors) stays; the job's cached block and peak go.
+    assert torch.cuda.memory_reserved() <= reserved - size
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+
+
+# --- the workflow (slow: each runs snakemake on the CPU test experiment) ---------------------------
+
+def workflow_command(directory: Path, config: dict) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(directory),
+            "--configfile", str(write_config(directory, config)), "--cores", "1", "report"]
+
+
+def workflow_env(worker_dir: Path) -> dict:
+    return {**os.environ, "FABENCH_WORKER_DIR": str(worker_dir),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+
+
+def results_of(directory: Path, config: dict) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((directory / "results" / config["run"]).glob("*/*.json"))
+            if p.parent.name != "aiter-config"]
+
+
+def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worker_dir):
+    config = tiny_config(measure={"mode": "isolate"})
+    proc = subprocess.run(workflow_command(tmp_path, config), capture_output=True, text=True, timeout=900,
+                          env=workflow_env(worker_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = results_of(tmp_path, config)
+    assert len(results) == len(config["variants"]) * len(config["shapes"])
+    for result in results:
+        [timeline] = result["timelines"]
+        assert "worker" not in timeline and "imports" in [p["phase"] for p in timeline["phases"]]
+    assert not list(worker_dir.iterdir())  # no worker was started
+    report = (tmp_path / "results" / config["run"] / "report.md").read_text()
+    assert "measuring worker" not in report
+
+
+def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_next_run_finishes_the_rest(tmp_path, worker_dir):
+    config = tiny_config()  # measure.mode: worker, the default
+    logs = tmp_path / "logs" / config["run"]
+    workflow = subprocess.Popen(workflow_command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=workflow_env(worker_dir))
+
+    def measuring_log():
+        return next((log for log in logs.glob("*/*/process-0.log") if "native: setting up" in log.read_text()), None)
+
+    deadline = time.monotonic() + 300
+    while measuring_log() is None:
+        assert time.monotonic() < deadline and workflow.poll() is None, "no job started measuring"
+        time.sleep(0.05)
+    [pid] = live_workers(worker_dir)
+    os.kill(pid, signal.SIGSTOP)
+    os.kill(pid, signal.SIGKILL)
+    output, _ = workflow.communicate(timeout=600)
+    assert workflow.returncode != 0
+    killed = measuring_log()
+    assert killed.read_text().strip().splitlines()[-1].endswith(
+        f"its measuring worker (pid {pid}) ended mid-job without a result (crashed or was killed)")
+    assert not (killed.parent / "process-0.json").exists()
+    assert not (tmp_path / "results" / config["run"] / "report.md").exists()
+
+    again = subprocess.run(workflow_command(tmp_path, config), capture_output=True, text=True, timeout=900,
+                           env=workflow_env(worker_dir))
+    assert again.returncode == 0, again.stderr[-3000:]
+    results = results_of(tmp_path, config)
+    assert len(results) == len(config["variants"]) * len(config["shapes"])
+    workers = {r["timelines"][0]["worker"]["pid"] for r in results}
+    assert pid not in workers and len(workers) == 1  # one round: one worker measured every job of the rerun
+    assert sorted(r["timelines"][0]["worker"]["jobs_before"] for r in results) == list(range(len(results)))
+    report = (tmp_path / "results" / config["run"] / "report.md").read_text()
+    assert f"{len(results)} of the {len(results)} were measured by 1 measuring worker(s)" in report
+    time.sleep(1)
+    assert not live_workers(worker_dir)  # stopped at the workflow's end (onsuccess)
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ({"mode": "fast"}, "invalid config: measure.mode: 'fast' is not one of ['worker', 'isolate']"),
+    ({"worker_idle_s": 0}, "invalid config: measure.worker_idle_s: 0 is less than or equal to the minimum of 0"),
+    ({"job_timeout_s": "1h"}, "invalid config: measure.job_timeout_s: '1h' is not of type 'number'"),
+])
+def test_a_bad_measure_setting_stops_the_run_in_one_line(tmp_path, bad, expected):
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=tiny_config(measure=bad))
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
