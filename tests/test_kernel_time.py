@@ -97,6 +97,22 @@ def test_periods_further_apart_than_both_methods_noise_disagree_and_say_by_how_m
     assert check["agrees"] is False and "4.7% apart" in check["reason"], check
 
 
+def test_the_second_method_reads_one_stream_by_two_clocks_and_names_the_profilers_overhead():
+    """CUPTI's tracing adds time between kernels (on an H100, cuDNN at (4,512,8,256): the device
+    loop's period 0.1115 ms, the profiled stream's 0.1133 ms by CUPTI). Compared with the device
+    loop, the two clocks would disagree for the profiler's sake; on the profiled stream itself, by
+    its own events, they measure one quantity, and the overhead is reported beside it."""
+    trials = [dict(trial(p, 0, [0.024] * 3, [0.1115] * 3, [0.1133] * 3), period_profiled_events_ms=[0.1132] * 3)
+              for p in (0, 1)]
+    check = period_check(trials)
+    assert check["agrees"] and check["stream"] == "the profiled stream", check
+    assert check["events_ms"] == 0.1132 and check["profiler_overhead"] == pytest.approx(0.1132 / 0.1115 - 1)
+    for t in trials:
+        del t["period_profiled_events_ms"]  # a result from before: the device loop's events, which differ
+    old = period_check(trials)
+    assert old["agrees"] is False and old["profiler_overhead"] is None
+
+
 def test_an_entry_is_judged_by_the_second_method_and_do_bench_by_the_event_pairs():
     trials = [trial(p, i, [0.018] * 3, [0.025] * 3, [0.025] * 3) for p in (0, 1) for i in (0, 1)]
     trials[-1].update(do_bench_ms=0.0301, host_call_ms=0.01)

@@ -54,7 +54,7 @@ def injected(results: list[dict], factor: float) -> list[dict]:
                 for key in SCALED_KEYS:
                     if trial.get(key) is not None:
                         trial[key] *= factor
-                for key in ("profiler_calls_ms", "device_samples_ms", "kernel_samples_ms", "period_events_ms",
+                for key in ("profiler_calls_ms", "device_samples_ms", "kernel_samples_ms", "period_events_ms", "period_profiled_events_ms",
                             "period_cupti_ms"):
                     if trial.get(key):
                         trial[key] = [v * factor for v in trial[key]]

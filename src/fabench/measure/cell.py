@@ -198,7 +198,7 @@ class Cell:
         if self.timer is None or not self.launches_per_call:
             return None
         rule = stopping.StopRule.from_timing(self.job["timing"])
-        periods, by_kernel, unfed = [], {}, 0
+        periods, event_periods, by_kernel, unfed = [], [], {}, 0
 
         taken: list[float] = []
 
@@ -206,7 +206,7 @@ class Cell:
             nonlocal unfed
             counts = self.timer.chunk_counts(_batch_size(rule, calls, taken))
             for _ in range(timing.MAX_RETRIES + 1):
-                trace, fed = kernels.profiled_chunks(self.timer, counts)
+                trace, fed, by_events = kernels.profiled_chunks(self.timer, counts)
                 if fed:
                     break
                 unfed += 1
@@ -215,6 +215,7 @@ class Cell:
             if figures is None:
                 raise UnreadableTrace(why_not)
             periods.extend(figures["period_ms"])
+            event_periods.extend(by_events)
             taken.extend(figures["kernel_ms"])
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
@@ -229,6 +230,7 @@ class Cell:
             self.notes.append(f"process {self.process} trial {index}: {unfed} profiled stream(s) measured again, "
                               f"the GPU having reached a call before the host had queued it")
         return {"kernel_samples_ms": [round(s, 6) for s in samples], "period_cupti_ms": [round(p, 6) for p in periods],
+                "period_profiled_events_ms": [round(p, 6) for p in event_periods],
                 "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
 
     # --- after the trials -----------------------------------------------------------------

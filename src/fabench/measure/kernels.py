@@ -62,10 +62,11 @@ def warm_profiler() -> None:
     _profiler_warm = True
 
 
-def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], bool]:
+def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], bool, list[float]]:
     """The trace's kernels of `counts` chunks run by the device timer under the profiler (each chunk a
     GPU sleep, then per call the L2 clear when configured and the call between its events: the very
-    stream the event samples come from), and whether every chunk was proven fed."""
+    stream the event samples come from), whether every chunk was proven fed, and the periods its
+    events measured: the same stream's per-call period by the other clock (the second method)."""
     from torch.profiler import ProfilerActivity, profile
 
     with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -75,7 +76,7 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], bool]:
     fed = all(chunk[2] for chunk in chunks)
     if not fed:  # the next stream sleeps longer, as the device loop does
         timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
-    return _kernel_events(prof), fed
+    return _kernel_events(prof), fed, [period for chunk in chunks for period in chunk[1]]
 
 
 def stream_figures(kernels: list[dict], counts: list[int], per_call: int,
