@@ -24,7 +24,7 @@ def stability(figure: dict, stable_spread: float, notes: list[str]) -> tuple[boo
     """Stable when the judged figure's trials lie within `stable_spread` of each other and no
     note (warm-up that never settled, a GPU that caught up with the host, kernels that differ
     between processes) casts doubt on them. The reason names every problem found."""
-    reasons = list(notes)
+    reasons = [note for note in notes if legacy.remeasured_note_holds(note)]
     if figure["spread"] > stable_spread:
         reasons.insert(0, f"{legacy.SPREAD_REASON}{figure['spread']:.1%} (max/min - 1 over {figure['n']} trials) "
                           f"exceeds {stable_spread:.1%}")
