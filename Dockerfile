@@ -101,6 +101,8 @@ LABEL org.opencontainers.image.title="fabench" \
 # setuptools (--no-build-isolation: no unpinned download of a build backend).
 COPY pyproject.toml /opt/fabench/pyproject.toml
 COPY src /opt/fabench/src
+# The schemas' one copy, which src/fabench/schemas links to: the package data a wheel carries.
+COPY workflow/schemas /opt/fabench/workflow/schemas
 RUN set -eux; \
     python3 -m pip install --require-hashes -r /opt/fabench/envs/image-package.txt; \
     python3 -m pip install --no-deps --no-build-isolation /opt/fabench; \

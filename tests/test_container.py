@@ -103,6 +103,7 @@ def test_image_tag_follows_inputs(tmp_path):
     for name in ("Dockerfile", ".dockerignore", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(SRC, tmp_path / "src", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
     (tmp_path / "envs").mkdir()
     for lock in ("image-aiter.txt", "image-aiter-index.txt", "image-package.txt"):
         shutil.copy(ROOT / "envs" / lock, tmp_path / "envs" / lock)

@@ -32,8 +32,9 @@ from fabench.files import write_json
 
 MANIFEST_VERSION = 1
 DEFAULT_NAME = "fabench"
-DEFAULT_PACKAGE_PATHS = ("pyproject.toml", "src", "envs/image-aiter.txt", "envs/image-aiter-index.txt",
-                         "envs/image-package.txt")
+# workflow/schemas: the schemas' one copy, which src/fabench/schemas links to (package data).
+DEFAULT_PACKAGE_PATHS = ("pyproject.toml", "src", "workflow/schemas", "envs/image-aiter.txt",
+                         "envs/image-aiter-index.txt", "envs/image-package.txt")
 TAIL_LINES = 30
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")

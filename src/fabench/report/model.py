@@ -80,7 +80,7 @@ class Run:
         self.name = collected.get("run") or config.get("run")
         self.config = config
         self.rule = claims.rule_of(config)  # the comparison policy's rule every claim of the report follows
-        # A publication's numbers recast as a run (fabench.report.published): no job of it ever started.
+        # A publication's numbers recast as a run (tests/support/published_run.py): no job of it ever started.
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
