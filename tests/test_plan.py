@@ -134,3 +134,18 @@ def test_the_plan_refuses_a_config_before_the_schema_fills_it():
         Plan.check({**default_config(), "published": "no/such/numbers.yaml"}, REPO)
     with pytest.raises(PlanError, match=r"^invalid config: iters: "):
         Plan.check({**default_config(), "iters": "many"}, Path(REPO))
+
+
+def test_a_cluster_executor_is_read_from_the_command_line_and_the_profile():
+    """Snakemake names its executor to the Snakefile only when jobs run; the plan reads it from
+    the command line (and the profile it names), so that CPU jobs on a cluster, each in an
+    allocation of its own, are not held to this host's one at a time."""
+    from fabench.plan import Plan
+
+    assert Plan.cluster_executor(["snakemake", "--executor", "slurm", "report"])
+    assert Plan.cluster_executor(["snakemake", "-e", "slurm"])
+    assert Plan.cluster_executor(["snakemake", "--profile", str(REPO / "profiles" / "slurm"), "report"])
+    assert Plan.cluster_executor(["snakemake", "report"], str(REPO / "profiles" / "slurm"))
+    assert not Plan.cluster_executor(["snakemake", "--cores", "1", "report"])
+    assert not Plan.cluster_executor(["snakemake", "--profile", str(REPO / "profiles" / "multi-gpu"), "report"])
+    assert not Plan.cluster_executor(["snakemake", "--executor", "local"])

@@ -74,6 +74,31 @@ def published_error(published: str | None, schemas: Path, project: Path) -> str 
     return None
 
 
+def cluster_executor(argv: list[str], profile_env: str | None = None) -> bool:
+    """Whether this Snakemake submits its jobs through a cluster executor (--executor / -e, or a
+    --profile whose profile file names one), read from its command line: Snakemake tells the
+    Snakefile its executor only once the jobs run, after the plan is made. Each cluster job gets
+    an allocation of its own, so this host's one-at-a-time rule for CPU jobs does not apply there."""
+    def value(flags: tuple[str, ...]) -> str | None:
+        for i, arg in enumerate(argv):
+            for flag in flags:
+                if arg == flag and i + 1 < len(argv):
+                    return argv[i + 1]
+                if arg.startswith(flag + "="):
+                    return arg.split("=", 1)[1]
+        return None
+
+    executor = value(("--executor", "-e"))
+    profile = value(("--profile",)) or profile_env
+    if executor is None and profile:
+        for name in ("profile.yaml", "config.yaml"):
+            found = Path(profile) / name
+            if found.is_file():
+                executor = (yaml.safe_load(found.read_text()) or {}).get("executor")
+                break
+    return executor not in (None, "local", "dryrun", "touch")
+
+
 def layer_user_config(command_line: dict, configfiles: list, argv: list[str],
                       schemas: Path = SCHEMA_DIR) -> dict:
     """The values a user's --configfile files and --config put on top of config.yaml, as
@@ -202,14 +227,18 @@ class Plan:
             if problem:
                 raise PlanError(problem)
 
-    def measuring_slots(self, given: int | None, cores: int | None) -> tuple[int | None, str | None]:
+    cluster_executor = staticmethod(cluster_executor)
+
+    def measuring_slots(self, given: int | None, cores: int | None,
+                        cluster: bool = False) -> tuple[int | None, str | None]:
         """How many measuring jobs (resource `gpu`, one per job) may run at once, and a warning line.
 
         On a GPU host that is the user's --resources gpu=N (unset: any number; each job still
         leases a GPU of its own). On a CPU the jobs time the cores they share, so one at a time,
         whatever --cores says; a --resources gpu above 1 is refused. GPUs the operator declared
-        (FABENCH_GPUS) are leased as GPUs, one job each, whatever the platform planned."""
-        if self.platform != "cpu" or os.environ.get(DECLARED_ENV):
+        (FABENCH_GPUS) are leased as GPUs, one job each, whatever the platform planned; under a
+        cluster executor each job runs in an allocation of its own, whatever this host is."""
+        if self.platform != "cpu" or cluster or os.environ.get(DECLARED_ENV):
             return given, None
         if given is not None and given > 1:
             raise PlanError(f"--resources gpu={given}: the jobs measure on this host's CPU, and jobs timed side "

@@ -30,11 +30,11 @@ def make_plan():
     return Plan.checked(config, Path(workflow.basedir))
 
 
-def measuring_slots():
-    """One measuring job at a time on a CPU (resource gpu, which every measuring job takes)."""
+def measuring_slots():  # one measuring job at a time on a CPU host (fabench.plan)
     given = workflow.global_resources.get("gpu")
     given = getattr(given, "value", given)
-    slots, note = PLAN.measuring_slots(given, workflow.resource_settings.cores)
+    cluster = Plan.cluster_executor(sys.argv, os.environ.get("SNAKEMAKE_PROFILE"))
+    slots, note = PLAN.measuring_slots(given, workflow.resource_settings.cores, cluster)
     if slots is not None:
         workflow.register_resource("gpu", slots)
     if note:
