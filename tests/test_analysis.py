@@ -14,7 +14,7 @@ from fabench.analysis import analyse_run, peers, policy
 from fabench.analysis import entry as analysis
 from fabench.analysis.detector import binomial_bound
 from fabench.analysis.noise import POOL_CELLS
-from fabench.measure import merge
+from fabench.results import merge
 from fabench.results.contract import backend_entry
 from support.shared_runs import h100_archive
 

@@ -171,7 +171,7 @@ def test_a_result_written_by_the_runner_is_accepted(tmp_path):
     """The runner's real output meets the schema (on this machine's CPU, one tiny job)."""
     pytest.importorskip("torch")
     from fabench.measure.job import run_job
-    from fabench.measure.merge import merge
+    from fabench.results.merge import merge
     from workflow_util import default_config
 
     config = json.loads((FIXTURES / "config.json").read_text())

@@ -56,10 +56,10 @@ def process_file(directory, index: int, **changes) -> dict:
 def test_a_corrupt_process_file_is_named(tmp_path, content, expected):
     process_file(tmp_path, 0)
     (tmp_path / "process-1.json").write_bytes(content)
-    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+    proc = run_module("fabench.results.merge", "--out", str(tmp_path / "job.json"),
                       str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
     line = one_line_error(proc)
-    assert line.startswith(f"python -m fabench.measure.merge: error: {tmp_path / 'process-1.json'} "), line
+    assert line.startswith(f"python -m fabench.results.merge: error: {tmp_path / 'process-1.json'} "), line
     assert expected in line and line.endswith("delete it and run the same command to measure that process again")
     assert not (tmp_path / "job.json").exists()
 
@@ -67,7 +67,7 @@ def test_a_corrupt_process_file_is_named(tmp_path, content, expected):
 def test_a_process_file_of_another_job_is_named(tmp_path):
     process_file(tmp_path, 0)
     process_file(tmp_path, 1, variant="other")
-    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+    proc = run_module("fabench.results.merge", "--out", str(tmp_path / "job.json"),
                       str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
     assert "process-1.json: variant 'other' differs from 'v' of" in one_line_error(proc)
 
@@ -75,7 +75,7 @@ def test_a_process_file_of_another_job_is_named(tmp_path):
 def test_a_process_file_cut_inside_is_reported_with_the_job_files(tmp_path):
     process_file(tmp_path, 0)
     process_file(tmp_path, 1, provenance={"process": 1})  # no "finished"
-    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+    proc = run_module("fabench.results.merge", "--out", str(tmp_path / "job.json"),
                       str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
     assert "do not merge (KeyError: 'finished')" in one_line_error(proc)
 
@@ -83,7 +83,7 @@ def test_a_process_file_cut_inside_is_reported_with_the_job_files(tmp_path):
 def test_the_merge_of_good_process_files_still_works(tmp_path):
     process_file(tmp_path, 0)
     process_file(tmp_path, 1)
-    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+    proc = run_module("fabench.results.merge", "--out", str(tmp_path / "job.json"),
                       str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
     assert proc.returncode == 0, proc.stderr
     merged = json.loads((tmp_path / "job.json").read_text())
@@ -94,7 +94,7 @@ def test_a_process_measured_again_later_is_the_jobs_finish(tmp_path):
     """Process 0 measured again after process 1 (its file deleted, say): the job finished when it did."""
     process_file(tmp_path, 0, provenance={"process": 0, "finished": "2026-11-24T09:30:00+00:00"})
     process_file(tmp_path, 1, provenance={"process": 1, "finished": "2026-11-23T00:00:00+00:00"})
-    proc = run_module("fabench.measure.merge", "--out", str(tmp_path / "job.json"),
+    proc = run_module("fabench.results.merge", "--out", str(tmp_path / "job.json"),
                       str(tmp_path / "process-0.json"), str(tmp_path / "process-1.json"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "job.json").read_text())["provenance"]["finished"] == "2026-11-24T09:30:00+00:00"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from fabench.measure.merge import merge
+from fabench.results.merge import merge
 from fabench.results.contract import backend_entry
 from workflow_util import REPO
 

@@ -111,13 +111,13 @@ def test_write_atomic_refuses_what_is_not_a_regular_file(tmp_path, fifo):
 
 
 def test_the_measuring_and_merging_modules_refuse_a_bad_out_before_any_work(tmp_path, fifo):
-    """python -m fabench.measure (the runner) and fabench.measure.merge: --out checked at parsing."""
+    """python -m fabench.measure (the runner) and fabench.results.merge: --out checked at parsing."""
     spec = json.dumps(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}))
     runner = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", spec, "--out", str(fifo)],
                             capture_output=True, text=True, env=os.environ, timeout=120)
     assert runner.returncode == 2 and "--out" in runner.stderr and "a FIFO" in runner.stderr, runner.stderr
     assert "Traceback" not in runner.stderr
-    merge = subprocess.run([sys.executable, "-m", "fabench.measure.merge", "--out", str(tmp_path / "no" / "job.json"),
+    merge = subprocess.run([sys.executable, "-m", "fabench.results.merge", "--out", str(tmp_path / "no" / "job.json"),
                             str(tmp_path / "process-0.json")], capture_output=True, text=True, env=os.environ,
                            timeout=120)
     assert merge.returncode == 2 and "does not exist" in merge.stderr and "Traceback" not in merge.stderr

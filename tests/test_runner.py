@@ -13,7 +13,8 @@ from fabench.analysis.figures import tflops
 from fabench.analysis.stats import describe
 import torch
 
-from fabench.measure import merge, metrics
+from fabench.measure import metrics
+from fabench.results import merge
 from fabench.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.config import job_spec
@@ -42,7 +43,7 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32", extra=(), 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # this checkout's fabench
     assert proc.returncode == 0, proc.stderr
     if measured != out:
-        merge = subprocess.run([sys.executable, "-m", "fabench.measure.merge", "--out", str(out), str(measured)],
+        merge = subprocess.run([sys.executable, "-m", "fabench.results.merge", "--out", str(out), str(measured)],
                                capture_output=True, text=True, timeout=300, env=env)
         assert merge.returncode == 0, merge.stderr
     return json.loads(out.read_text()), kernel_config

@@ -101,7 +101,7 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
     # One measuring process per job on this CPU (cpu.repeats 1); the resolved config lists the shape.
-    assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "benchmark": 2, "collect": 1, "plots": 1,
+    assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "merge": 2, "collect": 1, "plots": 1,
                                   "render_report": 1, "report": 1, "resolved_config": 1}
     new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
     assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
@@ -114,7 +114,7 @@ def test_changing_the_iterations_plans_every_benchmark_job(tiny_run):
     directory, config = tiny_run
     proc = snakemake(directory, "-n", "report", config={**config, "cpu": {**config["cpu"], "iters": 3}})
     assert proc.returncode == 0, proc.stderr
-    assert planned_jobs(proc)["benchmark"] == 4 and planned_jobs(proc)["measure"] == 4 * config["cpu"]["repeats"]
+    assert planned_jobs(proc)["merge"] == 4 and planned_jobs(proc)["measure"] == 4 * config["cpu"]["repeats"]
 
 
 def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(tiny_run):
@@ -127,11 +127,11 @@ def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(t
         proc = snakemake(directory, "-n", "report", config=config)
         assert proc.returncode == 0, proc.stderr
         # The processes' measurements are kept: only the merge, and what reads its result, re-run.
-        assert planned_jobs(proc) == {"benchmark": 1, "collect": 1, "plots": 1, "render_report": 1, "report": 1}
+        assert planned_jobs(proc) == {"merge": 1, "collect": 1, "plots": 1, "render_report": 1, "report": 1}
         process.unlink()
         proc = snakemake(directory, "-n", "report", config=config)
         assert proc.returncode == 0, proc.stderr
-        assert planned_jobs(proc) == {"measure": 1, "benchmark": 1, "collect": 1, "plots": 1, "render_report": 1,
+        assert planned_jobs(proc) == {"measure": 1, "merge": 1, "collect": 1, "plots": 1, "render_report": 1,
                                       "report": 1}
     finally:
         for path, data in kept.items():

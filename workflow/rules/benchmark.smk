@@ -35,7 +35,7 @@ rule measure:
         "--out {output:q} --project-commit {params.commit:q} 2>&1 | tee {log:q}"
 
 
-rule benchmark:
+rule merge:
     input:
         process_paths,
     output:
@@ -46,4 +46,4 @@ rule benchmark:
     params:
         python=PYTHON,
     shell:
-        "{params.python:q} -m fabench.measure.merge --out {output:q} {input:q} > {log:q} 2>&1"
+        "{params.python:q} -m fabench.results.merge --out {output:q} {input:q} > {log:q} 2>&1"

@@ -6,7 +6,7 @@ Some figures differ from process to process (a compiled kernel, the host's launc
 no number of trials inside one process can show, so a job is measured in `repeats` processes.
 This process, which never touches the GPU (and does not import torch), starts
 `python -m fabench.measure.job` for the job's process N and writes that process's result for a
-later merge (`python -m fabench.measure.merge`): the workflow runs a job's processes as jobs of their
+later merge (`python -m fabench.results.merge`): the workflow runs a job's processes as jobs of their
 own, in rounds across the run, so that the processes of one cell lie minutes apart and a drift
 of the machine over minutes shows in the spread between them (see workflow/rules/benchmark.smk).
 The workflow plans the count of the platform its jobs run on (fabench.run_platform); a process

@@ -14,7 +14,7 @@ once (fabench.analysis.noise), so no two files hold different intervals for one 
 Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU, and the
 workflow merges the process files of a job on the host:
 
-    python -m fabench.measure.merge --out JOB.json PROCESS-0.json PROCESS-1.json ...
+    python -m fabench.results.merge --out JOB.json PROCESS-0.json PROCESS-1.json ...
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _same_job(loaded: dict[Path, dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.measure.merge",
+    parser = argparse.ArgumentParser(prog="python -m fabench.results.merge",
                                      description="Merge a job's process files into the job's result.")
     parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("processes", nargs="+", type=Path, help="the job's process files, any order")
