@@ -45,6 +45,13 @@ def snakemake(directory: Path, *args: str, config: dict | None = None, timeout: 
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def report_run(directory: Path, config: dict) -> None:
+    """The README's first command (`snakemake --cores 1 report`) on `config` in `directory`,
+    failing the test with the end of its output when it fails."""
+    proc = snakemake(directory, "--cores", "1", "report", config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
     """The "Job stats" table of a dry run: rule name -> number of jobs."""
     lines = proc.stdout.splitlines()

@@ -35,7 +35,7 @@ def sweep_timing(settings: dict, sweep: dict, platform: str, shape: dict) -> dic
     job = job_settings(settings, platform, shape)
     counts = {key: sweep["timing"][key] for key in SWEEP_TIMING_KEYS if key in sweep["timing"]}
     # A candidate's time is checked by the benchmark's jobs once it is a variant, not in the sweep.
-    job["timing"] = {**job["timing"], **counts, "do_bench": False, "profiler_check": False}
+    job["timing"] = {**job["timing"], **counts, "do_bench": False}
     job.update(warmup=job["timing"]["warmup"], iters=job["timing"]["iters"])
     return job
 
