@@ -21,12 +21,11 @@ import re
 
 from fabench.analysis import policy
 from fabench.analysis.figures import METRICS
-from fabench.analysis.policy import DEFAULT_RULE, Rule, judge
+from fabench.analysis.policy import DEFAULT_RULE, ONE_PROCESS_WHY, Rule, judge
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
-ONE_PROCESS = ("one process per job: the noise between processes is not estimated, so the run cannot "
-               "tell a difference from it")
+ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
 # The verdict's lead "+x% figure (interval ..)": between runs it reads "new against old", which a
 # comparison of two cells of one run says in its own words.
 _CHANGE_LEAD = re.compile(r"^[+-]?\d+(\.\d+)?% (" + "|".join(METRICS.values()) + r")( \([^)]*interval [^)]*\))?[:;,]? *")

@@ -136,6 +136,10 @@ def _verdict(verdict: str, flag: str, why: str, **values) -> dict:
             "detectable": None, **values}
 
 
+# Why a run of one process per job (a CPU run) supports no verdict between runs, in every caller's words.
+ONE_PROCESS_WHY = "one process per job: the noise between processes is not estimated"
+
+
 def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str] = ("old", "new"),
           hardware: tuple[dict, dict] | None = None, experiment: list[str] | None = None,
           expect_same_code: bool = False) -> dict:
@@ -172,7 +176,7 @@ def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str
         return _verdict("cannot tell", "unstable", f"{change}; trials unstable in " + "; ".join(unstable), **base)
     one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
     if one_process:
-        return _verdict("cannot tell", "one process", f"{change}; one process per job: the noise between processes is not estimated "
+        return _verdict("cannot tell", "one process", f"{change}; {ONE_PROCESS_WHY} "
                         f"({' and '.join(one_process)}), and it is what separates two runs", **base)
     noise = change_noise(a, b)
     if noise is None:

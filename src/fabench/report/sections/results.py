@@ -19,7 +19,7 @@ from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_cod
                                    status_text, value_text)
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
-from fabench.analysis.policy import code_identity, same_code
+from fabench.analysis.policy import ONE_PROCESS_WHY, code_identity, same_code
 from fabench.report.model import Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
@@ -29,7 +29,7 @@ MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
 # Why the policy cannot tell, in words, by its flag (fabench.analysis.policy.judge).
 UNTOLD_WORDS = {"not comparable": "no noise estimate", "unstable": "unstable trials",
                 "noisy": "noise wider than the margin", "clock": "the GPU clock moved, not the work",
-                "one process": "one process per job: the noise between processes is not estimated"}
+                "one process": ONE_PROCESS_WHY}
 
 
 class Footnotes:
