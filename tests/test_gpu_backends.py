@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from fabench.measure import kernels
+from fabench.measure import kernels, stopping
 from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.analysis.entry import analyse_measured
 from fabench.measure import job as measure_job
@@ -133,7 +133,11 @@ def test_a_cells_device_figure_is_its_kernels_own_time_confirmed_by_the_second_m
     entry = measure_backend(BACKENDS["sdpa_cudnn"], p, reference_output(p.q, p.k, p.v, True),
                             settings(trials=3))
     assert entry["status"] == "ok", entry["reason"]
-    assert all(t["kernel_samples_ms"] and t["stop"]["stopped"] in ("converged", "timeout") for t in entry["trials"])
+    assert all(t["kernel_samples_ms"] and t["stop"]["stopped"] in stopping.STOP_REASONS for t in entry["trials"])
+    # One stream per trial: every sample of the figure has its event pair and its period from it.
+    for t in entry["trials"]:
+        assert len(t["device_samples_ms"]) == len(t["kernel_samples_ms"]), t.keys()
+        assert t["period_profiled_events_ms"] and "period_events_ms" not in t
     assert entry["device_ms"]["median"] < entry["stats"]["period_ms"]["median"], entry["stats"]
     second = entry["cross_check"]["second_method"]
     assert second["agrees"], second
@@ -251,3 +255,23 @@ def test_kinetos_events_and_the_chrome_trace_list_the_same_device_work():
     assert len(fast) == len(slow) >= 6, (len(fast), len(slow))
     assert [e["name"] for e in fast] == [e["name"] for e in slow]
     assert all(abs(f["dur"] - s["dur"]) < 0.01 for f, s in zip(fast, slow))
+
+
+def test_the_kernels_own_time_by_graphs_confirms_cupti_on_real_cells():
+    """The independent method (graphs of [L2 clear, call] x N minus [L2 clear] x N, timed by events)
+    judges the CUPTI figure in a process's last trial, for a one-kernel call and a many-kernel one."""
+    for name, head_dim in (("sdpa_cudnn", 64), ("native", 64)):
+        p = problem(head_dim, {}, seq=1024)
+        entry = measure_backend(BACKENDS[name], p, reference_output(p.q, p.k, p.v, True), settings(trials=2))
+        assert entry["status"] == "ok", entry["reason"]
+        record = entry["trials"][-1]["kernel_time_graph"]
+        assert "error" not in record and len(record["per_call_ms"]) == record["replays"], record
+        assert "kernel_time_graph" not in entry["trials"][0]  # once per process, in its last trial
+        check = entry["cross_check"]["kernel_time"]
+        assert check["agrees"] is True, (name, check)
+
+
+def test_a_graph_of_tiny_kernels_bounds_the_launch_gap_to_microseconds():
+    from fabench.measure.timing import graph_launch_gap_ms
+
+    assert 0.0 < graph_launch_gap_ms() < 0.02

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
+from fabench.analysis.kernel_check import kernel_time_check
 
 DEFAULT_STABLE_SPREAD = 0.03
 DEFAULT_TOLERANCE = 0.03
@@ -91,11 +92,11 @@ def analyse_entry(entry: dict, result: dict) -> dict:
         pairs = trial_medians(trials, "device_samples_ms")[0]
         peer = stats.median(pairs) if pairs and any(t.get("kernel_samples_ms") for t in trials) else device_median
         entry["cross_check"] = cross_checks(trials, peer, tolerance, observed)
-        second = period_check(trials)
-        if second is not None:
-            entry["cross_check"] = dict(entry["cross_check"] or {"do_bench_ms": None, "agrees": None,
-                                                                 "reason": "do_bench not run"})
-            entry["cross_check"]["second_method"] = second
+        for key, check in (("second_method", period_check(trials)), ("kernel_time", kernel_time_check(trials))):
+            if check is not None:
+                entry["cross_check"] = dict(entry["cross_check"] or {"do_bench_ms": None, "agrees": None,
+                                                                     "reason": "do_bench not run"})
+                entry["cross_check"][key] = check
     return entry
 
 
@@ -154,6 +155,9 @@ def judged(check: dict | None) -> dict | None:
     the period by CUPTI) where measured, else do_bench where it could, else the older profiler check."""
     if not check:
         return None
+    kernel_time = check.get("kernel_time") or {}
+    if kernel_time.get("agrees") is not None:
+        return {"by": "kernel time by graphs", "agrees": kernel_time["agrees"], "reason": kernel_time.get("reason")}
     second = check.get("second_method") or {}
     if second.get("agrees") is not None:
         return {"by": "second method", "agrees": second["agrees"], "reason": second.get("reason")}

@@ -113,6 +113,11 @@ class Cell:
     # --- once per trial -------------------------------------------------------------------
 
     def trial(self, index: int, gpu_state: GpuState) -> None:
+        """One trial: the warm-up, one fed stream of calls under the profiler until the stopping rule
+        says stop (the device figure, the event pair around each call and the per-call period by
+        both clocks, all from that one stream), in a process's last trial the independent checks
+        (do_bench; the kernels' own time by graphs), then the published method's wall-clock loop,
+        as published (it idles the GPU at every synchronize, so it runs last)."""
         settings = self.job["timing"]
         try:
             with self.prepared.context():
@@ -125,23 +130,19 @@ class Cell:
                                           timing.trial_warmup_settings(settings, first), calls, gpu_state.sm_clock)
                 iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
                 samples = timing.device_samples(settings, warm["estimate_ms"])
-                # The cross-checks once per process, in its last trial: each judges the cell's
-                # figure, and per trial they cost more than the trials (do_bench alone ~0.13 s a call).
-                last = index == settings["trials"] - 1
-                # Device loop (events), kernel loop (CUPTI) and do_bench right after the warm-up,
-                # back to back, so all see the GPU in the state the warm-up settled; the published
-                # method's loop, which idles the GPU at every synchronize, last.
-                with self._phase("device loop", index):
-                    device, periods = self._device_samples(samples, index)
                 with self._phase("kernel loop", index):
-                    kernel = self._kernel_samples(samples, index)
-                # One query, so do_bench follows without a pause: under a power cap the two methods
+                    stream = self._stream(samples, index)
+                # One query, so the checks follow without a pause: under a power cap two methods
                 # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
                 after_device = gpu_state.sm_clock()
-                peer = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
-                if last:
+                checks = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
+                # The independent checks once per process, in its last trial: each judges the
+                # cell's figure, and per trial they would cost more than the trial.
+                if index == settings["trials"] - 1 and self.gpu:
                     with self._phase("do_bench", index):
-                        peer = self._cross_check_trial()
+                        checks = self._cross_check_trial()
+                    with self._phase("kernel-time check", index):
+                        checks["kernel_time_graph"] = self._graph_check(stream)
                 end = gpu_state.read()  # the state the device figures were taken in
                 with self._phase("wall loop", index):
                     wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
@@ -154,8 +155,7 @@ class Cell:
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
             # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
-            "device_ms": None, "device_samples_ms": device, "warmup_iters": warm["iters"] + (1 if first else 0), **peer,
-            **({"period_events_ms": periods} if periods is not None else {}), **(kernel or {}),
+            "device_ms": None, "warmup_iters": warm["iters"] + (1 if first else 0), **checks, **(stream or {}),
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
             if self.gpu and (start or end) else None,
             # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
@@ -176,68 +176,72 @@ class Cell:
             return self.entry["trials"][-1]["wall_mean_ms"]
         return self.first_call_ms
 
-    def _device_samples(self, iters: int, index: int) -> tuple[list[float] | None, list[float] | None]:
-        """Each timed call's event pair (ms, to the nanosecond: events resolve ~0.5 us) and the
-        periods between consecutive calls' start events: the events' side of the second method."""
+    def _stream(self, calls: int, index: int) -> dict | None:
+        """The trial's timed stream: the kernels' own time (CUPTI) where the kernels were identified,
+        else (the profile failed) the event pairs of a plain stream; None on a CPU."""
         if self.timer is None:
-            return None, None
-        before = self.timer.caught_up
-        samples, periods = self.timer.samples_and_periods(iters)
-        if self.timer.caught_up > before:
-            self.notes.append(f"process {self.process} trial {index}: the GPU reached "
-                              f"{self.timer.caught_up - before} chunk(s) before the host had queued them "
-                              f"(not proven fed after {timing.MAX_RETRIES} longer sleeps)")
-        return [round(sample, 6) for sample in samples], [round(period, 6) for period in periods]
-
-    def _kernel_samples(self, calls: int, index: int) -> dict | None:
-        """The device figure's samples: each call's kernels' own time (summed CUPTI durations), from
-        the device loop's stream run under the profiler, in batches of `calls` until the stopping
-        rule (fabench.measure.stopping) says stop; with the CUPTI periods of the same streams, each
-        kernel's share and why it stopped. None on a CPU or where the trace cannot be read (the
-        note says why: the cell then has no device figure from this trial)."""
-        if self.timer is None or not self.launches_per_call:
             return None
-        rule = stopping.StopRule.from_timing(self.job["timing"])
-        periods, event_periods, by_kernel = [], [], {}
-        restreamed, kept_unfed = 0, 0
+        if self.launches_per_call:
+            try:
+                return self._profiled_stream(calls)
+            except UnreadableTrace as err:
+                self.notes.append(f"process {self.process} trial {index}: no kernel time: {err}")
+        samples, periods = self.timer.samples_and_periods(calls)
+        return {"device_samples_ms": _rounded(samples), "period_events_ms": _rounded(periods)}
 
+    def _profiled_stream(self, calls: int) -> dict:
+        """The device figure's samples: each call's kernels' own time (summed CUPTI durations), from
+        fed streams of calls run under the profiler, in batches until the stopping rule
+        (fabench.measure.stopping) says stop. From the same streams: the event pair around each call,
+        the per-call period by events and by CUPTI, each kernel's share, and why the trial stopped.
+
+        A stream the GPU caught up with (a call reached before the host had queued it) is taken
+        again with a longer sleep, up to timing.MAX_RETRIES times: how often is a fact of the
+        measurement (profiled_restreams); a stream kept unfed after that (unfed_streams) leaves the
+        kernels' own durations untouched (a kernel waiting to start is not in its duration) and
+        only the period in doubt, which the period check says."""
+        rule = stopping.StopRule.from_timing(self.job["timing"])
+        record = {"device_samples_ms": [], "period_profiled_events_ms": [], "period_cupti_ms": []}
+        by_kernel: dict[str, float] = {}
+        counters = {"profiled_restreams": 0, "unfed_streams": 0}
         taken: list[float] = []
 
         def batch() -> list[float]:
-            nonlocal restreamed, kept_unfed
             counts = self.timer.chunk_counts(_batch_size(rule, calls, taken))
             for attempt in range(timing.MAX_RETRIES + 1):
-                trace, fed, by_events = kernels.profiled_chunks(self.timer, counts)
-                if fed:
+                trace, chunks = kernels.profiled_chunks(self.timer, counts)
+                if all(fed for _, _, fed in chunks):
                     break
-                # A stream the GPU caught up with is taken again with a longer sleep, as the device
-                # loop does: a fact of the measurement, no doubt on it. Only one kept unfed is.
-                restreamed += attempt < timing.MAX_RETRIES
-                kept_unfed += attempt == timing.MAX_RETRIES
+                counters["profiled_restreams" if attempt < timing.MAX_RETRIES else "unfed_streams"] += 1
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
                                                       self.timer.cache is not None)
             if figures is None:
                 raise UnreadableTrace(why_not)
-            periods.extend(figures["period_ms"])
-            event_periods.extend(by_events)
+            record["period_cupti_ms"] += figures["period_ms"]
+            for pairs, periods, _ in chunks:
+                record["device_samples_ms"] += pairs
+                record["period_profiled_events_ms"] += periods
             taken.extend(figures["kernel_ms"])
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
             return figures["kernel_ms"]
 
+        samples, stop = stopping.collect(rule, batch)
+        return {"kernel_samples_ms": _rounded(samples), **{k: _rounded(v) for k, v in record.items()},
+                **counters, "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
+
+    def _graph_check(self, stream: dict | None) -> dict:
+        """The kernels' own time by CUDA/HIP graphs (timing.graph_kernel_time): the record the
+        analysis judges the CUPTI figure by (fabench.analysis.kernel_check), or why it was not taken."""
+        kernel_ms = (stream or {}).get("kernel_samples_ms")
+        if not kernel_ms:
+            return {"error": "no kernel-time samples in this trial to size the graphs by"}
         try:
-            samples, stop = stopping.collect(rule, batch)
-        except UnreadableTrace as err:
-            self.notes.append(f"process {self.process} trial {index}: no kernel time: {err}")
-            return None
-        if kept_unfed:
-            self.notes.append(f"process {self.process} trial {index}: {kept_unfed} profiled stream(s) kept after "
-                              f"{timing.MAX_RETRIES} longer sleeps, the GPU still reaching a call before the host "
-                              f"had queued it (their periods include the wait)")
-        return {"kernel_samples_ms": [round(s, 6) for s in samples], "period_cupti_ms": [round(p, 6) for p in periods],
-                "profiled_restreams": restreamed,
-                "period_profiled_events_ms": [round(p, 6) for p in event_periods],
-                "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
+            out = timing.graph_kernel_time(self.prepared.fn, self.timer.cache,
+                                           timing.graph_calls(sorted(kernel_ms)[len(kernel_ms) // 2]))
+        except Exception as err:  # a call that cannot be captured: the check cannot judge, the cell stands
+            return {"error": f"graph capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"}
+        return {**out, "kernels_per_call": self.launches_per_call}
 
     # --- after the trials -----------------------------------------------------------------
 
@@ -280,6 +284,10 @@ class Cell:
             gc.collect()
             if self.gpu:
                 torch.cuda.empty_cache()
+
+
+def _rounded(values: list[float]) -> list[float]:
+    return [round(value, 6) for value in values]
 
 
 def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float]) -> int:

@@ -40,7 +40,7 @@ from fabench.measure.gpu_state import GpuState
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
 from fabench.measure.kernels import KERNEL_TIME, PERIOD
 from fabench.measure.stopping import StopRule
-from fabench.measure.timing import DEVICE_TIME_METHODS
+from fabench.measure.timing import DEVICE_TIME_METHODS, GRAPH_METHOD
 from fabench.config import SpecError, roles_error, sha256_json, timing_settings
 from fabench.files import write_json
 from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY, WALL_METHOD
@@ -286,7 +286,8 @@ def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> d
                           "max_ms": timing["max_warmup_ms"],
                           "agree_on": ["window median", "SM clock"] if gpu else []},
         "stable_spread": timing["stable_spread"],
-        "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"]},
+        "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"],
+                        "kernel_time": GRAPH_METHOD if gpu else None},
         "gpu_state": gpu_state.describe(),
         "environment": {key: os.environ.get(key) for key in (*MEASURING_ENV, *CACHE_ENV)},
         "cpu_threads": torch.get_num_threads(),

@@ -62,21 +62,23 @@ def warm_profiler() -> None:
     _profiler_warm = True
 
 
-def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], bool, list[float]]:
+def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[list[float], list[float], bool]]]:
     """The trace's kernels of `counts` chunks run by the device timer under the profiler (each chunk a
-    GPU sleep, then per call the L2 clear when configured and the call between its events: the very
-    stream the event samples come from), whether every chunk was proven fed, and the periods its
-    events measured: the same stream's per-call period by the other clock (the second method)."""
+    GPU sleep, then per call the L2 clear when configured and the call between its events), and each
+    chunk's (event pairs, event periods, fed) from the same stream: one stream per batch gives the
+    kernels' own time (CUPTI), the event pair around each call (do_bench's quantity) and the per-call
+    period by both clocks. The sleep-ahead is sized for the host's rate under the profiler
+    (DeviceTimer.stream_kind); a stream not fed doubles the next one's sleep, as the plain loop does."""
     from torch.profiler import ProfilerActivity, profile
 
-    with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        warnings.simplefilter("ignore")
-        chunks = timer.run_chunks(counts)
-        torch.cuda.synchronize()
-    fed = all(chunk[2] for chunk in chunks)
-    if not fed:  # the next stream sleeps longer, as the device loop does
-        timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
-    return _kernel_events(prof), fed, [period for chunk in chunks for period in chunk[1]]
+    with timer.stream_kind("profiled"):
+        with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            warnings.simplefilter("ignore")
+            chunks = timer.run_chunks(counts)
+            torch.cuda.synchronize()
+        if not all(chunk[2] for chunk in chunks):
+            timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
+    return _kernel_events(prof), chunks
 
 
 def stream_figures(kernels: list[dict], counts: list[int], per_call: int,
@@ -124,19 +126,38 @@ def _kernel_events(prof) -> list[dict]:
     0.1 s for 11,000 events on a CPU, and a kernel loop reads one trace per batch); from the chrome
     trace where that reads no device work (an older torch, another naming): the same categories."""
     try:
-        work = device_work([{"cat": e.activity_type(), "name": e.name(), "ts": e.start_ns() / 1000.0,
+        work = device_work([{"cat": _category(e), "name": e.name(), "ts": e.start_ns() / 1000.0,
                              "dur": e.duration_ns() / 1000.0, "args": {}} for e in prof.profiler.kineto_results.events()])
     except (AttributeError, RuntimeError, TypeError):
         work = []
     return work or device_work(_chrome_trace_events(prof))
 
 
+def _category(event) -> str | None:
+    """A Kineto event's trace category: its activity type where torch exposes it; else, for work on
+    the device, what its name says (Kineto names memsets and copies so), else a kernel."""
+    activity = getattr(event, "activity_type", None)
+    if activity is not None:
+        return activity()
+    if "cuda" not in str(event.device_type()).lower():
+        return None
+    name = event.name()
+    return "gpu_memset" if name.startswith("Memset") else "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+
+
 def _chrome_trace_events(prof) -> list[dict]:
+    """The profile's chrome trace events. A profile can be exported once only ("Trace is already
+    saved" on the second export), so the events are kept on the profile for any later reader."""
+    cached = getattr(prof, "_fabench_trace_events", None)
+    if cached is not None:
+        return cached
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
         with open(path) as handle:
-            return json.load(handle).get("traceEvents", [])
+            events = json.load(handle).get("traceEvents", [])
+    prof._fabench_trace_events = events
+    return events
 
 
 # The trace's categories of a call's own device work: kernels, and the memsets and copies a library

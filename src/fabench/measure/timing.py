@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -48,6 +49,10 @@ SLEEP_FACTOR = 2.0  # the first chunk's; relaxing never goes below it
 # A fed chunk whose GPU waited this share of its sleep for nothing halves the sleep factor.
 SPARE_TO_RELAX = 0.75
 MAX_RETRIES = 3  # a chunk the GPU caught up with is measured again, this often at most
+# A profiled stream's first sleep, before any was measured, takes the host this many times as long
+# per call as the plain stream: CUPTI's tracing adds host work to every launch. The first profiled
+# stream then measures the real rate, which every later one of the backend starts from.
+PROFILED_HOST_FACTOR = 2.0
 DEVICE_TIME_METHODS = {
     "queued": ("eager calls queued in chunks behind a GPU sleep (torch.cuda._sleep), each chunk checked "
                "to be fully queued before the GPU reached it; events around every call"),
@@ -121,12 +126,30 @@ class DeviceTimer:
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
         self.sleep_factor = SLEEP_FACTOR
+        self._rates: dict[str, tuple[float, float]] = {}  # per stream kind: (host ms per call, sleep factor)
         self.busy_ms = 0.0  # device time of every timed chunk's calls, chunks measured again included
         self.idle_ms = 0.0  # device time before each chunk's first call: the sleep, and any wait for the host
         self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
+        self._previous_end: float | None = None  # host-time lower bound of the GPU's end of the last chunk read
 
     def samples(self, n: int) -> list[float]:
         return self.samples_and_periods(n)[0]
+
+    @contextmanager
+    def stream_kind(self, kind: str):
+        """Size the sleep-ahead for the rate the host queues at in this kind of stream ("profiled":
+        under CUPTI, slower per launch than a plain one). Each kind keeps its own measured host rate
+        and sleep factor, so a profiled stream is not sized by the plain stream's faster host, nor the
+        plain one slowed by the profiled one's (sizing the profiled streams by the plain rate left
+        the GPU catching up with the host in most of them on an H100)."""
+        plain = (self.host_ms_per_iter, self.sleep_factor)
+        self.host_ms_per_iter, self.sleep_factor = self._rates.get(
+            kind, (plain[0] * (PROFILED_HOST_FACTOR if kind == "profiled" else 1.0), plain[1]))
+        try:
+            yield self
+        finally:
+            self._rates[kind] = (self.host_ms_per_iter, self.sleep_factor)
+            self.host_ms_per_iter, self.sleep_factor = plain
 
     def samples_and_periods(self, n: int) -> tuple[list[float], list[float]]:
         """n event pairs (each call's start to end event), and the periods between consecutive
@@ -158,6 +181,7 @@ class DeviceTimer:
         the GPU would idle through them after every chunk (the busy test read 0.87-0.89 on H100s).
         Two chunks in flight stay below the launch queue's depth (self.chunk is sized so)."""
         results, pending = [], None
+        self._previous_end = None  # no chunk of this stream yet (see _read)
         for count in counts:
             queued = self._queue(count)
             if pending is not None:
@@ -201,22 +225,35 @@ class DeviceTimer:
             end.record()
             queued.append(time.perf_counter())
         self.host_ms_per_iter = (queued[-1] - began) * 1000.0 / count
-        return {"marker": marker, "starts": starts, "ends": ends, "queued_ms": [(q - began) * 1000.0 for q in queued]}
+        return {"marker": marker, "starts": starts, "ends": ends, "began": began,
+                "queued_ms": [(q - began) * 1000.0 for q in queued]}
 
     def _read(self, chunk: dict) -> tuple[list[float], list[float], bool]:
-        """A queued chunk's event pairs, its periods and whether it was proven fed (see _fed)."""
+        """A queued chunk's event pairs, its periods and whether it was proven fed (see _fed).
+
+        The GPU ran the chunk's marker no earlier than the host recorded it (`began`), and, in a
+        stream of chunks, no earlier than it ended the previous chunk, which (by the same argument,
+        chunk after chunk) was no earlier than that chunk's own lower bound plus its marker-to-end
+        time on the GPU. The later of the two is the marker's lower bound in host time: with chunks
+        pipelined, the marker waits for the chunk before it, and counting from `began` alone would
+        call a chunk unfed that the GPU reached long after the host had queued it (on an H100 that
+        doubled the sleeps until the GPU idled 69% of a long kernel's timed window)."""
         marker, starts, ends, queued_ms = chunk["marker"], chunk["starts"], chunk["ends"], chunk["queued_ms"]
         ends[-1].synchronize()
         self.last_end = ends[-1]
         self.device_ms_per_iter = starts[0].elapsed_time(ends[-1]) / len(starts)
-        reached_ms = [marker.elapsed_time(start) for start in starts]
+        marker_at = chunk["began"] if self._previous_end is None else max(chunk["began"], self._previous_end)
+        lead_ms = (marker_at - chunk["began"]) * 1000.0
+        from_marker = [marker.elapsed_time(start) for start in starts]
+        reached_ms = [lead_ms + ms for ms in from_marker]
+        self._previous_end = marker_at + marker.elapsed_time(ends[-1]) / 1000.0
         times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
         periods = [a.elapsed_time(b) for a, b in zip(starts, starts[1:])]
         # Busy: from the first call's start to the last one's end, the gaps between calls included
         # (the GPU is not idle in them: it runs the events and launches the next kernel); idle: the
         # lead-in from the marker, the sleep and any wait for the host.
         self.busy_ms += starts[0].elapsed_time(ends[-1])
-        self.idle_ms += reached_ms[0]
+        self.idle_ms += from_marker[0]
         fed = _fed(queued_ms, reached_ms)
         if fed:
             self.sleep_factor = relaxed_sleep_factor(self.sleep_factor, queued_ms, reached_ms)
@@ -359,3 +396,99 @@ def do_bench_ms(fn: Callable[[], object]) -> float:
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+# ---------------------------------------------------------------- the kernels' own time, by graphs
+
+GRAPH_REPLAY_MS = 5.0  # each timed graph replay lasts about this long: long against the events' 0.5 us
+GRAPH_MAX_CALLS = 50
+GRAPH_MIN_CALLS = 2
+GRAPH_REPLAYS = 5
+GAP_KERNELS = 200
+GRAPH_METHOD = ("a CUDA/HIP graph of [L2 clear, call] x N minus a graph of [L2 clear] x N, each replayed and "
+                "timed by events, the difference per call: no host and no profiler in it, the launch gaps "
+                "between the call's kernels (at most one per kernel, bounded by gap_ms) are")
+_gap_ms: float | None = None
+
+
+def graph_calls(estimate_ms: float) -> int:
+    """Calls per graph so that a replay lasts about GRAPH_REPLAY_MS (an L2 clear is ~0.1 ms)."""
+    return max(GRAPH_MIN_CALLS, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_REPLAY_MS / (estimate_ms + 0.1))))
+
+
+def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, calls: int,
+                      replays: int = GRAPH_REPLAYS) -> dict:
+    """The kernels' own time per call by a method independent of CUPTI: the difference between a
+    graph of [clear, call] x calls and a graph of [clear] x calls, replayed alternately `replays`
+    times and each replay timed by events. A graph launches its kernels back to back on the GPU,
+    with no host between them, so what the difference holds beyond the call's kernels is the
+    launch gap before each of them (gap_ms: the per-kernel time of a graph of tiny kernels, an
+    upper bound of that gap). Raises what capture raises (the caller records it)."""
+    def body(with_call: bool) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                if cache is not None:
+                    cache.zero_()
+                if with_call:
+                    fn()
+        return run
+
+    both = _capture(body(True), fn)
+    clears = _capture(body(False), fn) if cache is not None else None
+    try:
+        per_call = []
+        for _ in range(replays):
+            with_call = _replay_ms(both)
+            per_call.append((with_call - (_replay_ms(clears) if clears is not None else 0.0)) / calls)
+    finally:
+        del both, clears
+        torch.cuda.synchronize()
+    return {"per_call_ms": [round(v, 6) for v in per_call], "calls": calls, "replays": replays,
+            "gap_ms": round(graph_launch_gap_ms(), 6)}
+
+
+def _capture(run: Callable[[], None], fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """`run` captured once. One eager call on a side stream first, as torch's graph docs ask (the
+    call has already run many times in this process: its libraries' workspaces exist)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            run()
+    except Exception:
+        _recover_from_capture()
+        raise
+    return graph
+
+
+def _replay_ms(graph: torch.cuda.CUDAGraph) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def graph_launch_gap_ms() -> float:
+    """The time per kernel of a graph of GAP_KERNELS one-element kernels (measured once per
+    process): the launch gap between consecutive kernels of a graph plus the shortest kernel's own
+    duration, so an upper bound of the gap a graph puts before each kernel of a call."""
+    global _gap_ms
+    if _gap_ms is None:
+        x = torch.zeros(1, device="cuda")
+
+        def tiny() -> None:
+            for _ in range(GAP_KERNELS):
+                x.add_(1)
+
+        graph = _capture(tiny, lambda: x.add_(1))
+        _replay_ms(graph)  # the first replay uploads the graph
+        _gap_ms = statistics.median(_replay_ms(graph) for _ in range(3)) / GAP_KERNELS
+        del graph
+    return _gap_ms

@@ -1,0 +1,79 @@
+"""The kernels' own time, confirmed by an independent clock: `cross_check.kernel_time`.
+
+The device figure is the kernels' own durations per call, read by CUPTI (torch.profiler) from a
+fed stream. The second method shares nothing with it but the kernels: CUDA/HIP graphs of
+[L2 clear, call] x N and of [L2 clear] x N, replayed and timed by events; the difference per call
+is the call's kernels plus the launch gap the graph puts before each of them, with no host, no
+profiler and no sleep in it (fabench.measure.timing.graph_kernel_time). The two agree when
+
+    -noise <= graph / cupti - 1 <= gaps + noise
+
+noise: both methods' measured noise, stated part by part: half the spread of the CUPTI figure's
+  trial medians (its repeatability over trials and processes), the graph figure's standard error
+  over its replays doubled (about a 95% bound) plus half the spread of its per-process medians,
+  and the events' resolution (0.5 us at each end of two replays) per call;
+gaps: what the graph cannot remove and CUPTI does not count, one launch gap per kernel of the
+  call, each bounded by the measured time per kernel of a graph of one-element kernels (gap_ms).
+
+`agrees` is null, with the reason, where the graphs were not taken (a CPU, a call that cannot be
+captured, no kernel-time samples). Results measured before this check have no record: None.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from fabench.analysis import stats
+
+METHOD = ("CUDA/HIP graph of [L2 clear, call] x N minus a graph of [L2 clear] x N, each replayed and timed by "
+          "events; per call, against the kernels' own time by CUPTI")
+EVENT_RESOLUTION_MS = 0.0005
+
+
+def graph_records(trials: list[dict]) -> list[dict]:
+    return [t["kernel_time_graph"] | {"process": t.get("process", 0)} for t in trials if t.get("kernel_time_graph")]
+
+
+def kernel_time_check(trials: list[dict]) -> dict | None:
+    """The verdict of the graph method on the cell's CUPTI figure; None where no trial recorded it
+    (a CPU, or a result measured before the check existed)."""
+    records = graph_records(trials)
+    if not records:
+        return None
+    taken = [r for r in records if r.get("per_call_ms")]
+    if not taken:
+        return _no_verdict(f"graphs not taken: {records[0].get('error') or 'no record'}")
+    cupti = [stats.median(t["kernel_samples_ms"]) for t in trials if t.get("kernel_samples_ms")]
+    if not cupti:
+        return _no_verdict("no kernel-time samples to compare with")
+    per_call = [v for r in taken for v in r["per_call_ms"]]
+    figure, graph = stats.median(cupti), stats.median(per_call)
+    if figure <= 0 or graph <= 0:
+        return _no_verdict(f"graph figure {graph:.4f} ms is not a time (its replays differ by more than the call)")
+    by_process = [stats.median(r["per_call_ms"]) for r in taken]
+    graph_se = statistics.stdev(per_call) / math.sqrt(len(per_call)) if len(per_call) > 1 else 0.0
+    calls = min(r["calls"] for r in taken)
+    noise = {"cupti": stats.spread(cupti) / 2,
+             "graph": 2 * graph_se / graph + (stats.spread(by_process) / 2 if len(by_process) > 1 else 0.0),
+             "resolution": 4 * EVENT_RESOLUTION_MS / calls / figure}
+    gap_ms = stats.median([r["gap_ms"] for r in taken])
+    kernels = max(r.get("kernels_per_call") or 1 for r in taken)
+    gaps = kernels * gap_ms / figure
+    low, high = -sum(noise.values()), gaps + sum(noise.values())
+    difference = graph / figure - 1.0
+    agrees = low <= difference <= high
+    out = {"method": METHOD, "graph_ms": round(graph, 6), "kernel_ms": round(figure, 6),
+           "difference": round(difference, 6), "tolerance": {"low": round(low, 6), "high": round(high, 6)},
+           "tolerance_parts": {**{k: round(v, 6) for k, v in noise.items()}, "gaps": round(gaps, 6)},
+           "gap_ms": gap_ms, "kernels_per_call": kernels, "calls_per_graph": calls,
+           "replays": len(per_call), "agrees": agrees, "reason": None}
+    if not agrees:
+        out["reason"] = (f"graphs {graph:.4f} ms per call against CUPTI's {figure:.4f} ms: {difference:+.1%}, "
+                         f"outside {low:+.1%} to {high:+.1%} (noise {sum(noise.values()):.1%}, "
+                         f"{kernels} launch gap(s) of at most {gap_ms * 1000:.2f} us)")
+    return out
+
+
+def _no_verdict(reason: str) -> dict:
+    return {"method": METHOD, "agrees": None, "reason": f"could not judge: {reason}"}
