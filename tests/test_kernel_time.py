@@ -340,7 +340,7 @@ def test_graphs_that_read_the_kernels_plus_their_launch_gaps_agree_with_cupti():
     assert check["tolerance"]["low"] < 0 < check["tolerance"]["high"]
 
 
-@pytest.mark.parametrize("per_call", [[0.0300] * 5, [0.0150] * 5])
+@pytest.mark.parametrize("per_call", [[0.0300] * 5, [0.0150] * 5, [0.0186] * 5])
 def test_graphs_beyond_the_gaps_or_below_the_noise_disagree(per_call):
     from fabench.analysis.kernel_check import kernel_time_check
 
@@ -357,6 +357,28 @@ def test_a_call_that_cannot_be_captured_leaves_the_check_unjudged_and_old_result
     assert kernel_time_check([{"process": 0, "kernel_samples_ms": [0.02] * 5}]) is None
 
 
+def test_one_launch_gap_below_cupti_still_agrees():
+    from fabench.analysis.kernel_check import kernel_time_check
+
+    check = kernel_time_check([graph_trial(p, 0.020, [0.0190] * 5) for p in (0, 1)])  # 1 us below, gap 1.2 us
+    assert check["agrees"] is True and check["tolerance_parts"]["gap_below"] == pytest.approx(0.06)
+
+
+def test_a_captured_call_that_ran_other_kernels_is_not_judged():
+    from fabench.analysis.kernel_check import kernel_time_check
+
+    trials = [graph_trial(p, 0.020, [0.0300] * 5) for p in (0, 1)]
+    for t in trials:
+        t["kernel_shares"] = [{"name": "gemm_a", "us_per_call": 15, "share": 0.75},
+                              {"name": "softmax", "us_per_call": 5, "share": 0.25}]
+        t["kernel_time_graph"]["device_work"] = ["gemm_b", "softmax"]
+    check = kernel_time_check(trials)
+    assert check["agrees"] is None and "gemm_b" in check["reason"] and "gemm_a" in check["reason"]
+    for t in trials:
+        t["kernel_time_graph"]["device_work"] = ["softmax", "gemm_a"]
+    assert kernel_time_check(trials)["agrees"] is False  # the same kernels, 50% slower: a disagreement
+
+
 def test_the_cell_is_judged_by_the_kernel_time_check_first():
     trials = [dict(graph_trial(p, 0.020, [0.0215] * 5), wall_mean_ms=0.2, iters=100, device_ms=None,
                    warmup_iters=10, gpu_state=None) for p in (0, 1)]
@@ -364,3 +386,19 @@ def test_the_cell_is_judged_by_the_kernel_time_check_first():
     analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
     assert entry["cross_check"]["kernel_time"]["agrees"] is True
     assert judged(entry["cross_check"])["by"] == "kernel time by graphs"
+
+
+def test_a_chunk_queued_behind_a_busy_gpu_is_proven_fed_from_the_chunk_before_it():
+    """Two chunks in flight: chunk 2's marker ran only after chunk 1 ended on the GPU (12.8 ms of
+    calls after chunk 1's own lower bound), though the host queued chunk 2 from 1 ms on, 10 ms for
+    its calls. Counted from the host's `began` alone, chunk 2 looks unfed; from chunk 1's end, fed."""
+    from fabench.measure.timing import _fed, reached_after_began
+
+    first, first_end = reached_after_began(0.000, None, [0.05 + 0.2 * j for j in range(64)], 12.85)
+    assert first_end == pytest.approx(0.01285)
+    queued = [0.15 * (j + 1) for j in range(64)]  # ms after chunk 2's began: the host, 0.15 ms a call
+    from_marker = [0.05 + 0.2 * j for j in range(64)]  # the GPU, 0.2 ms a call after a 0.05 ms sleep
+    naive, _ = reached_after_began(0.001, None, from_marker, 12.85)
+    anchored, end = reached_after_began(0.001, first_end, from_marker, 12.85)
+    assert not _fed(queued, naive) and _fed(queued, anchored)
+    assert end == pytest.approx(first_end + 0.01285)

@@ -39,7 +39,11 @@ def trial_stats(trials: list[dict], stable_spread: float, notes: list[str]) -> d
     stable, reason = stability(device or wall, stable_spread, notes)
     out = {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
            "stable": stable, "unstable_reason": reason, "device_cycles": device_cycles(trials)}
+    # The per-call period of the timed stream: the profiled stream's by its events since one stream
+    # per trial is timed; before, the device loop's.
     periods = trial_medians(trials, "period_events_ms")
+    if not periods[0]:
+        periods = trial_medians(trials, "period_profiled_events_ms")
     if periods[0]:  # beside the kernels' own time: the per-call time of the back-to-back stream
         out["period_ms"] = metric_summary(*periods)
         out["kernel_shares"] = next((t["kernel_shares"] for t in trials if t.get("kernel_shares")), None)

@@ -191,36 +191,38 @@ class Cell:
 
     def _profiled_stream(self, calls: int) -> dict:
         """The device figure's samples: each call's kernels' own time (summed CUPTI durations), from
-        fed streams of calls run under the profiler, in batches until the stopping rule
+        streams of calls run under the profiler, in batches until the stopping rule
         (fabench.measure.stopping) says stop. From the same streams: the event pair around each call,
         the per-call period by events and by CUPTI, each kernel's share, and why the trial stopped.
 
-        A stream the GPU caught up with (a call reached before the host had queued it) is taken
-        again with a longer sleep, up to timing.MAX_RETRIES times: how often is a fact of the
-        measurement (profiled_restreams); a stream kept unfed after that (unfed_streams) leaves the
-        kernels' own durations untouched (a kernel waiting to start is not in its duration) and
-        only the period in doubt, which the period check says."""
+        Every chunk's kernel durations are kept: a kernel the GPU reached before the host had queued
+        it waited to start, which is not in its own duration. The event pairs and the periods are
+        kept from the chunks proven fed only (a wait for the host lengthens those); the chunks not
+        proven fed are counted (unfed_chunks) and make the next stream's sleep longer. A stream is
+        never taken again for them: that cost a second per trial on an H100 and changed no figure."""
         rule = stopping.StopRule.from_timing(self.job["timing"])
         record = {"device_samples_ms": [], "period_profiled_events_ms": [], "period_cupti_ms": []}
         by_kernel: dict[str, float] = {}
-        counters = {"profiled_restreams": 0, "unfed_streams": 0}
+        counters = {"chunks": 0, "unfed_chunks": 0}
         taken: list[float] = []
 
         def batch() -> list[float]:
             counts = self.timer.chunk_counts(_batch_size(rule, calls, taken))
-            for attempt in range(timing.MAX_RETRIES + 1):
-                trace, chunks = kernels.profiled_chunks(self.timer, counts)
-                if all(fed for _, _, fed in chunks):
-                    break
-                counters["profiled_restreams" if attempt < timing.MAX_RETRIES else "unfed_streams"] += 1
+            trace, chunks = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
                                                       self.timer.cache is not None)
             if figures is None:
                 raise UnreadableTrace(why_not)
-            record["period_cupti_ms"] += figures["period_ms"]
-            for pairs, periods, _ in chunks:
-                record["device_samples_ms"] += pairs
-                record["period_profiled_events_ms"] += periods
+            period_at = 0
+            for count, (pairs, periods, fed) in zip(counts, chunks):
+                counters["chunks"] += 1
+                if fed:
+                    record["device_samples_ms"] += pairs
+                    record["period_profiled_events_ms"] += periods
+                    record["period_cupti_ms"] += figures["period_ms"][period_at:period_at + count - 1]
+                else:
+                    counters["unfed_chunks"] += 1
+                period_at += count - 1
             taken.extend(figures["kernel_ms"])
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
@@ -232,18 +234,25 @@ class Cell:
 
     def _graph_check(self, stream: dict | None) -> dict:
         """The kernels' own time by CUDA/HIP graphs (timing.graph_kernel_time): the record the
-        analysis judges the CUPTI figure by (fabench.analysis.kernel_check), or why it was not taken."""
+        analysis judges the CUPTI figure by (fabench.analysis.kernel_check), or why it was not taken.
+        One replay of the captured graph is profiled for the names of the kernels the captured call
+        ran: under capture a library may choose other kernels than the eager call's."""
         kernel_ms = (stream or {}).get("kernel_samples_ms")
         if not kernel_ms:
             return {"error": "no kernel-time samples in this trial to size the graphs by"}
+        per_call = self.launches_per_call
+        block = per_call + (1 if self.timer.cache is not None else 0)
+
+        def call_kernels(replay) -> list[str]:
+            work = [launch["name"] for launch in kernels.profile_call(replay)]
+            return work[block - per_call: block]  # the first call's own kernels, its clear left out
+
         try:
             out = timing.graph_kernel_time(self.prepared.fn, self.timer.cache,
-                                           timing.graph_calls(sorted(kernel_ms)[len(kernel_ms) // 2]))
+                                           timing.graph_calls(sorted(kernel_ms)[len(kernel_ms) // 2]), call_kernels)
         except Exception as err:  # a call that cannot be captured: the check cannot judge, the cell stands
             return {"error": f"graph capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"}
-        return {**out, "kernels_per_call": self.launches_per_call}
-
-    # --- after the trials -----------------------------------------------------------------
+        return {**out, "kernels_per_call": per_call}
 
     def _cross_check_trial(self) -> dict:
         """triton.testing.do_bench on the eager call right after each trial (so both see the GPU in

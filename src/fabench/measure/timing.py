@@ -242,11 +242,9 @@ class DeviceTimer:
         ends[-1].synchronize()
         self.last_end = ends[-1]
         self.device_ms_per_iter = starts[0].elapsed_time(ends[-1]) / len(starts)
-        marker_at = chunk["began"] if self._previous_end is None else max(chunk["began"], self._previous_end)
-        lead_ms = (marker_at - chunk["began"]) * 1000.0
         from_marker = [marker.elapsed_time(start) for start in starts]
-        reached_ms = [lead_ms + ms for ms in from_marker]
-        self._previous_end = marker_at + marker.elapsed_time(ends[-1]) / 1000.0
+        reached_ms, self._previous_end = reached_after_began(chunk["began"], self._previous_end, from_marker,
+                                                             marker.elapsed_time(ends[-1]))
         times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
         periods = [a.elapsed_time(b) for a, b in zip(starts, starts[1:])]
         # Busy: from the first call's start to the last one's end, the gaps between calls included
@@ -258,6 +256,17 @@ class DeviceTimer:
         if fed:
             self.sleep_factor = relaxed_sleep_factor(self.sleep_factor, queued_ms, reached_ms)
         return times, periods, fed
+
+
+def reached_after_began(began: float, previous_end: float | None, from_marker: list[float],
+                        marker_to_end_ms: float) -> tuple[list[float], float]:
+    """Lower bounds, in ms after `began` (host time, s), of when the GPU reached each call of a chunk,
+    and of when it ended the chunk (host time, s): its marker ran no earlier than `began` nor than
+    the end of the chunk queued before it on the same stream (`previous_end`, None for a stream's
+    first chunk); from_marker holds the GPU's times from the marker to each call's start event."""
+    marker_at = began if previous_end is None else max(began, previous_end)
+    lead_ms = (marker_at - began) * 1000.0
+    return [lead_ms + ms for ms in from_marker], marker_at + marker_to_end_ms / 1000.0
 
 
 def _fed(queued_ms: list[float], reached_ms: list[float]) -> bool:
@@ -417,13 +426,17 @@ def graph_calls(estimate_ms: float) -> int:
 
 
 def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, calls: int,
+                      names_of: Callable[[Callable[[], None]], list[str]] | None = None,
                       replays: int = GRAPH_REPLAYS) -> dict:
     """The kernels' own time per call by a method independent of CUPTI: the difference between a
     graph of [clear, call] x calls and a graph of [clear] x calls, replayed alternately `replays`
-    times and each replay timed by events. A graph launches its kernels back to back on the GPU,
+    times after one untimed replay of each (a graph's first replays upload it and ran 2-10% slow on
+    an H100), each replay timed by events. A graph launches its kernels back to back on the GPU,
     with no host between them, so what the difference holds beyond the call's kernels is the
     launch gap before each of them (gap_ms: the per-kernel time of a graph of tiny kernels, an
-    upper bound of that gap). Raises what capture raises (the caller records it)."""
+    upper bound of that gap). `names_of`, given, lists the device work of one replay (a profile
+    taken after the timed replays): the kernels the captured call launched, which the analysis
+    holds against the ones the cell identified. Raises what capture raises (the caller records it)."""
     def body(with_call: bool) -> Callable[[], None]:
         def run() -> None:
             for _ in range(calls):
@@ -436,15 +449,18 @@ def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, call
     both = _capture(body(True), fn)
     clears = _capture(body(False), fn) if cache is not None else None
     try:
+        for graph in filter(None, (both, clears)):
+            _replay_ms(graph)
         per_call = []
         for _ in range(replays):
             with_call = _replay_ms(both)
             per_call.append((with_call - (_replay_ms(clears) if clears is not None else 0.0)) / calls)
+        names = names_of(both.replay) if names_of is not None else None
     finally:
         del both, clears
         torch.cuda.synchronize()
     return {"per_call_ms": [round(v, 6) for v in per_call], "calls": calls, "replays": replays,
-            "gap_ms": round(graph_launch_gap_ms(), 6)}
+            "gap_ms": round(graph_launch_gap_ms(), 6), "device_work": names}
 
 
 def _capture(run: Callable[[], None], fn: Callable[[], object]) -> torch.cuda.CUDAGraph:

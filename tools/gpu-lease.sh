@@ -1,0 +1,73 @@
+#!/bin/bash
+# The GPU acceptance runs of one lease on a host of two GPUs (nvidia-h100-x2), each timed job on a
+# GPU no other timed job uses:
+#   smoke:      card 1 runs the GPU tests while card 0 runs the default experiment cold (c0).
+#   acceptance: card 0 runs the default experiment cold (c1) while card 1 runs the GPU tests; then
+#               card 1 runs it warm (w1) while card 0 runs the GPU tests; then both cards run it
+#               (m2, profiles/multi-gpu with gpu=2), warm: issue 33's two-GPU run beside w1.
+# Every run is archived under OUT/archive (config `archive.root`) and timed from Snakemake's start.
+# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance
+# Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
+set -uo pipefail
+out=$(realpath -m "$1")
+plan=$2
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+note() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$out/summary.txt"; }
+timed() {  # name, command...: its output to OUT/name.log, its exit status and wall time to the summary
+    local name=$1 start rc
+    shift
+    start=$(date +%s.%N)
+    "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
+}
+on_card() {  # card(s), command...: the command alone on those GPUs, with leases and workers of its own
+    local cards=$1 tag=${1//,/-}
+    shift
+    CUDA_VISIBLE_DEVICES=$cards FABENCH_LEASE_DIR=/tmp/fabench-lease-$tag FABENCH_WORKER_DIR=/tmp/fabench-workers-$tag "$@"
+}
+# The tests that need a GPU or measure on one when it is there. The timing-sensitive backend tests
+# run alone on the card; the rest (real measuring processes, workers, leases) in 4 pytest processes.
+GPU_ALONE="tests/test_gpu_backends.py"
+GPU_SHARED="tests/test_gpu_identity.py tests/test_kernel_time.py tests/test_trials.py tests/test_worker.py
+            tests/test_runner.py tests/test_timeline.py tests/test_lease.py"
+gpu_tests() {  # card: every test name in the output (-v), a hang cut at 4.5 minutes in all
+    local began=$SECONDS rc
+    on_card "$1" timeout 150 python3 -m pytest -v -p no:cacheprovider -m 'not docker and not slurm' -rs \
+        --durations=15 $GPU_ALONE
+    rc=$?
+    on_card "$1" timeout $((270 - (SECONDS - began))) python3 -m pytest -v -p no:cacheprovider \
+        -m 'not slow and not docker and not slurm' -rs --durations=15 -n 4 --dist loadfile $GPU_SHARED
+    return $((rc | $?))
+}
+experiment() {  # run name, snakemake options...: the default experiment, reported and archived
+    local run=$1
+    shift
+    python3 -m snakemake report archive --config "run=$run" "archive={root: $out/archive}" "$@"
+}
+
+nvidia-smi --query-gpu=index,name,uuid,driver_version,power.limit --format=csv,noheader > "$out/gpus.txt"
+note "start ($plan) on $(tr '\n' ';' < "$out/gpus.txt")"
+case $plan in
+smoke)
+    timed tests-card1 gpu_tests 1 &
+    tests=$!
+    timed c0 on_card 0 experiment c0 --cores 1
+    wait "$tests"
+    ;;
+acceptance)
+    timed tests-card1 gpu_tests 1 &
+    tests=$!
+    timed c1 on_card 0 experiment c1 --cores 1
+    wait "$tests"
+    timed tests-card0 gpu_tests 0 &
+    tests=$!
+    timed w1 on_card 1 experiment w1 --cores 1
+    wait "$tests"
+    timed m2 on_card 0,1 experiment m2 --profile profiles/multi-gpu --resources gpu=2
+    ;;
+esac
+cp -r results "$out/results" 2>/dev/null
+cp -r logs "$out/logs" 2>/dev/null
+note "done"
