@@ -16,7 +16,8 @@ DEFAULT_TOLERANCE = 0.03
 
 def metric_summary(values: list[float], processes: list[int]) -> dict:
     """{median, spread, within_spread, n, process_medians} of one metric over the trials; intervals
-    come later. spread: over every trial; within_spread: the largest over one process's trials."""
+    come later. spread: over every trial; within_spread: the largest over one process's trials
+    (stats.within_spread: from 9 trials a process's outermost two no longer count)."""
     return {"median": stats.median(values), "ci95": None, "pi95": None, "spread": stats.spread(values),
             "within_spread": stats.within_spread(values, processes),
             "n": len(values), "process_medians": stats.process_medians(values, processes)}
@@ -69,8 +70,8 @@ def stability(figure: dict, stable_spread: float, doubts: list[str],
     reasons, codes = list(doubts), [doubt_code(note) for note in doubts]
     within = figure.get("within_spread", figure["spread"])
     if within > stable_spread:
-        reasons.insert(0, f"{legacy.SPREAD_REASON}{within:.1%} within one process (max/min - 1; {figure['n']} "
-                          f"trials in {len(figure['process_medians'])} process(es)) exceeds {stable_spread:.1%}")
+        reasons.insert(0, f"{legacy.SPREAD_REASON}{within:.1%} within one process ({figure['n']} trials in "
+                          f"{len(figure['process_medians'])} process(es)) exceeds {stable_spread:.1%}")
         codes.insert(0, SPREAD)
         capped = power_capped(list(trials), stable_spread)
         if capped:
@@ -144,6 +145,8 @@ def analyse_entry(entry: dict, result: dict) -> dict:
         pairs = trial_medians(trials, "device_samples_ms")[0]
         peer = stats.median(pairs) if pairs and any(t.get("kernel_samples_ms") for t in trials) else device_median
         entry["cross_check"] = cross_checks(trials, peer, tolerance, observed)
+        if peer is not device_median:
+            unjudged_peer(entry["cross_check"], stream_doubts.get("loop", []))
         second = period_check(trials, stream_doubts)
         if second is not None:
             entry["cross_check"] = dict(entry["cross_check"] or {"do_bench_ms": None, "agrees": None,
@@ -288,6 +291,14 @@ def unfed(trials: list[dict], notes: list[str]) -> str | None:
     if notes:
         return "the GPU caught up with the host in a stream the check reads (" + "; ".join(notes) + ")"
     return None
+
+
+def unjudged_peer(check: dict | None, notes: list[str]) -> None:
+    """do_bench's verdict (in place) where its peer, the device loop's event pairs, waited for the
+    host: could not judge, its figures kept."""
+    if check and check.get("agrees") is not None and notes:
+        check.update(agrees=None, reason=f"{COULD_NOT_JUDGE}the GPU caught up with the host in the event pairs "
+                                         f"do_bench is compared with ({'; '.join(notes)})")
 
 
 def profiler_check(values: list[float], device_median: float | None, tolerance: float, trials: list[dict]) -> dict:
