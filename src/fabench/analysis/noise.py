@@ -14,7 +14,7 @@ sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
   ci95: this run's median +- t(df) * sigma / sqrt(P)              (where the true time lies)
   pi95: this run's median +- t(df) * sigma * sqrt(1/P + 1/P)      (where another run will read)
 with sigma^2 = pooled variance + FLOOR^2. Calibrated on two default runs on one card, each run's
-medians against the other's pi95 (nominal 5%): 9 of 100 on the committed H200 pair, 6 of 120 on
+medians against the other's pi95 (nominal 5%): 8 of 100 on the committed H200 pair, 2 of 120 on
 the shared H100 pair, both within the binomial bound (examples/h200/detector-check.md).
 
 Pooling never makes a cell's interval narrower than its own replicates allow: its ci95 holds at
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 
 from fabench.analysis import stats
-from fabench.analysis.entry import analyse_result
+from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_result, power_capped
 from fabench.analysis.figures import METRICS
 
 LEVEL = 0.95
@@ -55,7 +55,9 @@ def _cells(results: list[dict], metric: str) -> list[dict]:
             figure = (entry.get("stats") or {}).get(metric) if entry["status"] == "ok" else None
             if not figure or not figure.get("median"):
                 continue
-            cells.append({"figure": figure, "stats": entry["stats"], **own_noise(entry["trials"], metric)})
+            limit = (result.get("method") or {}).get("stable_spread", DEFAULT_STABLE_SPREAD)
+            cells.append({"figure": figure, "stats": entry["stats"], **own_noise(entry["trials"], metric),
+                          "capped": metric == "device_ms" and power_capped(entry["trials"], limit) is not None})
     return cells
 
 
@@ -78,8 +80,15 @@ def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
     """(variance, degrees of freedom, cells) pooled over the POOL_CELLS cells nearest in duration."""
     target = math.log(cells[index]["figure"]["median"])
     # An unstable cell's noise has a cause of its own (spread beyond the run's limit, warm-up that
-    # never settled): it is that cell's, and would widen its stable neighbours' intervals.
-    usable = [c for c in cells if c["df"] > 0 and c["stats"].get("stable", True)] or [c for c in cells if c["df"] > 0]
+    # never settled): it is that cell's, and would widen its stable neighbours' intervals. So has a
+    # cell timed at a clock held down that moved between its trials (a power cap, `capped`): it
+    # pools with every stable cell, capped or not, while a cell that ran at a steady clock does
+    # not take the cap's noise into its pool. On the shared H100 pair the capped cells were those
+    # whose processes lay furthest apart (2-3%, cuDNN and FlashAttention at seq 4096); pooled,
+    # they widened the interval of every kernel of about their duration.
+    target_capped = cells[index]["capped"]
+    usable = ([c for c in cells if c["df"] > 0 and c["stats"].get("stable", True) and (target_capped or not c["capped"])]
+              or [c for c in cells if c["df"] > 0])
     nearest = sorted(usable, key=lambda c: abs(math.log(c["figure"]["median"]) - target))[:POOL_CELLS]
     df = sum(c["df"] for c in nearest)
     if not df:
