@@ -190,11 +190,14 @@ def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
     assert "regression" not in flags and "improvement" not in flags  # no speed-up from a backend newly available
     assert flags.count("now available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
     # Every judgement of a cell measured stable in both runs (vs previous and vs baseline) answers
-    # but the two whose change is the SM clock's (0003 is another card, held at another clock).
+    # but the two whose change is the SM clock's (0003 is another card, held at another clock) and
+    # two on that other card whose noise, never below what each cell's two processes show
+    # (fabench.analysis.noise.cell_sigma), hides 1.4-1.6%, more than the 1.35% margin.
     judged = [c[kind] for row in cli["rows"] for c in row["cells"] for kind in ("vs_previous", "vs_baseline")
               if c.get(kind) and c[kind]["flag"] not in ("unstable", "now available", "not measured")]
     answered = [v for v in judged if v["verdict"] in ("same", "changed")]
-    assert len(answered) >= 0.9 * len(judged) and [v["flag"] for v in judged if v not in answered] == ["clock"] * 2
+    assert len(answered) >= 0.9 * len(judged)
+    assert sorted(v["flag"] for v in judged if v not in answered) == ["clock"] * 2 + ["noisy"] * 2
 
 
 @pytest.mark.parametrize("key, value, expected", [

@@ -76,14 +76,17 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
     shared = sorted(set(a) & set(b))
     other_code = [k for k in shared if not policy.same_code(a[k], b[k])]
     repeats = [k for k in shared if k not in other_code]
-    judged, stable, answered, outside = 0, 0, 0, 0
+    judged, stable, answered, outside, pi_checks = 0, 0, 0, 0, 0
     alarms = dict.fromkeys(RULES, 0)
     for key in repeats:
         metric = cell_metric(a[key], b[key])
         if metric is None:
             continue
         judged += 1
-        outside += outside_pi(a[key], b[key], metric) + outside_pi(b[key], a[key], metric)
+        for one, other in ((a[key], b[key]), (b[key], a[key])):
+            miss = outside_pi(one, other, metric)
+            pi_checks += miss is not None
+            outside += bool(miss)
         verdict = policy.judge(a[key], b[key], rule, (old_id, new_id), hardware, expect_same_code=True)
         alarms["ours"] += verdict["verdict"] == "changed"
         if verdict["flag"] != "unstable":
@@ -101,15 +104,16 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
     return {"old": old_id, "new": new_id, "same_card": policy.same_card(*hardware), "cells": judged,
             "stable_cells": stable, "answered": answered,
             "other_code": [" ".join(k) + ": " + ", ".join(policy.code_differences(a[k], b[k])) for k in other_code],
-            "pi_checks": 2 * judged, "pi_outside": outside, "pi_bound": binomial_bound(2 * judged),
+            "pi_checks": pi_checks, "pi_outside": outside, "pi_bound": binomial_bound(pi_checks),
             "false_alarms": alarms,
             "sensitivity": sensitivity}
 
 
-def outside_pi(a: dict, b: dict, metric: str) -> bool:
-    """Whether b's median lies outside a's 95% prediction interval (a run with none: no miss counted)."""
+def outside_pi(a: dict, b: dict, metric: str) -> bool | None:
+    """Whether b's median lies outside a's 95% prediction interval; None where a has none (one
+    process per job): no check, rather than a check that cannot miss."""
     pi = a["stats"][metric].get("pi95")
-    return bool(pi) and not pi[0] <= b["stats"][metric]["median"] <= pi[1]
+    return None if not pi else not pi[0] <= b["stats"][metric]["median"] <= pi[1]
 
 
 def flagged(a: dict, slower: dict, keys: list, hardware: tuple[dict, dict], rule: Rule) -> dict:
@@ -153,16 +157,19 @@ def summary(pairs: list[dict]) -> dict:
         if not cells:
             continue
         stable = sum(p["stable_cells"] for p in chosen)
+        checks = sum(p["pi_checks"] for p in chosen)
         out[name] = {"pairs": len(chosen), "cells": cells, "stable_cells": stable,
                      "answered": sum(p["answered"] for p in chosen),
                      "false_alarms_per_100": {rule: 100 * sum(p["false_alarms"][rule] for p in chosen) / cells
                                               for rule in RULES},
-                     "pi_checks": sum(p["pi_checks"] for p in chosen),
+                     # None where no run of these pairs has a prediction interval (one process per job)
+                     "pi_checks": checks,
                      "pi_outside": sum(p["pi_outside"] for p in chosen),
-                     "pi_outside_share": sum(p["pi_outside"] for p in chosen) / sum(p["pi_checks"] for p in chosen),
-                     "pi_within_bound": (sum(p["pi_outside"] for p in chosen)
-                                         <= binomial_bound(sum(p["pi_checks"] for p in chosen))),
-                     "pi_every_pair_within_bound": all(p["pi_outside"] <= p["pi_bound"] for p in chosen)}
+                     "pi_outside_share": sum(p["pi_outside"] for p in chosen) / checks if checks else None,
+                     "pi_within_bound": (sum(p["pi_outside"] for p in chosen) <= binomial_bound(checks)
+                                         if checks else None),
+                     "pi_every_pair_within_bound": (all(p["pi_outside"] <= p["pi_bound"] for p in chosen if p["pi_checks"])
+                                                    if checks else None)}
     for index, change in enumerate(INJECTED):
         stable = sum(p["sensitivity"][index]["stable_cells"] for p in pairs)
         out[f"+{change:.0%}"] = {"stable_cells": stable, "flagged_share": {

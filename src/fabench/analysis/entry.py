@@ -16,31 +16,80 @@ DEFAULT_TOLERANCE = 0.03
 
 
 def metric_summary(values: list[float], processes: list[int]) -> dict:
-    """{median, spread, n, process_medians} of one metric over the trials; intervals come later."""
+    """{median, spread, within_spread, n, process_medians} of one metric over the trials; intervals
+    come later. spread: over every trial; within_spread: the largest over one process's trials
+    (stats.within_spread: from 9 trials a process's outermost two no longer count)."""
     return {"median": stats.median(values), "ci95": None, "pi95": None, "spread": stats.spread(values),
+            "within_spread": stats.within_spread(values, processes),
             "n": len(values), "process_medians": stats.process_medians(values, processes)}
 
 
-def stability(figure: dict, stable_spread: float, notes: list[str]) -> tuple[bool, str | None]:
-    """Stable when the judged figure's trials lie within `stable_spread` of each other and no
-    note (warm-up that never settled, a GPU that caught up with the host, kernels that differ
-    between processes) casts doubt on them. The reason names every problem found."""
-    reasons = [note for note in notes if legacy.remeasured_note_holds(note)]
-    if figure["spread"] > stable_spread:
-        reasons.insert(0, f"{legacy.SPREAD_REASON}{figure['spread']:.1%} (max/min - 1 over {figure['n']} trials) "
-                          f"exceeds {stable_spread:.1%}")
-    return (not reasons), ("; ".join(reasons) or None)
+# Why a cell is unstable (stats["unstable_codes"], beside the reason in words): a process's trials
+# of the figure disagree (and a clock held down moved with them), a warm-up never settled, the kernels timed were not the ones identified
+# (or differed between processes), the event pairs that were the figure waited for the host, or a
+# note of an older result this code cannot classify.
+SPREAD, CLOCK, WARMUP, KERNELS, UNFED_PAIRS, NOTE = "spread", "clock", "warm-up", "kernels", "unfed pairs", "note"
 
 
-def trial_stats(trials: list[dict], stable_spread: float, notes: list[str]) -> dict:
+def doubt_code(note: str) -> str:
+    """The code of a note that doubts the figure (see sort_notes for those that do not)."""
+    if "warm-up did not settle" in note:
+        return WARMUP
+    if note.startswith(legacy.KERNELS_NOTE) or ": no kernel time: " in note:
+        return KERNELS
+    return UNFED_PAIRS if legacy.stream_doubted(note) == "loop" else NOTE
+
+
+def sort_notes(notes: list[str], figure_is_pairs: bool) -> tuple[list[str], dict[str, list[str]]]:
+    """(the notes that doubt the figure, {stream: the notes that doubt only that stream}). A GPU that
+    caught up with the host doubts the periods and event pairs of that stream, not a kernel's own
+    duration: only where the figure is the event pairs of the device loop (results from before the
+    kernels' own time was the figure) is the loop's note a doubt on the figure. Notes of streams
+    measured again no more often than one batch's retries (legacy.remeasured_note_holds) doubt nothing."""
+    figure, streams = [], {}
+    for note in notes:
+        if not legacy.remeasured_note_holds(note):
+            continue
+        stream = legacy.stream_doubted(note)
+        if stream is None or (stream == "loop" and figure_is_pairs):
+            figure.append(note)
+        else:
+            streams.setdefault(stream, []).append(note)
+    return figure, streams
+
+
+def stability(figure: dict, stable_spread: float, doubts: list[str],
+              trials: list[dict] = ()) -> tuple[bool, str | None, list[str]]:
+    """(stable, reason, codes). Stable when each process's trials of the judged figure lie within
+    `stable_spread` of each other and no observation that changes that figure (`doubts`: warm-up
+    that never settled, kernels other than those identified or differing between processes) doubts
+    it. The processes' medians may lie further apart: that is the noise between processes, which
+    `repeats` estimate and the cell's intervals carry (fabench.analysis.noise), not instability. A
+    clock held down that moves the figure moves its trials: then the reason says so (code `clock`,
+    beside `spread`); one that does not move them is no doubt on it (and the comparison tells a
+    clock's change by the cycles, policy.clock_explains)."""
+    reasons, codes = list(doubts), [doubt_code(note) for note in doubts]
+    within = figure.get("within_spread", figure["spread"])
+    if within > stable_spread:
+        reasons.insert(0, f"{legacy.SPREAD_REASON}{within:.1%} within one process ({figure['n']} trials in "
+                          f"{len(figure['process_medians'])} process(es)) exceeds {stable_spread:.1%}")
+        codes.insert(0, SPREAD)
+        capped = power_capped(list(trials), stable_spread)
+        if capped:
+            reasons.insert(1, capped)
+            codes.append(CLOCK)
+    return (not reasons), ("; ".join(reasons) or None), sorted(set(codes))
+
+
+def trial_stats(trials: list[dict], stable_spread: float, doubts: list[str]) -> dict:
     wall = metric_summary(*trial_values(trials, "wall_mean_ms"))
     device_values = trial_values(trials, "device_ms")
     device = metric_summary(*device_values) if device_values[0] else None
-    stable, reason = stability(device or wall, stable_spread, notes)
+    stable, reason, codes = stability(device or wall, stable_spread, doubts, trials if device else ())
     out = {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
-           "stable": stable, "unstable_reason": reason, "device_cycles": device_cycles(trials)}
-    # The per-call period of the timed stream: the profiled stream's by its events since one stream
-    # per trial is timed; before, the device loop's.
+           "stable": stable, "unstable_reason": reason, "unstable_codes": codes, "device_cycles": device_cycles(trials)}
+    # The device loop's period (no profiler) where one ran; runs with one loop per trial have only
+    # the profiled stream's.
     periods = trial_medians(trials, "period_events_ms")
     if not periods[0]:
         periods = trial_medians(trials, "period_profiled_events_ms")
@@ -77,9 +126,10 @@ def analyse_entry(entry: dict, result: dict) -> dict:
             entry.update(stats=None, host_overhead_ms=None)
         return entry
     method = result.get("method") or {}
-    trial_figures(trials)
+    figure_is_pairs = trial_figures(trials) == "device_samples_ms"
     observed = legacy.observations(entry)
-    entry["stats"] = trial_stats(trials, method.get("stable_spread", DEFAULT_STABLE_SPREAD), observed["notes"])
+    doubts, stream_doubts = sort_notes(observed["notes"], figure_is_pairs)
+    entry["stats"] = trial_stats(trials, method.get("stable_spread", DEFAULT_STABLE_SPREAD), doubts)
     entry["wall_mean_ms"] = entry["stats"]["wall_mean_ms"]["median"]
     device = trial_values(trials, "device_ms")[0]
     entry["device_ms"] = stats.describe(device) if device else None
@@ -96,7 +146,10 @@ def analyse_entry(entry: dict, result: dict) -> dict:
         pairs = trial_medians(trials, "device_samples_ms")[0]
         peer = stats.median(pairs) if pairs and any(t.get("kernel_samples_ms") for t in trials) else device_median
         entry["cross_check"] = cross_checks(trials, peer, tolerance, observed)
-        for key, check in (("second_method", period_check(trials)), ("kernel_time", kernel_time_check(trials))):
+        if peer is not device_median:
+            unjudged_peer(entry["cross_check"], stream_doubts.get("loop", []))
+        for key, check in (("second_method", period_check(trials, stream_doubts)),
+                           ("kernel_time", kernel_time_check(trials))):
             if check is not None:
                 entry["cross_check"] = dict(entry["cross_check"] or {"do_bench_ms": None, "agrees": None,
                                                                      "reason": "do_bench not run"})
@@ -104,18 +157,20 @@ def analyse_entry(entry: dict, result: dict) -> dict:
     return entry
 
 
-def trial_figures(trials: list[dict]) -> None:
+def trial_figures(trials: list[dict]) -> str:
     """Each trial's device figure (in place): the median of its kernel-time samples (the kernels'
     own time per call, CUPTI), where the entry has them; in results measured before, the median of
     the event pairs around each call. A trial without kernel samples in an entry that has them (its
     trace could not be read, the note says why) has no device figure: one figure is never a mix of
-    two quantities. Trials recorded before any samples were kept carry the figure and keep it."""
+    two quantities. Trials recorded before any samples were kept carry the figure and keep it.
+    Returns the samples' key the figure is read from."""
     key = "kernel_samples_ms" if any(t.get("kernel_samples_ms") for t in trials) else "device_samples_ms"
     for trial in trials:
         if trial.get(key):
             trial["device_ms"] = stats.median(trial[key])
         elif key == "kernel_samples_ms":
             trial["device_ms"] = None
+    return key
 
 
 def analyse_measured(entry: dict, job: dict) -> dict:
@@ -178,7 +233,7 @@ def judged(check: dict | None) -> dict | None:
 EVENT_RESOLUTION_MS = 0.0005
 
 
-def period_check(trials: list[dict]) -> dict | None:
+def period_check(trials: list[dict], stream_doubts: dict[str, list[str]] | None = None) -> dict | None:
     """The second method: the per-call period of the profiled back-to-back stream (the one the
     kernels' own time is read from) by CUPTI's timestamps against the same stream's period by the
     CUDA/HIP events recorded around its calls. The same quantity of the same stream by two clocks:
@@ -194,7 +249,13 @@ def period_check(trials: list[dict]) -> dict | None:
 
     Tolerance, from the measured noise of both: the half-range of each method's trial medians
     (their own repeatability across trials and processes) summed, plus the events' resolution
-    relative to the period. None where either side was not measured."""
+    relative to the period. None where either side was not measured.
+
+    A stream the GPU caught up with has the host's waits in its period, by either clock: such a
+    stream (a trial's `unfed_streams`, or a note of it in `stream_doubts`, sort_notes) leaves the
+    check unable to judge (agrees null, "could not judge: ..."). It says nothing of the kernels'
+    own durations, so it is no doubt on the cell's figure. Streams taken again until fed
+    (`profiled_restreams`) are a fact of the measurement, not a doubt."""
     profiled, _ = trial_medians(trials, "period_profiled_events_ms")
     loop, _ = trial_medians(trials, "period_events_ms")
     cupti, _ = trial_medians(trials, "period_cupti_ms")
@@ -210,11 +271,39 @@ def period_check(trials: list[dict]) -> dict | None:
            "tolerance_parts": noise, "agrees": off <= tolerance, "reason": None,
            "stream": "the profiled stream" if profiled else "the device loop's stream (events) and the profiled one",
            "profiler_overhead": (stats.median(profiled) / stats.median(loop) - 1) if profiled and loop else None}
-    if off > tolerance:
+    # CUPTI reads the profiled stream; the events read it too, or (older results) the device loop's.
+    read = ("profiled",) if profiled else ("profiled", "loop")
+    unjudged = unfed(trials, [note for stream in read for note in (stream_doubts or {}).get(stream, [])])
+    if unjudged:
+        out.update(agrees=None, reason=f"{COULD_NOT_JUDGE}{unjudged}")
+    elif off > tolerance:
         out["reason"] = (f"per-call period by events {by_events:.4f} ms, by CUPTI {by_cupti:.4f} ms: {off:.1%} apart, "
                          f"tolerance {tolerance:.1%} (half-ranges {noise['events']:.1%} + {noise['cupti']:.1%}, "
                          f"resolution {noise['resolution']:.1%})")
     return out
+
+
+COULD_NOT_JUDGE = "could not judge: "
+
+
+def unfed(trials: list[dict], notes: list[str]) -> str | None:
+    """Why a stream's period cannot be judged (None when it can): the GPU caught up with the host
+    in a stream that was kept, by the trials' `unfed_streams` or by older results' notes."""
+    kept = sum(t.get("unfed_streams") or 0 for t in trials)
+    if kept:
+        return (f"{kept} profiled stream(s) kept although the GPU caught up with the host, so both clocks "
+                f"read its waits in the period")
+    if notes:
+        return "the GPU caught up with the host in a stream the check reads (" + "; ".join(notes) + ")"
+    return None
+
+
+def unjudged_peer(check: dict | None, notes: list[str]) -> None:
+    """do_bench's verdict (in place) where its peer, the device loop's event pairs, waited for the
+    host: could not judge, its figures kept."""
+    if check and check.get("agrees") is not None and notes:
+        check.update(agrees=None, reason=f"{COULD_NOT_JUDGE}the GPU caught up with the host in the event pairs "
+                                         f"do_bench is compared with ({'; '.join(notes)})")
 
 
 def profiler_check(values: list[float], device_median: float | None, tolerance: float, trials: list[dict]) -> dict:

@@ -9,6 +9,10 @@ taken back from there. Schema 1 has no trials: its figures are kept, with no int
 Merges before the code identity (fabench.analysis.policy) noted "different kernels" when only the
 digest of Inductor's generated source differed between processes, which depends on the compile
 caches' state: such a note is read as what it is today, no note (kernels_note_holds).
+
+Notes of a stream the GPU caught up with (commits up to the one that recorded `unfed_streams` as a
+trial field) are read as what they doubt: the stream a cross-check reads, not the kernels' own
+durations (stream_doubted).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ SPREAD_REASON = "trials spread "
 # kept was fed: a fact of the measurement, not a doubt on it (read so by remeasured_note_holds).
 _REMEASURED = re.compile(r"trial \d+: (\d+) profiled stream\(s\) measured again, the GPU having reached")
 MAX_RETRIES_THEN = 3
+_PROFILED = re.compile(r"profiled stream\(s\) (kept after|measured again)")
+_LOOP = re.compile(r"the GPU reached \d+ chunk\(s\) before the host had queued them")
 KERNELS_NOTE = "the processes ran different kernels: "
 _GENERATED = re.compile(r",? ?generated sha256 [0-9a-fA-FNone]+")
 
@@ -48,6 +54,17 @@ def kernels_note_holds(note: str) -> bool:
     processes = re.split(r"(?:^|; )process \d+: ", note[len(KERNELS_NOTE):])
     profiled = {_GENERATED.sub("", p).strip() for p in processes if p and not p.startswith("not profiled")}
     return len(profiled) > 1
+
+
+def stream_doubted(note: str) -> str | None:
+    """The stream a note of a GPU that caught up with the host doubts: "profiled" (the stream under
+    the profiler, whose period the second method reads) or "loop" (the device loop without the
+    profiler, whose event pairs were the device figure before the kernels' own time was); None for
+    a note of anything else. A GPU that waits between calls lengthens the period and any event pair
+    around a call, not a kernel's own duration."""
+    if _PROFILED.search(note):
+        return "profiled"
+    return "loop" if _LOOP.search(note) else None
 
 
 def remeasured_note_holds(note: str) -> bool:

@@ -14,10 +14,18 @@ sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
   ci95: this run's median +- t(df) * sigma / sqrt(P)              (where the true time lies)
   pi95: this run's median +- t(df) * sigma * sqrt(1/P + 1/P)      (where another run will read)
 with sigma^2 = pooled variance + FLOOR^2. Calibrated on two default runs on one card, each run's
-medians against the other's pi95 (nominal 5%): 9 of 100 on the committed H200 pair, 6 of 120 on
-the shared H100 pair, both within the binomial bound (examples/h200/detector-check.md). With one process per cell (a CPU run) the process effect cannot be
-seen: the trials' spread inside the process is pooled instead for the ci95, the method says that
-it leaves out the noise between processes, and no pi95 is given (nor any verdict between runs:
+medians against the other's pi95 (nominal 5%): 8 of 100 on the committed H200 pair, 2 of 120 on
+the shared H100 pair, both within the binomial bound (examples/h200/detector-check.md).
+
+Pooling never makes a cell's interval narrower than its own replicates allow: its ci95 holds at
+least the distribution-free interval of the median from its replicates' order statistics (all of
+them up to 5 replicates: stats.order_interval), its sigma widened to that where needed, and its
+own variance counts from 2 degrees of freedom (cell_sigma); the pi95 is wider than the ci95. A
+cell's own noise between processes is what `repeats` estimate: it widens its intervals and
+counts in the verdicts, it does not make the cell unstable (fabench.analysis.entry.stability).
+With one process per cell (a CPU run with `cpu.repeats: 1`) the process effect cannot be seen:
+the trials' spread inside the process stands in for the ci95, the method says that it leaves out
+the noise between processes, and no pi95 is given (nor any verdict between runs:
 fabench.analysis.policy says cannot tell).
 """
 
@@ -26,7 +34,7 @@ from __future__ import annotations
 import math
 
 from fabench.analysis import stats
-from fabench.analysis.entry import analyse_result
+from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_result, power_capped
 from fabench.analysis.figures import METRICS
 
 LEVEL = 0.95
@@ -34,7 +42,8 @@ POOL_CELLS = 16
 # Below about 0.1% the trials' figures are quantised (on an H200, cells of 25 us repeat to the
 # last digit between processes); a pooled estimate of zero noise would call any change real.
 FLOOR = 0.001
-# A cell's own noise estimate overrides a smaller pooled one from this many degrees of freedom.
+# A cell's own variance estimate overrides a smaller pooled one from this many degrees of freedom;
+# from fewer (two replicates), the replicates' own interval bounds it instead (cell_sigma).
 OWN_DF = 2
 
 
@@ -46,30 +55,40 @@ def _cells(results: list[dict], metric: str) -> list[dict]:
             figure = (entry.get("stats") or {}).get(metric) if entry["status"] == "ok" else None
             if not figure or not figure.get("median"):
                 continue
-            cells.append({"figure": figure, "stats": entry["stats"], **_own_noise(entry["trials"], metric)})
+            limit = (result.get("method") or {}).get("stable_spread", DEFAULT_STABLE_SPREAD)
+            cells.append({"figure": figure, "stats": entry["stats"], **own_noise(entry["trials"], metric),
+                          "capped": metric == "device_ms" and power_capped(entry["trials"], limit) is not None})
     return cells
 
 
-def _own_noise(trials: list[dict], metric: str) -> dict:
+def own_noise(trials: list[dict], metric: str) -> dict:
     """The cell's log-variance between its process medians (df = processes - 1); with one
-    process, between the trials of that process (df = trials - 1), marked as such."""
+    process, between the trials of that process (df = trials - 1), marked as such; and those
+    replicates' values (`values`), for the interval they allow by themselves."""
     values = [t for t in trials if t.get(metric) is not None and t[metric] > 0]
     processes = sorted({t.get("process", 0) for t in values})
     if len(processes) >= 2:
         medians = stats.process_medians([t[metric] for t in values], [t.get("process", 0) for t in values])
         return {"variance": stats.log_variance(medians), "df": len(medians) - 1, "replicates": len(medians),
-                "between": "processes"}
+                "between": "processes", "values": medians}
     figures = [t[metric] for t in values]
     return {"variance": stats.log_variance(figures), "df": max(len(figures) - 1, 0), "replicates": len(figures),
-            "between": "trials"}
+            "between": "trials", "values": figures}
 
 
 def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
     """(variance, degrees of freedom, cells) pooled over the POOL_CELLS cells nearest in duration."""
     target = math.log(cells[index]["figure"]["median"])
     # An unstable cell's noise has a cause of its own (spread beyond the run's limit, warm-up that
-    # never settled): it is that cell's, and would widen its stable neighbours' intervals.
-    usable = [c for c in cells if c["df"] > 0 and c["stats"].get("stable", True)] or [c for c in cells if c["df"] > 0]
+    # never settled): it is that cell's, and would widen its stable neighbours' intervals. So has a
+    # cell timed at a clock held down that moved between its trials (a power cap, `capped`): it
+    # pools with every stable cell, capped or not, while a cell that ran at a steady clock does
+    # not take the cap's noise into its pool. On the shared H100 pair the capped cells were those
+    # whose processes lay furthest apart (2-3%, cuDNN and FlashAttention at seq 4096); pooled,
+    # they widened the interval of every kernel of about their duration.
+    target_capped = cells[index]["capped"]
+    usable = ([c for c in cells if c["df"] > 0 and c["stats"].get("stable", True) and (target_capped or not c["capped"])]
+              or [c for c in cells if c["df"] > 0])
     nearest = sorted(usable, key=lambda c: abs(math.log(c["figure"]["median"]) - target))[:POOL_CELLS]
     df = sum(c["df"] for c in nearest)
     if not df:
@@ -81,6 +100,19 @@ def interval(median: float, half_log: float) -> list[float]:
     return [median * math.exp(-half_log), median * math.exp(half_log)]
 
 
+def cell_sigma(cell: dict, pooled: float, t: float) -> float:
+    """The cell's relative noise: the pooled one (with the floor), but never less than its own
+    estimate from OWN_DF degrees of freedom up, nor less than makes its ci95 (t * sigma / sqrt(n)
+    about the median) hold the interval its replicates allow by themselves (stats.order_interval:
+    every replicate up to 5 of them). One sigma, so the verdicts (fabench.analysis.policy) claim no
+    more than the interval does."""
+    sigma = math.sqrt(max(pooled, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + FLOOR**2)
+    low, high = stats.order_interval(cell["values"], LEVEL)
+    median = cell["figure"]["median"]
+    reach = max(math.log(median / low), math.log(high / median), 0.0)
+    return max(sigma, reach * math.sqrt(cell["replicates"]) / t)
+
+
 def method_text(between: str, df: int, cells: int, replicates: int) -> str:
     what = ("the spread between the processes' medians" if between == "processes" else
             "the spread between the trials of one process (no second process: the noise from process to "
@@ -89,8 +121,9 @@ def method_text(between: str, df: int, cells: int, replicates: int) -> str:
                 if between == "processes" else
                 "no prediction interval: one process cannot tell where another run will read")
     return (f"Student-t {LEVEL:.0%} intervals from {what}, pooled over the {cells} cells nearest in duration "
-            f"({df} degrees of freedom), with a {FLOOR:.1%} floor; ci95: this run's median over {replicates} "
-            f"replicates; {predicts}")
+            f"({df} degrees of freedom), never below the cell's own, with a {FLOOR:.1%} floor; ci95: this run's "
+            f"median over {replicates} replicates, at least as wide as the range of the median its replicates "
+            f"allow by themselves; {predicts}")
 
 
 def add_intervals(results: list[dict], metric: str) -> None:
@@ -101,9 +134,8 @@ def add_intervals(results: list[dict], metric: str) -> None:
         if not df:
             figure.update(ci95=None, pi95=None, noise=None)
             continue
-        # A cell noisier than its neighbours keeps its own noise: pooling must not hide it.
-        sigma = math.sqrt(max(variance, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + FLOOR**2)
         t = stats.t_quantile(stats.two_sided(LEVEL), df)
+        sigma = cell_sigma(cell, variance, t)
         figure["ci95"] = interval(figure["median"], t * sigma / math.sqrt(replicates))
         # One process per job cannot see the noise from process to process, the largest part of
         # what separates two runs (two CPU runs in a row: 6 of 20 medians inside such an interval):

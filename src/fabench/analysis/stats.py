@@ -6,7 +6,6 @@ import math
 import statistics
 
 
-
 def _scipy():
     """SciPy's stats, imported on first use: a measuring process reads medians through this module
     and should not pay SciPy's import (0.5-0.8 s) for the quantiles it never asks for."""
@@ -71,6 +70,34 @@ def process_medians(values: list[float], processes: list[int]) -> list[float]:
     for value, process in zip(values, processes):
         groups.setdefault(process, []).append(value)
     return [statistics.median(groups[p]) for p in sorted(groups)]
+
+
+def within_spread(values: list[float], processes: list[int], level: float = 0.95) -> float:
+    """How far one process's values leave its median in doubt, apart from how far the processes
+    lie from each other: the largest spread (high/low - 1) among the processes of the
+    distribution-free `level` interval of their median (order_interval): max/min up to 8 values
+    at 95%; from 9 on, one outlier on each side no longer counts (a trial that a busy host
+    preempted)."""
+    groups: dict[int, list[float]] = {}
+    for value, process in zip(values, processes):
+        groups.setdefault(process, []).append(value)
+    return max(spread(list(order_interval(group, level))) for group in groups.values())
+
+
+def order_interval(values: list[float], level: float) -> tuple[float, float]:
+    """The distribution-free interval of the median from the values' order statistics: the
+    narrowest [x_(k), x_(n+1-k)] that holds the median with at least `level` probability whatever
+    the distribution; [min, max] when even that does not reach it (fewer than 6 values at 95%)."""
+    ordered = sorted(values)
+    n, k = len(ordered), 1
+    while k + 1 <= (n + 1) // 2 and 1 - 2 * _binomial_cdf(k + 1, n) >= level:
+        k += 1
+    return ordered[k - 1], ordered[n - k]
+
+
+def _binomial_cdf(k: int, n: int) -> float:
+    """P(Bin(n, 1/2) < k): the chance that fewer than k of n values lie below the median."""
+    return sum(math.comb(n, i) for i in range(k)) / 2**n
 
 
 def log_variance(values: list[float]) -> float:

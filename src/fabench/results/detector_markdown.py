@@ -24,6 +24,17 @@ def figure_text(name: str, value: float | None) -> str:
     return f"{value:.2f}" if name.startswith("false_alarms") else f"{value:.1%}"
 
 
+NO_PI = "n/a: no prediction interval (one process per job)"
+
+
+def pi_text(s: dict, level: float) -> str:
+    """The calibration cells of one summary row: the misses and the bounds, or why there are none."""
+    if not s["pi_checks"]:
+        return f"{NO_PI} | n/a"
+    return (f"{s['pi_outside']} of {s['pi_checks']} ({s['pi_outside_share']:.1%}, nominal {1 - level:.0%}) | "
+            f"{'yes' if s['pi_within_bound'] else 'no'} / {'yes' if s['pi_every_pair_within_bound'] else 'no'}")
+
+
 def render(check: dict) -> str:
     lines = ["# Detector check", "",
              "How `fabench compare` behaves on these archived runs, by exactly the rule it applies (below): false "
@@ -52,9 +63,7 @@ def render(check: dict) -> str:
             s = summary[name]
             alarms = " / ".join(f"{s['false_alarms_per_100'][rule]:.1f}" for rule in RULES)
             lines.append(f"| {s['pairs']} pair(s), {name} | {s['cells']} | {s['answered']} of {s['stable_cells']} | "
-                         f"{alarms} | {s['pi_outside']} of {s['pi_checks']} ({s['pi_outside_share']:.1%}, nominal "
-                         f"{1 - check['level']:.0%}) | {'yes' if s['pi_within_bound'] else 'no'} / "
-                         f"{'yes' if s['pi_every_pair_within_bound'] else 'no'} |")
+                         f"{alarms} | {pi_text(s, check['level'])} |")
     lines += ["", "| Injected change | Stable cells (both runs of each pair in turn) | Flagged: " + " / ".join(RULES) +
               " |", "|---|---|---|"]
     for change in check["injected"]:
@@ -68,8 +77,9 @@ def render(check: dict) -> str:
     for p in check["pairs"]:
         fa = "/".join(str(p["false_alarms"][r]) for r in RULES)
         inj = ["/".join(str(s["flagged"][r]) for r in RULES) + f" of {s['stable_cells']}" for s in p["sensitivity"]]
+        outside = f"{p['pi_outside']} ({p['pi_bound']})" if p["pi_checks"] else "n/a (no PI)"
         lines.append(f"| {p['old']} | {p['new']} | {'same' if p['same_card'] else 'other'} | {p['cells']} | "
-                     f"{p['answered']} of {p['stable_cells']} | {fa} | {p['pi_outside']} ({p['pi_bound']}) | "
+                     f"{p['answered']} of {p['stable_cells']} | {fa} | {outside} | "
                      f"{' | '.join(inj)} | {len(p['other_code'])} |")
     left = sorted({cell for p in check["pairs"] for cell in p["other_code"]})
     if left:
