@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from fabench.config import quote, schema_error
+from fabench.results.bounds import bounds_problem
 from fabench.shapes import shape_key
 from fabench.resources import SCHEMA_DIR
 
@@ -37,7 +38,8 @@ def load_published(path: str | Path, schema: str | Path = PUBLISHED_SCHEMA) -> d
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise PublishedError(f"{path} is not YAML: {yaml_problem(err, text)}") from None
-    problem = schema_error(data, yaml.safe_load(Path(schema).read_text())) or _consistency_error(data)
+    problem = (schema_error(data, yaml.safe_load(Path(schema).read_text())) or _number_error(data)
+               or _consistency_error(data))
     if problem:
         raise PublishedError(f"{path}: {problem}")
     return data
@@ -52,6 +54,13 @@ def yaml_problem(err: yaml.YAMLError, text: str) -> str:
     lines = text.splitlines()
     line = lines[mark.line] if mark.line < len(lines) else ""
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}: {quote(line)}"
+
+
+def _number_error(published: dict) -> str | None:
+    """A number no measurement can be (a time of 1e308 ms, a speedup of 1e300), named as the
+    schema's errors name a key (variants.default.results.0.ms.native)."""
+    problem = bounds_problem(published)
+    return problem.removeprefix("$.").replace("]", "").replace("[", ".") if problem else None
 
 
 def _consistency_error(published: dict) -> str | None:
