@@ -12,8 +12,8 @@ import argparse
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 # Deeper than any file fabench writes (a results.json is about 10 levels), far below where
@@ -108,17 +108,22 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     OutputPathError, what output_target refuses, whatever the caller. The folder is made when
     missing: the workflow's own paths (results/<run>/...) need it, and a path a user gives as an
     output option was refused at parsing when its folder is missing (output_file_arg). On any
-    failure (a full disk, say) the temporary file is removed and `path` is left as it was."""
+    failure (a full disk, say) the temporary file is removed and `path` is left as it was.
+
+    The file keeps the mode of the file it replaces (a private 0600 output stays private); a new
+    file gets the mode the umask gives any new file (0644 under the usual 022)."""
     target = output_target(path, folder_must_exist=False)
     target.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    mode = replaced_mode(target)
+    fd, tmp = _create_temporary(target)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from other users of a shared folder
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -126,6 +131,26 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def replaced_mode(target: Path) -> int | None:
+    """The permission bits of the regular file at `target`, None when there is none yet."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _create_temporary(target: Path) -> tuple[int, str]:
+    """A new file beside `target`, opened for writing, created with 0666 so that the umask sets its
+    mode as for any new file (mkstemp's fixed 0600 would hide results from the other users of a
+    shared folder, and a fixed 0644 would ignore a private umask)."""
+    while True:
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def write_json(path: str | os.PathLike, value, sort_keys: bool = False) -> None:

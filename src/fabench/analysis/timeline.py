@@ -104,7 +104,10 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         # Only when this workflow measured: a later re-render starts after the processes ran.
         "before_first_process_s": (first - workflow_started_at)
         if workflow_started_at and workflow_started_at <= first else None,
+        # Processes an earlier Snakemake measured: all of them when this one only rendered the
+        # report, some when it measured the others again (a failed process re-run).
         "measured_before_workflow": bool(workflow_started_at and first < workflow_started_at),
+        "earlier_processes": sum(1 for p in processes if workflow_started_at and p["start"] < workflow_started_at),
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
         "workers": len({p["worker"] for p in processes if p["worker"]}),
         "in_workers": sum(1 for p in processes if p["worker"]),

@@ -15,6 +15,7 @@ from fabench.files import JsonReadError, loads_json, read_json
 from fabench.results.archive_layout import (RECORD, RECORD_FORMAT, RECORD_FORMAT_V1, RUN_ID_PATTERN, SUMS,
                                             ArchiveError, content_sha256, measurements_sha256, parse_sums,
                                             sha256_hex)
+from fabench.results.bounds import bounds_problem
 
 RESULTS = "results.json"
 
@@ -105,21 +106,36 @@ def record_problems(entry_dir: Path, sums: dict[str, str]) -> list[str]:
     if (record.get("label"), record.get("run_id")) != (label, run_id):
         return [f"{RECORD}: records {record.get('label')}/{record.get('run_id')}, stored as {label}/{run_id} "
                 "(moved or renamed)"]
+    collected, problem = read_results(entry_dir) if RESULTS in recorded else (None, None)
+    if problem:
+        return [problem]
     if record["format"] == RECORD_FORMAT_V1:
         identity_key, identity = "content_sha256", record["content_sha256"]
     else:
         identity_key, identity = "measurements_sha256", record.get("measurements_sha256")
         try:
-            measured = measurements_sha256(read_json(entry_dir / RESULTS))
-        except JsonReadError as err:  # a NaN, an infinity, nesting too deep: which field, not "does not match"
-            return [f"{RESULTS}: {str(err).removeprefix(str(entry_dir / RESULTS) + ': ')}"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            measured = measurements_sha256(collected)
+        except (ValueError, KeyError, TypeError, AttributeError):
             measured = None
         if measured != identity:
             return [f"{RESULTS}: its measurements do not match {RECORD}'s measurements_sha256"]
     if not run_id.endswith(f"-{str(identity)[:8]}"):
         return [f"{run_id}: the run id's hash is not the entry's {identity_key} ({str(identity)[:8]})"]
     return []
+
+
+def read_results(entry_dir: Path) -> tuple[object, str | None]:
+    """An entry's results.json, or why it holds no measurement: not JSON, a NaN or an infinity,
+    nested too deep, a number no measurement can be (fabench.results.bounds): which field, never
+    only "does not match" (an entry archived before these checks may hold any of them)."""
+    try:
+        collected = read_json(entry_dir / RESULTS)
+    except JsonReadError as err:
+        return None, f"{RESULTS}: {str(err).removeprefix(str(entry_dir / RESULTS) + ': ')}"
+    except OSError:
+        return None, None  # the file check names a missing or unreadable file
+    problem = bounds_problem(collected)
+    return collected, f"{RESULTS}: {problem}" if problem else None
 
 
 def measurements_of(results_path: Path) -> str | None:

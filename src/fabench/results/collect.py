@@ -19,6 +19,7 @@ import jsonschema
 
 from fabench.analysis import analyse_run
 from fabench.files import JsonReadError, json_problem, read_json
+from fabench.results.bounds import bounds_problem
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
 from fabench.shapes import shape_id, shape_key
 
@@ -43,9 +44,10 @@ def json_path(parts: Iterable) -> str:
 
 
 def schema_problems(result: object, validator: jsonschema.Validator) -> list[str]:
-    # JSON Schema cannot say "finite": NaN passes any minimum. Checked first, also for a result
-    # that was never read from a file.
-    problem = json_problem(result)
+    # JSON Schema cannot say "finite": NaN passes any minimum. Nor what a measurement can be (a
+    # trial of 1e308 ms passes "minimum: 0"): fabench.results.bounds. Checked first, also for a
+    # result that was never read from a file.
+    problem = json_problem(result) or bounds_problem(result)
     if problem:
         return [problem]
     errors = sorted(validator.iter_errors(result), key=lambda e: list(map(str, e.absolute_path)))

@@ -29,6 +29,7 @@ from fabench.analysis.entry import analyse_result
 from fabench.analysis.identity import launched_kernels
 from fabench.analysis.legacy import KERNELS_NOTE
 from fabench.files import json_problem, output_file_arg, write_json
+from fabench.results.bounds import bounds_problem
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
 
@@ -92,7 +93,8 @@ def read_process_file(path: Path) -> dict:
                                f"column {err.colno}); {REDO}") from None
     except RecursionError:
         raise ProcessFileError(f"{path} is not a process result (nested too deeply to read); {REDO}") from None
-    problem = json_problem(value)  # NaN, an infinity, nesting deeper than any result
+    # NaN, an infinity, nesting deeper than any result, a number no measurement can be
+    problem = json_problem(value) or bounds_problem(value)
     if problem:
         raise ProcessFileError(f"{path} is not a process result ({problem}); {REDO}")
     if isinstance(value, dict) and SKIPPED_KEY in value:

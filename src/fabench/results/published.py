@@ -9,10 +9,14 @@ from pathlib import Path
 import yaml
 
 from fabench.config import quote, schema_error
-from fabench.shapes import shape_key
+from fabench.results.bounds import bounds_problem
+from fabench.shapes import shape_id, shape_key
 from fabench.resources import SCHEMA_DIR
 
 PUBLISHED_SCHEMA = SCHEMA_DIR / "published.schema.yaml"
+# The backends a config may name: config.schema.yaml's enum, which tests/test_config.py keeps equal
+# to fabench.measure.backends.BACKENDS (read here, so that this reader needs no torch).
+CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
 # The file config.yaml names (a path in the checkout): what an unreadable file is told to look like.
 EXAMPLE_NAME = "mi300x-2025-12-30.yaml"
 
@@ -37,7 +41,8 @@ def load_published(path: str | Path, schema: str | Path = PUBLISHED_SCHEMA) -> d
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise PublishedError(f"{path} is not YAML: {yaml_problem(err, text)}") from None
-    problem = schema_error(data, yaml.safe_load(Path(schema).read_text())) or _consistency_error(data)
+    problem = (schema_error(data, yaml.safe_load(Path(schema).read_text())) or _number_error(data)
+               or _consistency_error(data))
     if problem:
         raise PublishedError(f"{path}: {problem}")
     return data
@@ -54,8 +59,44 @@ def yaml_problem(err: yaml.YAMLError, text: str) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}: {quote(line)}"
 
 
+def _number_error(published: dict) -> str | None:
+    """A number no measurement can be (a time of 1e308 ms, a speedup of 1e300), named as the
+    schema's errors name a key (variants.default.results.0.ms.native)."""
+    problem = bounds_problem(published)
+    return problem.removeprefix("$.").replace("]", "").replace("[", ".") if problem else None
+
+
+def known_backends() -> list[str]:
+    return yaml.safe_load(CONFIG_SCHEMA.read_text())["definitions"]["backend"]["enum"]
+
+
+def _backend_error(published: dict) -> str | None:
+    """A backend fabench does not know, named by a label or by a row's times or speedups: its
+    numbers could be compared with nothing, and a misspelt name (sdpa_cudnnn) would drop silently."""
+    known = known_backends()
+    places = [("labels", published["labels"])]
+    for name, variant in published["variants"].items():
+        for index, row in enumerate(variant["results"]):
+            where = f"variants.{name}.results.{index} ({shape_id(row['shape'])})"
+            places += [(f"{where}.ms", row["ms"]), (f"{where}.speedup", row.get("speedup") or {})]
+    appendix = published.get("appendix") or {}
+    for index, row in enumerate((appendix.get("full_benchmark_output") or {}).get("results") or []):
+        where = f"appendix.full_benchmark_output.results.{index} ({shape_id(row['shape'])})"
+        places += [(f"{where}.ms", row["ms"]), (f"{where}.speedup", row.get("speedup") or {})]
+    if appendix.get("ck_vs_triton"):
+        places.append(("appendix.ck_vs_triton.ms", appendix["ck_vs_triton"]["ms"]))
+    for where, by_backend in places:
+        unknown = [name for name in by_backend if name not in known]
+        if unknown:
+            return f"{where}: {unknown[0]!r} is not a backend fabench knows ({', '.join(known)})"
+    return None
+
+
 def _consistency_error(published: dict) -> str | None:
     """What the schema cannot say: every role and the appendix name a listed backend and variant."""
+    problem = _backend_error(published)
+    if problem:
+        return problem
     for role, name in published["roles"].items():
         if name not in published["labels"]:
             return f"roles.{role}: {name!r} has no entry in labels ({', '.join(published['labels'])})"

@@ -10,6 +10,7 @@ import io
 
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.noise import interval_name
+from fabench.results.bounds import bounds_problem
 
 COLUMNS = ("run", "variant", "shape_id", "batch", "seq", "heads", "head_dim", "backend", "label", "role", "platform",
            "status", "failure_kind", "reason", "metric", "median_ms", "ci95_low_ms", "ci95_high_ms", "pi95_low_ms",
@@ -38,6 +39,11 @@ def cell_row(result: dict, name: str, entry: dict) -> dict:
 
 
 def results_csv(collected: dict) -> str:
+    """The CSV of a collected run; ValueError (one line naming the field) for a number no
+    measurement can be, which would reach the CSV as `inf` or hundreds of digits."""
+    problem = bounds_problem(collected)
+    if problem:
+        raise ValueError(f"results.json: {problem}")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()

@@ -148,9 +148,13 @@ TITLE_ROLES = ("vendor", "triton", "baseline")
 
 
 def title_columns(run: Run) -> list[str]:
-    """The labels of the columns whose backend ran in at least one job: the title names no other."""
+    """The labels of the backends that ran in at least one job, each once (one backend may fill two
+    roles: "SDPA vs Native", not "SDPA vs SDPA vs Native"): the title names no other."""
     ran = {n for r in run.results for n, b in r["backends"].items() if b["status"] == "ok"}
-    return [md_text(run.label(role)) for role in TITLE_ROLES if run.first["roles"].get(role) in ran]
+    roles = {}
+    for role in TITLE_ROLES:
+        roles.setdefault(run.first["roles"].get(role), role)
+    return [md_text(run.label(role)) for name, role in roles.items() if name in ran]
 
 
 def ran_differently(run: Run, name: str) -> bool:

@@ -20,7 +20,7 @@ from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_cod
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import ONE_PROCESS_WHY, code_identity, same_code
-from fabench.report.model import Run, role_backend, role_ms, speedup
+from fabench.report.model import ROLES, Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
 NAMES_A_WINNER = claims.NAMES_A_WINNER
@@ -78,16 +78,38 @@ def speedup_cell(run: Run, result: dict, role: str, strong: bool = False) -> str
     return marked(bold(fmt_times(value), strong and value is not None), run.role_claim(result, "baseline", role))
 
 
+# How a column names the roles its backend fills, when it fills more than one.
+ROLE_WORDS = {"baseline": "baseline", "vendor": "vendor", "triton": "Triton"}
+
+
+def column_roles(run: Run) -> dict[str, list[str]]:
+    """Each role whose backend gets a column, with every role that backend fills: one column per
+    backend, so that a backend in two roles (vendor and Triton both SDPA) is not shown twice."""
+    first: dict[str, list[str]] = {}
+    for role in ROLES:
+        first.setdefault(run.first["roles"][role], []).append(role)
+    return {roles[0]: roles for roles in first.values()}
+
+
+def columns(run: Run) -> list[str]:
+    """The table's headers: the shape, each backend's time, each non-baseline backend's speedup."""
+    roles = column_roles(run)
+    named = {role: md_text(run.label(role)) + ("" if len(filled) == 1 else
+                                               " as " + " and ".join(ROLE_WORDS[r] for r in filled))
+             for role, filled in roles.items()}
+    return ["shape", *(f"{named[role]} (ms)" for role in roles),
+            *(f"{named[role]} Speedup" for role in roles if role != "baseline")]
+
+
 def variant_row(run: Run, result: dict, notes: Footnotes, highlight: bool) -> list[str]:
     claim = vendor_vs_triton(run, result)
     winner = claim["faster"] if highlight and claim["claim"] in NAMES_A_WINNER else None
+    strong = {"vendor": winner == "a", "triton": winner == "b"}
+    roles = column_roles(run)
     return [
         shape_text(result["shape"]),
-        ms_cell(result, "baseline", notes),
-        ms_cell(result, "vendor", notes, winner == "a"),
-        ms_cell(result, "triton", notes, winner == "b"),
-        speedup_cell(run, result, "vendor"),
-        speedup_cell(run, result, "triton", winner == "b"),
+        *(ms_cell(result, role, notes, strong.get(role, False)) for role in roles),
+        *(speedup_cell(run, result, role, role == "triton" and strong["triton"]) for role in roles if role != "baseline"),
     ]
 
 
@@ -114,21 +136,36 @@ def variant_table(run: Run, variant: str) -> dict:
 
 def ignored_keys(run: Run) -> list[dict]:
     """Config keys the Triton-role backend recorded as not used (FlexAttention has no PRELOAD_V or
-    waves_per_eu): once per backend and platform, with the keys it was given and, of the ignored
-    ones, those the variants differ in (their difference cannot show in its times)."""
+    waves_per_eu): once per backend and platform, with the keys it was given in every one of its
+    cells (a variant that ignored nothing gave keys too), by variant where the variants gave
+    different keys, and, of the ignored ones, those the variants differ in (their difference
+    cannot show in its times)."""
     groups: dict[tuple, dict] = {}
     for result in run.results:
         name = result["roles"]["triton"]
         backend = result["backends"].get(name) or {}
         recorded = backend.get("kernel_config")
-        if not isinstance(recorded, dict) or not recorded.get("ignored"):
+        if not isinstance(recorded, dict) or "ignored" not in recorded:
             continue
-        key = (backend_name(name, backend), result["platform"], tuple(recorded["ignored"]))
-        groups.setdefault(key, {}).update(recorded.get("kernel_options") or {})
+        group = groups.setdefault((backend_name(name, backend), result["platform"]), {"ignored": {}, "used": {}})
+        group["ignored"].update(dict.fromkeys(recorded["ignored"]))
+        given = group["used"].setdefault(result["variant"], {})
+        given.update(dict.fromkeys(recorded.get("kernel_options") or {}))
     changed = run.changed_keys() if len(run.variants) > 1 else []
-    return [{"backend": who, "platform": md_text(platform), "ignored": [md_text(k) for k in ignored],
-             "used": [md_text(k) for k in used], "changed": [md_text(k) for k in ignored if k in changed]}
-            for (who, platform, ignored), used in groups.items()]
+    return [{"backend": who, "platform": md_text(platform), "ignored": [md_text(k) for k in sorted(group["ignored"])],
+             **given_keys(run, group["used"]), "changed": [md_text(k) for k in sorted(group["ignored"]) if k in changed]}
+            for (who, platform), group in groups.items() if group["ignored"]]
+
+
+def given_keys(run: Run, by_variant: dict[str, dict]) -> dict:
+    """The keys a backend was given: one list when every variant gave the same, else each
+    variant's (`by_variant`), so that no variant's keys are left out of the note."""
+    distinct = list(dict.fromkeys(tuple(keys) for keys in by_variant.values()))
+    if len(distinct) == 1:
+        return {"used": [md_text(k) for k in distinct[0]], "used_by_variant": []}
+    return {"used": [], "used_by_variant": [{"variant": md_text(run.variant_label(v)),
+                                             "given": [md_text(k) for k in keys] or ["none"]}
+                                            for v, keys in by_variant.items()]}
 
 
 def triton_pairs(run: Run) -> list[tuple[dict, dict, dict]]:
@@ -281,6 +318,7 @@ def judged_on(run: Run) -> str | None:
 def context(run: Run, published: dict | None) -> dict:
     first, last = run.variants[0], run.variants[-1]
     return {
+        "columns": columns(run),
         "variants": [variant_table(run, v) for v in run.variants],
         "ignored_keys": ignored_keys(run),
         # One variant has nothing to compare against: no key improvements.

@@ -31,6 +31,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "workflow": seconds(line["workflow_s"]),
         "before_first_process": seconds(line["before_first_process_s"]),
         "measured_before_workflow": line["measured_before_workflow"],
+        "earlier_processes": line["earlier_processes"],
         "gpus": len(line["gpus"]),
         "workers": line["workers"],
         "in_workers": line["in_workers"],
