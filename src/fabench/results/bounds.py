@@ -30,10 +30,13 @@ MIN_MS = 1e-6
 MAX_SECONDS = 1e7  # a compile, a wait for a GPU lease: about 4 months
 MAX_RATIO = MAX_MS / MIN_MS
 MAX_MAGNITUDE = float(2**64)  # what 64 bits count: a seed, a FLOP count, a Unix time all fit
-SIGNED_MS = frozenset({"host_overhead_ms"})
+# A difference of two times: what launching adds per call; a graph replay with its calls minus one
+# without them, per call (fabench.measure.timing.graph_kernel_time), which noise can take below zero.
+SIGNED_MS = frozenset({"host_overhead_ms", "per_call_ms"})
 RATIOS = frozenset({"speedup", "spread"})
 COUNTS = frozenset({"n", "iters", "warmup", "warmup_iters", "repeats", "trials", "index", "process", "cells",
-                    "df", "replicates", "device_count", "jobs", "number", "profiled_restreams"})
+                    "df", "replicates", "device_count", "jobs", "number", "profiled_restreams", "chunks",
+                    "unfed_chunks", "calls", "replays", "kernels_per_call"})
 # The figures of a dict named for a time (device_ms: {median, p10, ...}; stats.<metric>: {...}).
 TIME_FIGURES = frozenset({"mean", "median", "p10", "p90", "min", "max", "ci95", "pi95", "process_medians"})
 
