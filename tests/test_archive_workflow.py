@@ -52,7 +52,7 @@ def test_archive_stores_every_finished_run_and_compare_names_one_it_does_not_hol
     assert re.search(r"results/tiny-a: archived as archive/cpu-a/0001-[0-9a-f]{8}", steps["archive"].stderr)
     assert pending not in steps["compare again"].stderr
     entries = json.loads((work / "compare" / "compare.json").read_text())["entries"]
-    assert [e["label"] for e in entries] == ["cpu-a", "cpu-b"]
+    assert [e["label"] for e in entries] == ["cpu-a", "cpu-b"], {k: p.stderr[-4000:] for k, p in steps.items() if k != "report tiny-a"}
 
 
 def test_a_finished_run_the_archive_cannot_take_is_named_with_why_and_fails_nothing(archived, tmp_path):
