@@ -65,18 +65,27 @@ def archived_identities(archive_root: Path) -> set[str]:
 
 
 def unarchived_runs(results_root: Path, archive_root: Path, skip: Iterable[str] = ()) -> list[Path]:
-    """The finished runs whose measurements no entry of the archive holds, but those named in skip."""
+    """The finished runs whose measurements no entry of the archive holds, but those named in skip
+    and previews (config.preview: too few samples to compare versions by)."""
     held, skip = archived_identities(archive_root), set(skip)
     return [run_dir for run_dir in finished_runs(results_root)
-            if run_dir.name not in skip and measurements_of(run_dir / RESULTS) not in held]
+            if run_dir.name not in skip and not run_config(run_dir).get("preview")
+            and measurements_of(run_dir / RESULTS) not in held]
+
+
+def run_config(run_dir: Path) -> dict:
+    """The run's own resolved config, {} when it cannot be read (the store then says why)."""
+    try:
+        config = read_json(run_dir / "config.json")
+    except (OSError, JsonReadError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def run_label(run_dir: Path) -> str | None:
     """The archive label the run's own config asked for (archive.label), None for the default."""
-    try:
-        label = (read_json(run_dir / "config.json").get("archive") or {}).get("label")
-    except (OSError, JsonReadError, AttributeError):
-        return None
+    archive = run_config(run_dir).get("archive")
+    label = archive.get("label") if isinstance(archive, dict) else None
     return label if label is not None and label_problem(label) is None else None
 
 
