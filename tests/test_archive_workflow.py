@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from fabench.results.archive_read import verify_entry
+from fabench.results.unarchived import STORE_COMMAND
 from workflow_util import SNAKEFILE, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -25,15 +26,45 @@ def run_config(run: str, label: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def archived(tmp_path_factory):
-    """Two real runs of the CPU test experiment, archived under two version labels."""
+def archived_steps(tmp_path_factory):
+    """Two real runs of the CPU test experiment under two version labels, as a new user makes them:
+    tiny-a by the report target alone, then `compare` and `archive` with tiny-b's config, which do
+    not name tiny-a; `compare` again. The work folder and each step's process."""
     work = tmp_path_factory.mktemp("archive-work")
-    for run, label in (("tiny-a", "cpu-a"), ("tiny-b", "cpu-b")):
-        proc = snakemake(work, "--cores", "1", "archive", config=run_config(run, label))
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    proc = snakemake(work, "--cores", "1", "compare", config=run_config("tiny-b", "cpu-b"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return work
+    steps = {"report tiny-a": snakemake(work, "--cores", "1", "report", config=run_config("tiny-a", "cpu-a"))}
+    for step in ("compare", "archive", "compare again"):
+        steps[step] = snakemake(work, "--cores", "1", step.split()[0], config=run_config("tiny-b", "cpu-b"))
+    for step, proc in steps.items():
+        assert proc.returncode == 0, step + ": " + proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work, steps
+
+
+@pytest.fixture(scope="module")
+def archived(archived_steps):
+    return archived_steps[0]
+
+
+def test_archive_stores_every_finished_run_and_compare_names_one_it_does_not_hold(archived_steps):
+    work, steps = archived_steps
+    pending = f"results/tiny-a is a finished run not in archive: `{STORE_COMMAND}` stores it"
+    assert pending in steps["compare"].stderr
+    assert "## Finished runs not in the archive" not in (work / "compare" / "compare.md").read_text()
+    assert re.search(r"results/tiny-a: archived as archive/cpu-a/0001-[0-9a-f]{8}", steps["archive"].stderr)
+    assert pending not in steps["compare again"].stderr
+    entries = json.loads((work / "compare" / "compare.json").read_text())["entries"]
+    assert [e["label"] for e in entries] == ["cpu-a", "cpu-b"], {k: p.stderr[-4000:] for k, p in steps.items() if k != "report tiny-a"}
+
+
+def test_a_finished_run_the_archive_cannot_take_is_named_with_why_and_fails_nothing(archived, tmp_path):
+    work = copy_of(archived, tmp_path)
+    receipt = work / "results" / "tiny-a" / "archived.json"
+    shutil.rmtree(work / json.loads(receipt.read_text())["path"])  # no longer archived
+    next((work / "results" / "tiny-a" / "tuned").glob("*.json")).unlink()  # and no longer whole
+    proc = snakemake(work, "--cores", "1", "archive", config=run_config("tiny-b", "cpu-b"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "results/tiny-a not archived: results/tiny-a is not a finished run: 1 job result file(s) missing" in proc.stderr
+    assert "0 other finished run(s) archived, 1 not" in proc.stderr
+    assert not list((work / "archive" / "cpu-a").glob("0*"))
 
 
 def test_each_run_is_one_intact_entry_under_its_label(archived):
@@ -65,8 +96,9 @@ def test_the_comparison_has_a_row_per_measured_cell_of_both_entries(archived):
 
 def test_archiving_again_adds_nothing_and_a_new_run_gets_a_new_id(archived):
     again = snakemake(archived, "--cores", "1", "archive", config=run_config("tiny-b", "cpu-b"))
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-    assert len(list((archived / "archive" / "cpu-b").glob("0*"))) == 1
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 other finished run(s) archived, 0 not" in again.stderr
+    assert [len(list((archived / "archive" / label).glob("0*"))) for label in ("cpu-a", "cpu-b")] == [1, 1]
 
 
 def chromium() -> str:

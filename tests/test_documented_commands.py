@@ -60,3 +60,30 @@ def test_the_readme_is_read_in_minutes_and_every_page_it_points_to_exists():
     for page in (REPO / "docs").glob("*.md"):  # the docs' links to each other too
         for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / link).exists(), f"{page.name}: {link}"
+
+
+@pytest.mark.slow
+def test_the_preview_writes_every_section_and_says_it_is_a_preview(tmp_path):
+    """The README's quick look, as documented: config/preview.yaml on top of config.yaml."""
+    proc = snakemake(tmp_path, "--cores", "1", "report", "--configfile", str(REPO / "config" / "preview.yaml"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (tmp_path / "results" / "preview" / "report.md").read_text()
+    assert "**This is a preview**" in report.split("### Environment Setup")[0]
+    headings = set(re.findall(r"^### (.+)$", report, re.M))
+    assert {"Results", "Published vs Reproduced", "Correctness", "Device Timing and TFLOP/s",
+            "Where the run's time went", "How precise is this run", "Figures",
+            "Appendix: Full Benchmark Output", "The Published Claims, Re-tested"} <= headings
+    table = pandas.read_csv(tmp_path / "results" / "preview" / "results.csv")
+    assert table["shape_id"].nunique() == 2
+
+
+def test_a_command_line_count_a_cpu_run_does_not_use_is_warned_in_one_line(tmp_path):
+    """docs/usage.md's `--config run=quick iters=20`: on a CPU the cpu block's counts apply."""
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "report", "--config", "run=quick", "iters=20",
+                     config=tiny_config(), env={"FABENCH_PLATFORM": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("warning: on a CPU")]
+    assert "iters=20 (used: cpu.iters=2)" in line
+    quiet = snakemake(tmp_path, "-n", "--cores", "1", "report", "--config", "iters=2", config=tiny_config(),
+                      env={"FABENCH_PLATFORM": "cpu"})
+    assert "warning: on a CPU" not in quiet.stderr

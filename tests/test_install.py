@@ -3,9 +3,13 @@ fresh virtual environment, then the commands that render, run from a folder outs
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import shutil
+import site
 import subprocess
 import sys
 import venv
@@ -17,23 +21,45 @@ REPO = Path(__file__).resolve().parents[1]
 ARCHIVE = REPO / "examples" / "h200" / "archive"
 
 
+def build_backend_missing() -> str | None:
+    """Why this environment cannot build the package without isolation, or None. setuptools builds
+    wheels itself from 70.1 on; before that it needs the `wheel` package (envs/test.txt locks a
+    setuptools that needs none)."""
+    try:
+        version = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return "setuptools is not installed here (envs/test.txt installs it)"
+    if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < (70, 1) and importlib.util.find_spec("wheel") is None:
+        return f"setuptools {version} needs the wheel package to build, and it is not installed (envs/test.txt has a newer setuptools)"
+    return None
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """A fresh venv (reusing this interpreter's installed dependencies) with fabench pip-installed
-    from the checkout, not editable: its python."""
+    """A fresh venv with fabench pip-installed from the checkout, not editable: its python. Its other
+    packages are this environment's own, named in a .pth file, and not the base interpreter's (which
+    system_site_packages would give: in a venv made by `python3 -m venv` that is a bare Python)."""
+    if reason := build_backend_missing():
+        pytest.skip(reason)
     env_dir = tmp_path_factory.mktemp("venv")
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    # Lines of a .pth file are added after the venv's own site-packages, and .pth files found in them are
+    # not run: this environment's editable fabench stays out, its dependencies and setuptools come in.
+    (Path(purelib) / "this-environment.pth").write_text("".join(f"{path}\n" for path in site.getsitepackages()))
     # What a source distribution holds, copied, so that the build leaves nothing in the checkout.
     build = tmp_path_factory.mktemp("build")
     shutil.copy(REPO / "pyproject.toml", build)
     shutil.copytree(REPO / "src", build / "src", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(REPO / "workflow" / "schemas", build / "workflow" / "schemas")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                    "--no-build-isolation", "--no-cache-dir", str(build)],
-                   check=True, capture_output=True, text=True, timeout=600, cwd=build,
-                   env={**os.environ, "TMPDIR": str(build)})
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                           "--no-build-isolation", "--no-cache-dir", str(build)],
+                          capture_output=True, text=True, timeout=600, cwd=build,
+                          env={**os.environ, "TMPDIR": str(build)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return python
 
 

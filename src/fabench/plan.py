@@ -194,6 +194,23 @@ class Plan:
         """Paths in the config are relative to the project, whatever the working directory."""
         return path if os.path.isabs(path) else str(self.project / path)
 
+    def unused_on_cpu(self, command_line: dict) -> str | None:
+        """One line when --config sets a count that a CPU run does not use (the cpu block's own apply
+        there: fabench.config.CPU_OVERRIDES) to a value other than the one in effect, else None.
+        Config files may set both, for a GPU and a CPU; a command line is meant for this host."""
+        if self.platform != "cpu":
+            return None
+        used = fabench_config.timing_settings(self.config, "cpu")
+        timing = command_line.get("timing") if isinstance(command_line.get("timing"), dict) else {}
+        given = {**{key: command_line[key] for key in ("warmup", "iters") if key in command_line},
+                 **{f"timing.{key}": timing[key] for key in fabench_config.CPU_OVERRIDES if key in timing}}
+        unused = [f"{name}={value} (used: cpu.{name.split('.')[-1]}={used[name.split('.')[-1]]})"
+                  for name, value in given.items() if value != used[name.split(".")[-1]]]
+        if not unused:
+            return None
+        return (f"warning: on a CPU {', '.join(unused)} changes nothing: set the cpu block instead, "
+                "e.g. --config 'cpu={iters: 20}' (docs/usage.md, On a CPU)")
+
     # --- checks before any job ---------------------------------------------------------------------
     def check_local_aiter(self) -> None:
         """Locally, an installed aiter whose MHA config is not found is refused in one line naming its

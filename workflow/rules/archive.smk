@@ -1,7 +1,8 @@
 # Keep every finished run, compare the archived versions, draw the pictures.
-#   snakemake --cores 1 archive    each finished run stored as archive/<platform-version>/<run-id>/
+#   snakemake --cores 1 archive    each finished results/<run> not yet archived stored as
+#                                  archive/<platform-version>/<run-id>/
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
-# The work is in fabench.results.archive_store, .archive_read, .compare and fabench.report.compare_markdown,
+# The work is in fabench.results.archive_store, .unarchived, .archive_read, .compare and fabench.report.compare_markdown,
 # .plots.
 from fabench.analysis.policy import (
     Rule as ComparisonRule,
@@ -67,9 +68,20 @@ rule archive_run:
         "../scripts/archive_run.py"
 
 
+# No output, so it runs each time: the runs under results/ are found when it runs, and each
+# finished one the archive does not hold is stored (this config's own through rule archive_run).
 rule archive:
     input:
         all_runs(archive_receipt),
+    log:
+        "logs/archive-finished-runs.log",
+    localrule: True
+    params:
+        root=config["archive"]["root"],
+        own_runs=list(RUNS),
+        schema=SCHEMA_DIR / "result.schema.json",
+    script:
+        "../scripts/archive_finished.py"
 
 
 # The comparison policy from the config, refused with one line before any job starts.

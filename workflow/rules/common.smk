@@ -27,7 +27,10 @@ def make_plan():
     config_layers.replace_whole_values(config, [*user["files"], user["command_line"]])
     Plan.check(config, Path(workflow.basedir))
     validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"), set_default=True)
-    return Plan.checked(config, Path(workflow.basedir))
+    plan = Plan.checked(config, Path(workflow.basedir))
+    if note := plan.unused_on_cpu(user["command_line"]):
+        print(note, file=sys.stderr)
+    return plan
 
 
 def measuring_slots():  # one measuring job at a time on a CPU host (fabench.plan)

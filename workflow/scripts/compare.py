@@ -15,6 +15,7 @@ from fabench.analysis.policy import Rule
 from fabench.results.compare import CompareError, compare_entries
 from fabench.results.compare_csv import comparison_csv
 from fabench.report.compare_markdown import render_markdown
+from fabench.results.unarchived import WORKFLOW_RESULTS, unarchived_lines
 
 sm = snakemake  # noqa: F821
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
@@ -31,6 +32,12 @@ plots = {Path(p).name: p for p in sm.output.plots}
 figures = [(f"variant {variant} across the archived versions", version_plot_name(variant))
            for variant in sm.params.variants]
 markdown = render_markdown(comparison, figures=figures)
+# A finished run the archive does not hold is in no comparison: named here, with the command that stores it.
+if pending := unarchived_lines(WORKFLOW_RESULTS, Path(sm.params.root)):
+    for line in pending:
+        logging.warning("%s", line)
+        print(f"compare: {line}", file=sys.stderr, flush=True)
+    markdown += "\n## Finished runs not in the archive\n\n" + "".join(f"- {line}\n" for line in pending)
 write_atomic(sm.output.markdown, markdown)
 write_json(sm.output.json, comparison)
 write_atomic(sm.output.csv, comparison_csv(comparison))

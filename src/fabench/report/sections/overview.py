@@ -185,6 +185,7 @@ def context(run: Run, published: dict | None) -> dict:
     started, finished = run.provenance_values("started"), run.provenance_values("finished")
     return {
         "published": bool(published),
+        "preview": bool(run.config.get("preview")),  # config.preview: a quick look, said first
         "run": md_code(run.name),
         "platforms": md_text(", ".join(run.platforms())),
         "device": md_text(", ".join(run.provenance_values("device"))),

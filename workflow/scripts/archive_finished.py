@@ -1,0 +1,26 @@
+"""rule archive: once this config's runs are archived (rule archive_run), every other finished
+results/<run> the archive does not hold yet is stored too, under its own config's archive.label
+(fabench.results.unarchived). A run that cannot be stored (not finished, refused) is named with
+why in the log and on the terminal; it does not fail the rule, whose job is the runs that can be."""
+import logging
+import sys
+from pathlib import Path
+
+from fabench.results.collect import result_schema
+from fabench.results.unarchived import WORKFLOW_RESULTS, store_unarchived
+
+sm = snakemake  # noqa: F821
+logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
+
+
+def say(line):
+    logging.info("%s", line)
+    print(f"archive: {line}", file=sys.stderr, flush=True)
+
+
+outcome = store_unarchived(WORKFLOW_RESULTS, Path(sm.params.root), sm.params.own_runs,
+                           schema=result_schema(sm.params.schema), notify=say)
+for stored in outcome:
+    say(f"{stored.run_dir}: archived as {stored.entry}" if stored.entry else f"{stored.run_dir} not archived: {stored.refused}")
+say(f"{sum(s.entry is not None for s in outcome)} other finished run(s) archived, "
+    f"{sum(s.entry is None for s in outcome)} not")
