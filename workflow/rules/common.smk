@@ -22,7 +22,9 @@ def make_plan():
     the config checked, then the schema's defaults; the plan. One line for anything wrong.
     """
     settings = workflow.config_settings
-    user = layer_user_config(settings.config, settings.configfiles, settings.config_args)
+    user = layer_user_config(
+        settings.config, settings.configfiles, settings.config_args
+    )
     update_config(config, user["command_line"])
     config_layers.replace_whole_values(config, [*user["files"], user["command_line"]])
     Plan.check(config, Path(workflow.basedir))
@@ -121,7 +123,8 @@ def image_to_build(wildcards):
 
 def docker_manifest(wildcards):
     """The run's image manifest in docker. While the image is still to be built, a dry run is told
-    too when no engine answers; a real run refuses before its first job (Snakefile onstart)."""
+    too when no engine answers; a real run refuses before its first job (Snakefile onstart).
+    """
     if not PLAN.docker:
         return []
     manifest = planned(PLAN.image_manifest, wildcards.run)
