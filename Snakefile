@@ -39,11 +39,11 @@ onstart:
 
 
 onsuccess:
-    PLAN.stop_measuring_workers(workflow.non_local_exec or workflow.remote_exec)
+    stop_measuring_workers()
 
 
 onerror:
-    PLAN.stop_measuring_workers(workflow.non_local_exec or workflow.remote_exec)
+    stop_measuring_workers()
 
 
 # The report and every job result it is made from: a result deleted after the report was

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -136,16 +138,95 @@ def test_the_plan_refuses_a_config_before_the_schema_fills_it():
         Plan.check({**default_config(), "iters": "many"}, Path(REPO))
 
 
-def test_a_cluster_executor_is_read_from_the_command_line_and_the_profile():
-    """Snakemake names its executor to the Snakefile only when jobs run; the plan reads it from
-    the command line (and the profile it names), so that CPU jobs on a cluster, each in an
-    allocation of its own, are not held to this host's one at a time."""
-    from fabench.plan import Plan
+CLUSTER_PROBE = """
+from fabench.plan import submits_jobs
+print("submits jobs:", submits_jobs(workflow.resource_settings.nodes, workflow.remote_exec))
+rule all:
+    input: []
+"""
 
-    assert Plan.cluster_executor(["snakemake", "--executor", "slurm", "report"])
-    assert Plan.cluster_executor(["snakemake", "-e", "slurm"])
-    assert Plan.cluster_executor(["snakemake", "--profile", str(REPO / "profiles" / "slurm"), "report"])
-    assert Plan.cluster_executor(["snakemake", "report"], str(REPO / "profiles" / "slurm"))
-    assert not Plan.cluster_executor(["snakemake", "--cores", "1", "report"])
-    assert not Plan.cluster_executor(["snakemake", "--profile", str(REPO / "profiles" / "multi-gpu"), "report"])
-    assert not Plan.cluster_executor(["snakemake", "--executor", "local"])
+
+@pytest.mark.parametrize("args, submits", [
+    (["--executor", "slurm", "--jobs", "2"], True),
+    (["--profile", str(REPO / "profiles" / "slurm")], True),
+    (["--cores", "2"], False),
+    (["--jobs", "2"], False),  # a local run's --jobs is its --cores (in a real run: not -n)
+    (["--profile", str(REPO / "profiles" / "multi-gpu")], False),
+])
+def test_a_cluster_executor_is_known_from_snakemakes_own_settings_when_the_snakefile_is_parsed(tmp_path, args,
+                                                                                                  submits):
+    """Snakemake names its executor to the Snakefile only when jobs run; the plan reads what
+    Snakemake has by then (its --jobs, its remote mode), never its command line or profile files."""
+    (tmp_path / "Snakefile").write_text(CLUSTER_PROBE)
+    proc = snakemake(tmp_path, *args, snakefile=tmp_path / "Snakefile", timeout=120)  # nothing to do
+    assert f"submits jobs: {submits}" in proc.stdout.splitlines(), proc.stdout + proc.stderr
+
+
+class EngineStandIn:
+    """A unix socket where a Docker engine would answer, counting who knocks (and answering nobody)."""
+
+    def __init__(self, path: Path):
+        self.path, self.knocks = path, 0
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(path))
+        self.server.listen()
+        self.server.settimeout(0.2)
+        self.open = True
+        self.thread = threading.Thread(target=self._count, daemon=True)
+        self.thread.start()
+
+    def _count(self):
+        while self.open:
+            try:
+                conn, _ = self.server.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.knocks += 1
+            conn.close()
+
+    def close(self):
+        self.open = False
+        self.thread.join()
+        self.server.close()
+
+
+def test_the_docker_engine_is_asked_only_by_targets_that_build_or_run_a_container(tmp_path):
+    config = {**tiny_config(), "runtime": "docker"}
+    engine = EngineStandIn(tmp_path / "e.sock")
+    env = {"DOCKER_HOST": f"unix://{engine.path}"}
+    try:
+        proc = snakemake(tmp_path, "-n", "--cores", "1", "results/tiny/config.json", config=config, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert engine.knocks == 0 and "warning: runtime docker" not in proc.stderr
+        proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=config, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert engine.knocks >= 1
+        assert len([line for line in proc.stderr.splitlines() if line.startswith("warning: runtime docker:")]) == 1
+    finally:
+        engine.close()
+
+
+def test_the_workflows_end_never_fails_on_a_workers_folder_it_cannot_use(tmp_path, monkeypatch):
+    """The Snakefile's handlers stop the measuring workers; a workers' folder that is a file gives a
+    line naming the variable, not an error of the handler's own."""
+    from fabench.watchdog import WORKFLOW_ENV
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("FABENCH_WORKER_DIR", str(tmp_path / "a-file"))
+    monkeypatch.setenv(WORKFLOW_ENV, "test")
+    note = cpu_plan(measure={**default_config()["measure"], "mode": "worker"}).stop_measuring_workers(False)
+    assert note.startswith("note: the measuring workers were not told to stop") and "FABENCH_WORKER_DIR" in note
+
+
+def test_every_variable_that_names_a_place_is_checked_before_any_job(tmp_path):
+    """fabench.places (the jobs' own check) is asked at plan time: a place-naming variable that points
+    at a file stops the workflow before any job, in one line naming the variable."""
+    places = pytest.importorskip("fabench.places")
+    (tmp_path / "a-file").write_text("")
+    for variable in ("FABENCH_WORKER_DIR", "FABENCH_LEASE_DIR"):
+        env = {"PATH": "/usr/bin:/bin", variable: str(tmp_path / "a-file")}
+        assert places.check_env_places(env), variable
+        proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=tiny_config(), timeout=300, env=env)
+        assert proc.returncode != 0
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "invalid environment:" in line]
+        assert len(lines) == 1 and variable in lines[0] and "Traceback" not in proc.stderr, proc.stderr

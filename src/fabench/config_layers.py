@@ -8,7 +8,10 @@ sets them (lists are replaced whole anyway, as Snakemake does).
 
 --config values are typed as a YAML file would type them. Snakemake reads `key=value` as a number
 or a boolean where it can, and a mapping or list with every value a string: `run=123` would be the
-number 123, and `timing={repeats: 3}` would hold the string '3'.
+number 123, and `timing={repeats: 3}` would hold the string '3'. A key the schema takes as text gets
+the text written after `key=`, from Snakemake's own record of --config (its config_settings'
+config_args), never from re-reading the command line. Structured values (a variants or shapes
+block of your own) are best given in a file, --configfile, as docs/usage.md says.
 """
 
 from __future__ import annotations
@@ -31,16 +34,17 @@ def replace_whole_values(config: dict, layers: list[dict]) -> None:
                 config[key] = copy.deepcopy(layer[key])
 
 
-def command_line_values(values: dict, schema: dict, argv: list[str]) -> dict:
+def command_line_values(values: dict, schema: dict, config_args: list[str] | None) -> dict:
     """--config's values as the same text in a YAML file would give them: a mapping's or a list's
     values typed (3 a number, true a boolean), and a key the schema takes as text given the text
-    the command line wrote (`run=123` is the run '123', `run=007` not '7')."""
+    the command line wrote (`run=123` is the run '123', `run=007` not '7'), as Snakemake recorded it
+    in `config_args` (None, as when Snakemake is driven through its API: the value as text)."""
     typed = {}
     for key, value in values.items():
         if isinstance(value, (dict, list)):
             typed[key] = _typed_leaves(value)
         elif value is not None and not isinstance(value, str) and _takes_text(schema, key):
-            typed[key] = _command_line_text(key, argv) or str(value)
+            typed[key] = _written_text(key, config_args or []) or str(value)
         else:
             typed[key] = value
     return typed
@@ -71,9 +75,9 @@ def _takes_text(schema: dict, key: str) -> bool:
     return "string" in kinds and not {"integer", "number", "boolean"} & set(kinds)
 
 
-def _command_line_text(key: str, argv: list[str]) -> str | None:
-    """The text after `key=` in the last command-line argument that sets the key."""
-    for arg in reversed(argv):
+def _written_text(key: str, config_args: list[str]) -> str | None:
+    """The text after `key=` in the last --config argument that sets the key."""
+    for arg in reversed(config_args):
         if arg.startswith(f"{key}="):
             return arg[len(key) + 1:]
     return None

@@ -74,38 +74,28 @@ def published_error(published: str | None, schemas: Path, project: Path) -> str 
     return None
 
 
-def cluster_executor(argv: list[str], profile_env: str | None = None) -> bool:
-    """Whether this Snakemake submits its jobs through a cluster executor (--executor / -e, or a
-    --profile whose profile file names one), read from its command line: Snakemake tells the
-    Snakefile its executor only once the jobs run, after the plan is made. Each cluster job gets
-    an allocation of its own, so this host's one-at-a-time rule for CPU jobs does not apply there."""
-    def value(flags: tuple[str, ...]) -> str | None:
-        for i, arg in enumerate(argv):
-            for flag in flags:
-                if arg == flag and i + 1 < len(argv):
-                    return argv[i + 1]
-                if arg.startswith(flag + "="):
-                    return arg.split("=", 1)[1]
-        return None
+def submits_jobs(nodes: int | None, remote: bool) -> bool:
+    """Whether this Snakemake submits its jobs to a cluster or cloud executor, each job in an
+    allocation of its own (so this host's one-at-a-time rule for CPU jobs does not apply there),
+    decided from Snakemake's own settings as the Snakefile has them when it is parsed: the
+    executor itself is named to the Snakefile only once the jobs run, after the plan is made.
 
-    executor = value(("--executor", "-e"))
-    profile = value(("--profile",)) or profile_env
-    if executor is None and profile:
-        for name in ("profile.yaml", "config.yaml"):
-            found = Path(profile) / name
-            if found.is_file():
-                executor = (yaml.safe_load(found.read_text()) or {}).get("executor")
-                break
-    return executor not in (None, "local", "dryrun", "touch")
+    Snakemake's own reading: a non-local executor runs only with --jobs
+    (workflow.resource_settings.nodes; a local run's --jobs becomes its --cores), and with `nodes`
+    set its job scheduler stops limiting this host's cores, "cluster/cloud submission". A job's
+    own Snakemake on a cluster node runs in remote mode (workflow.remote_exec). The workflow
+    decides this once (common.smk's CLUSTER) and every rule and handler reads that."""
+    return nodes is not None or remote
 
 
-def layer_user_config(command_line: dict, configfiles: list, argv: list[str],
+def layer_user_config(command_line: dict, configfiles: list, config_args: list[str] | None,
                       schemas: Path = SCHEMA_DIR) -> dict:
     """The values a user's --configfile files and --config put on top of config.yaml, as
     fabench.config_layers describes; returns --config's values typed as in a YAML file (the caller
-    merges them as Snakemake merges, then calls config_layers.replace_whole_values)."""
+    merges them as Snakemake merges, then calls config_layers.replace_whole_values). `config_args`
+    is Snakemake's own record of --config's `key=value` texts (workflow.config_settings.config_args)."""
     schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    typed = config_layers.command_line_values(dict(command_line), schema, argv)
+    typed = config_layers.command_line_values(dict(command_line), schema, config_args)
     # Snakemake has read these files already (a missing or broken one stops it before this).
     files = [yaml.safe_load(Path(path).read_text()) or {} for path in configfiles]
     return {"command_line": typed, "files": files}
@@ -135,6 +125,20 @@ def project_commit(project: Path, told: str = "") -> str:
     return git_commit(project, mark_dirty=True) or "unknown"
 
 
+def place_problems(env) -> list[str]:
+    """Each environment variable that names a place (the workers' and the leases' folders and the
+    like) checked before any job, a line each naming the variable and the fix: a file, a dangling
+    link, a folder read-only, another user's or writable by others, a path too long for a socket.
+    The check is fabench.places', the one the jobs make at run time too."""
+    try:
+        from fabench.places import check_env_places
+    except ModuleNotFoundError as err:  # fabench.places is written beside this (issue 32), merged apart
+        if err.name != "fabench.places":
+            raise
+        return []
+    return check_env_places(dict(env))
+
+
 class Plan:
     """What the rules need of a checked config. `project` is the folder of the Snakefile."""
 
@@ -151,6 +155,7 @@ class Plan:
         self.started_at = time.time()
         self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
         self._image_tags: dict[str, str] = {}  # run -> its image's tag, hashed once
+        self._engine_asked = False  # engine_warning asks the engine once per Snakemake
 
     @staticmethod
     def check(config: dict, project: Path) -> None:
@@ -177,6 +182,9 @@ class Plan:
             raise PlanError(str(err)) from None
         except fabench_config.ConfigError as err:
             raise PlanError(f"invalid config: {err}; {PLATFORM_HINT}") from None
+        problems = place_problems(env)
+        if problems:
+            raise PlanError("invalid environment: " + "; ".join(problems))
         try:
             lease.check_environment(dict(env))
         except DeviceError as err:
@@ -236,6 +244,16 @@ class Plan:
             return f"runtime docker: {err}"
         return None
 
+    def engine_warning(self, manifest: str) -> str | None:
+        """In the docker runtime, the warning that no engine answers, for a dry run too: asked once,
+        by the jobs of an image still to be built (the `manifest` its build writes), never on
+        parsing the Snakefile; a run with the image built asks only at its start (check_engine)."""
+        if not self.docker or self._engine_asked or Path(manifest).is_file():
+            return None
+        self._engine_asked = True
+        problem = self.engine_problem(timeout=5)
+        return f"warning: {problem}" if problem else None
+
     def check_engine(self, rule_names) -> None:
         """A docker run whose engine does not answer stops before its first job. A run with nothing
         for the engine to do (archive, compare, a finished run) needs none."""
@@ -244,7 +262,7 @@ class Plan:
             if problem:
                 raise PlanError(problem)
 
-    cluster_executor = staticmethod(cluster_executor)
+    submits_jobs = staticmethod(submits_jobs)
 
     def measuring_slots(self, given: int | None, cores: int | None,
                         cluster: bool = False) -> tuple[int | None, str | None]:
@@ -323,13 +341,21 @@ class Plan:
             options += ["--mode", self.measure_mode(cluster), "--worker-idle-s", str(settings["worker_idle_s"])]
         return shlex.join(options)
 
-    def stop_measuring_workers(self, cluster: bool) -> None:
-        """At the workflow's end, its measuring workers end at once instead of when idle."""
-        from fabench.measure.worker_client import stop_workers
+    def stop_measuring_workers(self, cluster: bool) -> str | None:
+        """At the workflow's end, its measuring workers end at once instead of when idle. Called by
+        the Snakefile's handlers, which must not fail themselves: a workers' folder that cannot be
+        used gives one line to print (the workers end when idle anyway)."""
+        from fabench.measure.worker_client import WORKER_DIR_ENV, stop_workers
         from fabench.watchdog import WORKFLOW_ENV
 
-        if self.measure_mode(cluster) == "worker":
+        if self.measure_mode(cluster) != "worker":
+            return None
+        try:
             stop_workers(os.environ[WORKFLOW_ENV])
+        except OSError as err:
+            return (f"note: the measuring workers were not told to stop ({err}); they end when idle. "
+                    f"Check {WORKER_DIR_ENV} (or XDG_RUNTIME_DIR)")
+        return None
 
     def triton_overrides(self, variant: str) -> dict:
         """The variant's entry for aiter's config, canonical (key order changes nothing)."""

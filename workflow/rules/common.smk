@@ -22,7 +22,9 @@ def make_plan():
     the config checked, then the schema's defaults; the plan. One line for anything wrong.
     """
     settings = workflow.config_settings
-    user = layer_user_config(settings.config, settings.configfiles, sys.argv)
+    user = layer_user_config(
+        settings.config, settings.configfiles, settings.config_args
+    )
     update_config(config, user["command_line"])
     config_layers.replace_whole_values(config, [*user["files"], user["command_line"]])
     Plan.check(config, Path(workflow.basedir))
@@ -33,11 +35,15 @@ def make_plan():
     return plan
 
 
+# Whether the jobs are submitted to a cluster executor, decided once, from Snakemake's own settings
+# (fabench.plan.submits_jobs): the slots, the measure mode and the handlers all read this.
+CLUSTER = Plan.submits_jobs(workflow.resource_settings.nodes, workflow.remote_exec)
+
+
 def measuring_slots():  # one measuring job at a time on a CPU host (fabench.plan)
     given = workflow.global_resources.get("gpu")
     given = getattr(given, "value", given)
-    cluster = Plan.cluster_executor(sys.argv, os.environ.get("SNAKEMAKE_PROFILE"))
-    slots, note = PLAN.measuring_slots(given, workflow.resource_settings.cores, cluster)
+    slots, note = PLAN.measuring_slots(given, workflow.resource_settings.cores, CLUSTER)
     if slots is not None:
         workflow.register_resource("gpu", slots)
     if note:
@@ -49,9 +55,6 @@ try:
     measuring_slots()
 except PlanError as err:
     raise WorkflowError(str(err)) from None
-# A dry run is told too: the real run refuses before its first job for the engine (Snakefile onstart).
-if engine_problem := PLAN.engine_problem(timeout=5):
-    print(f"warning: {engine_problem}", file=sys.stderr)
 # Jobs on this host stop when this Snakemake is gone (see fabench.watchdog).
 os.environ[WORKFLOW_ENV] = workflow_marker()
 RUNS, SHAPES, VARIANTS = PLAN.runs, PLAN.shapes, PLAN.variants
@@ -122,7 +125,15 @@ def image_to_build(wildcards):
 
 
 def docker_manifest(wildcards):
-    return planned(PLAN.image_manifest, wildcards.run) if PLAN.docker else []
+    """The run's image manifest in docker. While the image is still to be built, a dry run is told
+    too when no engine answers; a real run refuses before its first job (Snakefile onstart).
+    """
+    if not PLAN.docker:
+        return []
+    manifest = planned(PLAN.image_manifest, wildcards.run)
+    if warning := PLAN.engine_warning(manifest):
+        print(warning, file=sys.stderr)
+    return manifest
 
 
 def job_launcher(wildcards, input):
@@ -133,7 +144,13 @@ REPORT_TEMPLATES = sorted(map(str, TEMPLATE_DIR.rglob("*.j2")))
 
 
 def measure_options(wildcards):
-    return PLAN.measure_options(workflow.non_local_exec or workflow.remote_exec)
+    return PLAN.measure_options(CLUSTER)
+
+
+def stop_measuring_workers():
+    """The Snakefile's handlers: never an error of their own (fabench.plan)."""
+    if note := PLAN.stop_measuring_workers(CLUSTER):
+        print(note, file=sys.stderr)
 
 
 def expected_jobs(wildcards):

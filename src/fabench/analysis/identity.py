@@ -8,6 +8,9 @@ and the merge's kernel-difference note ask here; one definition of each.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
+
+from fabench.resources import SCHEMA_DIR
 
 # Facts that name where or when something ran, not what ran: never part of an identity.
 NOT_CODE = frozenset({"configs_dir", "path", "cwd", "generated_sha256", "taken_at", "started", "finished"})
@@ -118,18 +121,35 @@ def matches_published_hardware(results: list[dict], published: dict) -> bool:
     return True
 
 
-# What a result's method records that describes, not sets, the measurement, or observes the machine.
-NOT_EXPERIMENT = frozenset({"wall", "device_time", "ci_method", "device_fallbacks", "gpu_state", "environment",
-                            "process_exits"})
+# The mark each field of a result's method carries in the result schema (x-fabench-role).
+ROLE_MARK = "x-fabench-role"
+SETTING, DESCRIPTION = "setting", "description"
+
+
+@lru_cache(maxsize=None)
+def method_roles() -> dict[str, str]:
+    """Each declared method field's role, from the result schema's marks: `setting` when it
+    changes what is measured, `description` when it describes, observes or judges. Declared in
+    the schema, beside each field's type, so that a new field is decided where it is written down."""
+    schema = json.loads((SCHEMA_DIR / "result.schema.json").read_text())
+    fields = schema["properties"]["method"]["properties"]
+    return {name: rule.get(ROLE_MARK) for name, rule in fields.items()}
+
+
+def experiment_settings(method: dict | None) -> dict:
+    """The method's fields that change what is measured. A field the schema does not declare
+    counts as a setting: a run is never called comparable on a field nobody has judged."""
+    roles = method_roles()
+    return {k: v for k, v in (method or {}).items() if roles.get(k, SETTING) != DESCRIPTION}
 
 
 def experiment_identity(result: dict) -> dict:
     """The settings of one job that change what is measured: shape, dtype, masking, tolerances,
-    timing settings. Two runs of one experiment may differ only in code and hardware."""
-    method = {k: v for k, v in (result.get("method") or {}).items() if k not in NOT_EXPERIMENT}
+    and the method's settings (experiment_settings). Two runs of one experiment may differ only
+    in code and hardware."""
     return {"shape": result.get("shape"), "dtype": result.get("dtype"), "causal": result.get("causal"),
             "tolerance": result.get("tolerance"), "flop_convention": result.get("flop_convention"),
-            "method": method}
+            "method": experiment_settings(result.get("method"))}
 
 
 def experiment_differences(a: list[dict], b: list[dict]) -> list[str]:

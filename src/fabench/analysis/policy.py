@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from fabench.analysis import stats
+from fabench.analysis import calibration, stats
 from fabench.analysis.figures import METRICS, cell_metric
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
@@ -181,7 +181,8 @@ def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str
     noise = change_noise(a, b)
     if noise is None:
         return _verdict("cannot tell", "not comparable", f"{change}; no noise estimate in both runs", **base)
-    return _by_rule(old, new, metric, ratio, noise, rule, base)
+    # Whether the rule's margin and floor were fitted on this hardware (fabench.analysis.calibration).
+    return calibration.mark(_by_rule(old, new, metric, ratio, noise, rule, base), hardware)
 
 
 def _by_rule(old: dict, new: dict, metric: str, ratio: float, noise: tuple[float, int], rule: Rule, base: dict) -> dict:

@@ -147,5 +147,6 @@ def render_markdown(comparison: dict, template_dir: str | Path | None = None,
                     figures: Sequence[tuple[str, str]] = ()) -> str:
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
-               "steps": [step_text(step) for step in comparison.get("steps") or []]}
+               "steps": [step_text(step) for step in comparison.get("steps") or []],
+               "calibration": (comparison.get("calibration") or {}).get("line")}
     return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)

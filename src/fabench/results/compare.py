@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fabench.analysis import analyse_run, policy
+from fabench.analysis import analyse_run, calibration, policy
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import DEFAULT_RULE, Rule
 from fabench.results.archive_read import Entry, EntryChanged
@@ -178,6 +178,7 @@ def compare_entries(entries: Iterable[Entry], rule: Rule = DEFAULT_RULE, baselin
         "format": COMPARE_FORMAT,
         "steps": steps(rows, hardware, rule, experiments),
         "rule": {**rule.as_dict(), "text": rule_text(rule)},
+        "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
         "baseline": baseline,
         "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
         "experiments": experiments.differences,
