@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fabench.analysis.entry import analyse_entry, judged, period_check, trial_figures
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.measure import stopping
 from fabench.measure.backends import BACKENDS, Backend, Prepared
 from fabench.measure.job import reference_output, run_job

@@ -17,7 +17,7 @@ from fabench.measure import metrics
 from fabench.results import merge
 from fabench.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, failed_result, job_settings, measure_backend
 from workflow_util import REPO, tiny_config
@@ -36,7 +36,7 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32", extra=(), 
     out = tmp_path / name
     process = [] if "--process" in extra else ["--process", "0"]
     measured = out if "--process" in extra else tmp_path / f"process-0-{name}"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config),
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--aiter-config", str(kernel_config),
            "--out", str(measured), "--project-commit", "abc123", *extra, *process]
     env = {**os.environ, "OMP_NUM_THREADS": "1",  # as Snakemake sets it for a job under --cores 1
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
@@ -240,7 +240,7 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     process file says so for every backend, as for any process that wrote no result."""
     spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"))
     out = tmp_path / "process-0.json"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
            "--project-commit", "abc123", "--process", "0", "--mode", "isolate", "--timeout-s", "4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.measure import aiter_kernel, worker
 from fabench.measure.worker_client import live_workers, stop_workers
 from fabench.shapes import parse_shape_id
@@ -29,7 +29,7 @@ def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None):
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
     out = tmp_path / f"{name}.json"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config),
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--aiter-config", str(kernel_config),
            "--out", str(out), "--project-commit", "abc123", "--process", "0", "--mode", "worker",
            "--worker-idle-s", "60", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FABENCH_WORKER_DIR": str(worker_dir),

@@ -10,6 +10,7 @@ its own noise says it can. Why it stopped is recorded with the samples.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,8 +28,9 @@ class StopRule:
     max_trial_ms: float  # host time after which the trial stops, quiet or not
 
     @classmethod
-    def from_timing(cls, timing: dict) -> "StopRule":
-        return cls(timing["max_noise"], timing["min_samples"], timing["min_trial_ms"], timing["max_trial_ms"])
+    def from_timing(cls, timing) -> "StopRule":
+        """The rule from a job's timing (fabench.measure.spec.Timing carries every field of it)."""
+        return cls(**{f.name: getattr(timing, f.name) for f in dataclasses.fields(cls)})
 
     def describe(self) -> dict:
         return {"max_noise": self.max_noise, "min_samples": self.min_samples, "min_trial_ms": self.min_trial_ms,
