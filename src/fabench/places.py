@@ -78,12 +78,18 @@ def open_file(path: Path, flags: int, variable: str, mode: int = 0o600) -> int:
         if err.errno == errno.ELOOP:  # the name is a link
             raise PlaceError(f"{variable}: {path} is a symbolic link (planted by someone else?); remove it, "
                              f"or set {variable} to a folder of your own") from None
+        if err.errno == errno.ENXIO:  # a FIFO or socket no one reads: no regular file either
+            raise _not_regular(path, variable) from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise PlaceError(f"{variable}: {path} is not a regular file; remove it, or set {variable} to a folder of your own")
+        raise _not_regular(path, variable)
     os.set_blocking(fd, True)
     return fd
+
+
+def _not_regular(path: Path, variable: str) -> PlaceError:
+    return PlaceError(f"{variable}: {path} is not a regular file; remove it, or set {variable} to a folder of your own")
 
 
 def _made(path: Path, variable: str, shared: bool) -> Path:

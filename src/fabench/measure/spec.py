@@ -244,7 +244,7 @@ def read(kind, value, where: str):
         raise SpecError(f"{where}: {quote(value)} is not {' or '.join(_name(a) for a in args)}")
     if origin is Literal:
         if value not in args:
-            raise SpecError(f"{where}: {quote(value)} is not one of {', '.join(map(str, args))}")
+            raise SpecError(f"{where}: {quote(value)} is not {_name(kind)}")
         return value
     if origin is tuple:
         if not isinstance(value, list):
@@ -268,6 +268,8 @@ def _is(kind, value) -> bool:
 
 
 def _name(kind) -> str:
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(kind)))
     names = {str: "a string", int: "an integer", bool: "true or false", float: "a finite number",
              type(None): "null"}
     return names.get(kind, getattr(kind, "__name__", str(kind)))
