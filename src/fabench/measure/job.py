@@ -40,12 +40,11 @@ from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
 from fabench.measure.kernels import KERNEL_TIME, PERIOD
-from fabench.measure.stopping import StopRule
 from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY, WALL_METHOD
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
 
 IMPORTS_ENDED = time.time()
 
@@ -108,7 +107,7 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
         if platform == "cpu":
             use_cpu_threads(settings.cpu.threads)
         job = measurement(settings, platform, shape)
-        gpu_state = GpuState(platform)
+        gpu_state = plat.named(platform).state()
     with clock.phase("aiter config read-back"):
         kernel_config = _kernel_config(spec.triton, kernel_config_path, platform, settings.dtype)
     cells = {name: Cell(backend_here(name, settings, platform), None, None, job, process)
@@ -127,7 +126,7 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
     with clock.phase("provenance"):
         result = _result(spec, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                          {"started": started, "process": process,
-                          **provenance.collect(platform, sha256_json(settings.to_dict()), project_commit)})
+                          **provenance.collect(plat.named(platform), sha256_json(settings.to_dict()), project_commit)})
     # The figures are the analysis stage's (the merge prints them); a process says what it recorded.
     for name, entry in results.items():
         progress(f"{variant} {spec.shape_id} process {process} {name}: {_summary(entry)}")
@@ -237,7 +236,7 @@ def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: Mea
     if cell.setup():
         for index in range(job.timing.trials):
             if cell.live:
-                cell.trial(index, GpuState(problem.platform))
+                cell.trial(index, plat.named(problem.platform).state())
     cell.release()
     return cell.finish()
 
@@ -247,22 +246,13 @@ def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     timing, platform = job.timing, job.platform
     gpu = platform != "cpu"
     return {
-        "warmup": timing.warmup, "iters": timing.iters, "reduced": job.reduced, "wall": WALL_METHOD,
+        **job.method(),
         "device_timer": f"{platform}-events-{timing.device_method}" if gpu else None,
         "device_time": DEVICE_TIME_METHODS[timing.device_method] if gpu else None,
         # The device figure and the per-call period beside it (fabench.measure.kernels.stream_figures).
         "device_figure": KERNEL_TIME if gpu else None,
         "period": PERIOD if gpu else None,
-        "stopping": StopRule.from_timing(timing).describe() if gpu else None,
         "device_fallbacks": fallbacks,
-        "trials": timing.trials, "min_trial_ms": timing.min_trial_ms, "repeats": timing.repeats,
-        "clear_l2": timing.clear_l2 and gpu,
-        "warmup_settle": {"window_ms": timing.warmup_window_ms, "tolerance": timing.warmup_tolerance,
-                          "clock_tolerance": timing.warmup_clock_tolerance, "min_ms": timing.min_warmup_ms,
-                          "max_ms": timing.max_warmup_ms,
-                          "agree_on": ["window median", "SM clock"] if gpu else []},
-        "stable_spread": timing.stable_spread,
-        "cross_check": {"do_bench": timing.do_bench and gpu, "tolerance": timing.cross_check_tolerance},
         "gpu_state": gpu_state.describe(),
         "environment": {key: os.environ.get(key) for key in (*MEASURING_ENV, *CACHE_ENV)},
         "cpu_threads": torch.get_num_threads(),

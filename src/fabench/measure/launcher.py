@@ -22,8 +22,7 @@ from fabench.aiter_config import file_sha256
 from fabench.config import roles_error, sha256_json
 from fabench.measure.invocation import JobError
 from fabench.measure.spec import JobSpec
-from fabench.results.contract import (FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, WALL_METHOD,
-                                      backend_entry)
+from fabench.results.contract import FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, backend_entry
 
 STOP_AFTER_TERM_S = 30.0  # a cancelled measuring process gets this long to end before it is killed
 TIMEOUT_KEY = "measure.job_timeout_s"
@@ -100,14 +99,14 @@ def no_result(spec: JobSpec, platform: str | None, kernel_config: str | None, co
     if problem:
         raise JobError(problem)
     reason = f"no process of the job wrote a result: {describe(processes)}"
-    timing = spec.settings.timing_on(platform)
     settings = spec.settings
+    measured_with = settings.measurement(platform, flops=None)
     return {
         "schema_version": SCHEMA_VERSION, "run": spec.run, "variant": spec.variant,
         "shape": spec.shape_dict, "shape_id": spec.shape_id, "dtype": settings.dtype, "causal": settings.causal,
         "platform": platform, "roles": settings.roles[platform],
-        "method": {"warmup": timing.warmup, "iters": timing.iters, "reduced": timing != settings.timing,
-                   "wall": WALL_METHOD, "device_timer": None, "process_exits": processes},
+        "method": {**measured_with.method(), "device_timer": None, "device_time": None,
+                   "gpu_state": {"source": None, "reason": "no process measured"}, "process_exits": processes},
         "flops": None, "flop_convention": FLOP_CONVENTION,
         "tolerance": {"max_abs_err": settings.tolerance.max_abs_err, "min_cosine": settings.tolerance.min_cosine},
         "kernel_config": {"path": kernel_config, "sha256": file_sha256(kernel_config) if kernel_config else None,

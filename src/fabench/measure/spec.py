@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fabench.config import CPU_OVERRIDES, SpecError, canonical, job_settings, quote, variant_triton
+from fabench.measure.stopping import StopRule
+from fabench.results.contract import WALL_METHOD
 from fabench.shapes import shape_id
 
 
@@ -90,7 +92,24 @@ class Measurement:
     timing: Timing
     tolerance: Tolerance
     reduced: bool  # the published counts replaced by the CPU's smaller ones
-    flops: float
+    flops: float | None  # None where not known (a record of a process that measured nothing)
+
+    def method(self) -> dict:
+        """The settings part of a result's `method`: the published method's counts and the timing
+        used (the measuring process adds what it found: its device timer, the GPU's state, ...)."""
+        timing, gpu = self.timing, self.platform != "cpu"
+        return {
+            "warmup": timing.warmup, "iters": timing.iters, "reduced": self.reduced, "wall": WALL_METHOD,
+            "stopping": StopRule.from_timing(timing).describe() if gpu else None,
+            "trials": timing.trials, "min_trial_ms": timing.min_trial_ms, "repeats": timing.repeats,
+            "clear_l2": timing.clear_l2 and gpu,
+            "warmup_settle": {"window_ms": timing.warmup_window_ms, "tolerance": timing.warmup_tolerance,
+                              "clock_tolerance": timing.warmup_clock_tolerance, "min_ms": timing.min_warmup_ms,
+                              "max_ms": timing.max_warmup_ms,
+                              "agree_on": ["window median", "SM clock"] if gpu else []},
+            "stable_spread": timing.stable_spread,
+            "cross_check": {"do_bench": timing.do_bench and gpu, "tolerance": timing.cross_check_tolerance},
+        }
 
 
 @dataclass(frozen=True)
@@ -143,7 +162,7 @@ class Settings:
         overrides = {key: getattr(self.cpu, key) for key in CPU_OVERRIDES}
         return dataclasses.replace(self.timing, **{k: v for k, v in overrides.items() if v is not None})
 
-    def measurement(self, platform: str, flops: float) -> Measurement:
+    def measurement(self, platform: str, flops: float | None) -> Measurement:
         timing = self.timing_on(platform)
         return Measurement(platform=platform, timing=timing, tolerance=self.tolerance,
                            reduced=platform == "cpu" and timing != self.timing, flops=flops)
