@@ -25,6 +25,7 @@ import gc
 import json
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
 from fabench.measure import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
-from fabench.measure.backends import BACKENDS, Backend, Problem
+from fabench.measure.backends import BACKENDS, Backend, Problem, process_configs_dir
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
@@ -281,7 +282,6 @@ def _kernel_config(triton: dict, path: Path | None, platform: str | None = None,
 def _aiter_loader_read(path: Path, platform: str, dtype: str) -> dict:
     """aiter's loader run on the patched file: what it asked for and returned, or why it could not run."""
     from fabench.measure import aiter_kernel
-    from fabench.measure.backends import process_configs_dir
 
     reason = aiter_kernel.unavailable_reason()
     if reason:
@@ -356,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-index", type=int, required=True, help="this process's index among the repeats")
     args = parser.parse_args(argv)
     code = measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
+    # os._exit skips the atexit hook that would remove this process's aiter configs folder.
+    if process_configs_dir.cache_info().currsize:
+        shutil.rmtree(process_configs_dir(), ignore_errors=True)
     # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
     # (Inductor's compile workers, atexit hooks), for every process of every job.
     os._exit(code)

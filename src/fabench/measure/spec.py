@@ -210,7 +210,7 @@ class JobSpec:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as err:
-            raise SpecError(f"the spec is not JSON ({err.msg} at column {err.colno})") from None
+            raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
         return cls.from_dict(value)
 
 
