@@ -14,7 +14,7 @@ import yaml
 
 from fabench.container.image import dockerfile_arg_defaults
 
-from fabench.config import JOB_SETTINGS_KEYS, ConfigError, check_roles
+from fabench.config import ConfigError, check_roles
 from fabench.plan import check_config
 from fabench.measure.backends import BACKENDS
 from workflow_util import REPO, default_config, planned_jobs, snakemake
@@ -161,14 +161,6 @@ def test_a_published_file_of_another_shape_names_what_is_missing(tmp_path):
     (tmp_path / "numbers.yaml").write_text(yaml.safe_dump({"source": {"title": "x"}}))
     with pytest.raises(ConfigError, match=r"published: .*numbers.yaml: \(top level\): 'method' is a required"):
         check_config(_mutated(_set("published", str(tmp_path / "numbers.yaml"))), REPO, SCHEMAS)
-
-
-def test_the_runner_checks_a_spec_for_every_timing_key_of_the_schema():
-    from fabench.config import SPEC_BLOCKS
-
-    schema = yaml.safe_load((SCHEMAS / "config.schema.yaml").read_text())
-    assert set(SPEC_BLOCKS["settings.timing"]) == set(schema["properties"]["timing"]["properties"])
-    assert set(SPEC_BLOCKS["settings"]) == set(JOB_SETTINGS_KEYS)
 
 
 def test_the_schema_lists_exactly_the_registered_backends():

@@ -304,7 +304,7 @@ def test_run_job_sees_the_patched_config(fake_aiter_image, patched, docker_clien
 @pytest.mark.docker
 def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeypatch):
     """The real runner, as the workflow calls it: relative paths under results/<run>."""
-    from fabench.config import job_spec
+    from fabench.measure.spec import job_spec
     from fabench.shapes import shape_id
 
     monkeypatch.chdir(tmp_path)
@@ -319,7 +319,7 @@ def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeyp
     process = results / "tuned" / shape_id(shape) / "process-0.json"
     process.parent.mkdir(parents=True)
     out = results / "tuned" / f"{shape_id(shape)}.json"
-    spec = json.dumps(job_spec(cfg, "tuned", shape))
+    spec = job_spec(cfg, "tuned", shape).to_json()
     proc = subprocess.run([sys.executable, "-m", "fabench.container", "run-job", "--manifest",
                            str(cpu_image["manifest"]), "--aiter-config", str(config), "--results-dir", str(results),
                            "--cache-dir", str(tmp_path / "cache"), "--",

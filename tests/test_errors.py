@@ -130,12 +130,12 @@ def tiny_spec() -> dict:
     """A job spec as the workflow makes it: the tiny CPU config with the schema's defaults."""
     from snakemake.utils import validate
 
-    from fabench.config import job_spec
+    from fabench.measure.spec import job_spec
     from workflow_util import tiny_config
 
     config = tiny_config()
     validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
-    return job_spec(config, "default", config["shapes"][0])
+    return json.loads(job_spec(config, "default", config["shapes"][0]).to_json())
 
 
 def without(spec: dict, dotted: str) -> dict:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from workflow_util import REPO, tiny_config
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
@@ -50,7 +50,7 @@ def test_a_runner_stops_when_its_workflow_is_gone(tmp_path):
     workflow = _stand_in_workflow()
     out = tmp_path / "result.json"
     env = {**ENV, "FABENCH_WORKFLOW": f"{socket.gethostname()}:{workflow.pid}"}
-    runner = subprocess.Popen([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+    runner = subprocess.Popen([sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
                                "--process", "0"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -174,7 +174,7 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
     import subprocess
     import sys
 
-    from fabench.config import job_spec
+    from fabench.measure.spec import job_spec
     from fabench.measure.gpu_state import GpuState
     from workflow_util import REPO
 
@@ -190,7 +190,7 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
     spec = job_spec(config, "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
                            "--process", "0"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -33,7 +33,7 @@ def test_a_cpu_result_records_gpu_as_null(validator):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("asserts what a CPU-only host records")
-    from fabench.config import job_spec
+    from fabench.measure.spec import job_spec
     from fabench.measure.job import failed_result
     from workflow_util import tiny_config
 

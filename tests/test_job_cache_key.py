@@ -1,5 +1,5 @@
 """A job is measured again exactly when what reaches its measurement changes (issue 26): its
-cache key (rule measure's `spec` param, fabench.config.job_spec) holds the canonical values, so
+cache key (rule measure's `spec` param, fabench.measure.spec.job_spec) holds the canonical values, so
 reordering a variant's Triton keys, or changing counts a CPU job does not use, re-measures nothing.
 Real Snakemake: a run measured, then dry runs of changed configs."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabench.config import job_spec, job_settings, timing_settings
+from fabench.config import job_settings, timing_settings
+from fabench.measure.spec import job_spec
 from workflow_util import planned_jobs, snakemake, tiny_config
 
 SHAPE = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fabench.analysis.entry import analyse_entry, judged, period_check, trial_figures
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.measure import stopping
 from fabench.measure.backends import BACKENDS, Backend, Prepared
 from fabench.measure.job import reference_output, run_job
@@ -236,11 +236,14 @@ def test_a_kernel_stream_short_of_the_minimum_time_is_topped_up_not_repeated():
 
 
 def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():
+    import dataclasses
+
     from fabench.measure.timing import trial_warmup_settings
 
-    timing = {"min_warmup_ms": 100, "max_warmup_ms": 1000}
-    assert trial_warmup_settings(timing, first=True)["min_warmup_ms"] == 100
-    assert trial_warmup_settings(timing, first=False) == {"min_warmup_ms": 0, "max_warmup_ms": 1000}
+    timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
+                                 .settings.timing, min_warmup_ms=100, max_warmup_ms=1000)
+    assert trial_warmup_settings(timing, first=True).min_warmup_ms == 100
+    assert trial_warmup_settings(timing, first=False) == dataclasses.replace(timing, min_warmup_ms=0)
 
 
 def test_the_report_row_names_the_second_methods_verdict_and_each_kernels_share():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.container import job as container_job
 from fabench.measure import devices, lease
 from fabench.shapes import parse_shape_id
@@ -40,7 +40,7 @@ def start_job(tmp_path: Path, env: dict, shape: str, name: str, mode: str = "iso
     """A real measure job (the runner, as rule measure starts it) on the CPU test experiment."""
     spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
     out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--process", "0",
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--process", "0",
            "--out", str(out), "--project-commit", "abc123", "--mode", mode, "--worker-idle-s", "30"]
     with open(log, "w") as log_file:
         proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

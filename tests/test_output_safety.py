@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.files import OutputPathError, write_atomic
 from workflow_util import tiny_config
 
@@ -112,7 +112,7 @@ def test_write_atomic_refuses_what_is_not_a_regular_file(tmp_path, fifo):
 
 def test_the_measuring_and_merging_modules_refuse_a_bad_out_before_any_work(tmp_path, fifo):
     """python -m fabench.measure (the runner) and fabench.results.merge: --out checked at parsing."""
-    spec = json.dumps(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}))
+    spec = job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}).to_json()
     runner = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", spec, "--out", str(fifo)],
                             capture_output=True, text=True, env=os.environ, timeout=120)
     assert runner.returncode == 2 and "--out" in runner.stderr and "a FIFO" in runner.stderr, runner.stderr

@@ -17,9 +17,11 @@ from fabench.measure import metrics
 from fabench.results import merge
 from fabench.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id
-from fabench.measure.job import classify_failure, failed_result, job_settings, measure_backend
+from fabench.measure.job import classify_failure, measure_backend, measurement
+from fabench.measure.launcher import no_result
+from fabench.measure.spec import Settings
 from workflow_util import REPO, tiny_config
 
 RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
@@ -36,7 +38,7 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32", extra=(), 
     out = tmp_path / name
     process = [] if "--process" in extra else ["--process", "0"]
     measured = out if "--process" in extra else tmp_path / f"process-0-{name}"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--aiter-config", str(kernel_config),
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--aiter-config", str(kernel_config),
            "--out", str(measured), "--project-commit", "abc123", *extra, *process]
     env = {**os.environ, "OMP_NUM_THREADS": "1",  # as Snakemake sets it for a job under --cores 1
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
@@ -101,11 +103,9 @@ def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tm
     assert set(skipped) == {merge.SKIPPED_KEY} and "not needed" in skipped[merge.SKIPPED_KEY]
     # A process records raw observations only: no statistic, which the merge's analysis derives.
     assert measured["backends"]["native"]["stats"] is None and measured["backends"]["native"]["trials"]
-    killed = failed_result(job_spec(config, "tuned", parse_shape_id("b1-s64-h2-d32")), kernel_config, "abc123",
-                           "no process of the job wrote a result: process 2 was killed by SIGKILL")
-    killed.update({merge.PROCESS_FAILED_KEY: True})
-    killed["provenance"]["process"] = 2
-    killed["method"]["process_exits"] = [{"index": 2, "exit_code": -9, "wrote_result": False}]
+    # The runner's record of a process that wrote none, made here without starting one (and without torch).
+    killed = no_result(job_spec(config, "tuned", parse_shape_id("b1-s64-h2-d32")), "cpu", str(kernel_config),
+                       "abc123", [{"index": 2, "exit_code": -9, "wrote_result": False}])
     (tmp_path / "process-2.json").write_text(json.dumps(killed))
 
     files = [tmp_path / f"process-{i}.json" for i in (2, 1, 0)]
@@ -137,7 +137,8 @@ def test_a_backend_that_raises_is_recorded_not_propagated():
     q = torch.randn(1, 16, 2, 32)
     k = torch.randn(1, 16, 2, 16)  # head_dim disagrees with q: every backend must raise
     problem = Problem(q, k, k, True, "cpu", TUNED)
-    job = job_settings(tiny_config(tolerance={"max_abs_err": 1, "min_cosine": 0}), "cpu", parse_shape_id("b1-s16-h2-d32"))
+    settings = Settings.of(tiny_config(tolerance={"max_abs_err": 1, "min_cosine": 0}))
+    job = measurement(settings, "cpu", job_spec(tiny_config(), "tuned", parse_shape_id("b1-s16-h2-d32")).shape)
     entry = measure_backend(BACKENDS["native"], problem, q, job)
     assert entry["status"] == "failed" and entry["failure_kind"] == "error"
     assert entry["reason"].startswith("RuntimeError")
@@ -240,7 +241,7 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     process file says so for every backend, as for any process that wrote no result."""
     spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"))
     out = tmp_path / "process-0.json"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
            "--project-commit", "abc123", "--process", "0", "--mode", "isolate", "--timeout-s", "4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
@@ -255,7 +256,9 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     result = json.loads(out.read_text())
     assert result[merge.PROCESS_FAILED_KEY] is True
     [ended] = result["method"]["process_exits"]
-    assert ended["reason"] == "timed out after 4 s (measure.job_timeout_s): killed" and ended["exit_code"] == -9
+    assert ended["reason"] == "timed out after 4 s (measure.job_timeout_s): its measuring process was killed" \
+        and ended["exit_code"] == -9
     native = result["backends"]["native"]
     assert native["status"] == "failed" and native["reason"].endswith(
-        "no process of the job wrote a result: process 0 timed out after 4 s (measure.job_timeout_s): killed")
+        "no process of the job wrote a result: process 0 timed out after 4 s (measure.job_timeout_s): its measuring "
+        "process was killed")

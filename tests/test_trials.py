@@ -19,7 +19,7 @@ from fabench.analysis.entry import analyse_result
 import pytest
 import torch
 
-from fabench.config import job_spec
+from fabench.measure.spec import job_spec
 from fabench.measure.backends import BACKENDS, Backend, Prepared
 from fabench.measure.job import reference_output, run_job
 from fabench.results.collect import ResultError, collect, result_schema
@@ -125,7 +125,7 @@ def test_a_job_whose_reference_does_not_fit_still_writes_its_result(tmp_path, sh
     config = tiny_config(backends=["native", "sdpa", "ck"])
     spec = job_spec(config, "tuned", shape)
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "fabench.measure", "--spec", json.dumps(spec), "--out", str(out),
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
            "--project-commit", "abc123", "--process", "0"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env,

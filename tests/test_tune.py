@@ -189,12 +189,12 @@ def test_the_sweep_times_the_main_head_dims_shapes_unless_told_otherwise():
 def test_a_sweep_jobs_spec_leaves_out_what_only_the_pick_reads():
     config = tiny_config()
     config["sweep"].update(timing={}, keep=5, memory_limit=None, check_pruned=True, kernel_module=None)
-    spec = settings.job_spec(config, job_settings(config), "sweep", config["shapes"][0])
+    spec = settings.sweep_job_spec(config, job_settings(config), "sweep", config["shapes"][0])
     changed = copy.deepcopy(config)
     changed["sweep"]["objective"] = "worst"
-    assert settings.job_spec(changed, job_settings(changed), "sweep", config["shapes"][0]) == spec
+    assert settings.sweep_job_spec(changed, job_settings(changed), "sweep", config["shapes"][0]) == spec
     changed["sweep"]["space"]["BLOCK_M"] = [64]
-    assert settings.job_spec(changed, job_settings(changed), "sweep", config["shapes"][0]) != spec
+    assert settings.sweep_job_spec(changed, job_settings(changed), "sweep", config["shapes"][0]) != spec
 
 
 # --- a real sweep job on the stand-in -----------------------------------------------------------
@@ -209,7 +209,7 @@ def standin_spec(shape: dict, stage: str = "sweep", space_=None) -> dict:
                            memory_limit=mha_standin.HARDWARE_LIMIT, check_pruned=True, keep=2,
                            timing={"warmup": 1, "iters": 1, "trials": 2, "min_trial_ms": 0, "min_warmup_ms": 0,
                                    "max_warmup_ms": 0})
-    return json.loads(json.dumps(settings.job_spec(config, job_settings(config), stage, shape)))
+    return json.loads(json.dumps(settings.sweep_job_spec(config, job_settings(config), stage, shape)))
 
 
 @pytest.fixture(scope="module")

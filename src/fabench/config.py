@@ -21,7 +21,8 @@ class ConfigError(ValueError):
 
 
 class SpecError(ValueError):
-    """A job spec cannot run (here): the message names the block or key, on one line."""
+    """A job spec cannot run (here): the message names the block or key, on one line
+    (fabench.measure.spec reads and checks job specs)."""
 
 # The config keys every benchmark job of a run depends on (a change re-runs all of them).
 # Anything else (title, label, published, runtime, image, ...) is read by the workflow or the
@@ -142,7 +143,7 @@ def consistency_error(config: dict) -> str | None:
 def check_roles(config: dict, platform: str) -> None:
     """ConfigError unless the config gives the roles of `platform`, the one its jobs measure on
     (fabench.run_platform), each naming a measured backend. Other platforms' roles are not needed."""
-    problem = roles_error(config, platform)
+    problem = roles_error(config["roles"], platform)
     if problem:
         raise ConfigError(problem)
     for role, backend in config["roles"][platform].items():
@@ -151,59 +152,18 @@ def check_roles(config: dict, platform: str) -> None:
                               f"({', '.join(config['backends'])}); add it there or name a listed backend")
 
 
-# What a job spec holds (job_spec), block by block, as the runner reads it: a spec written by hand
-# (python -m fabench.measure --spec ...) is checked against this before any process starts. The
-# timing keys are the schema's (tests/test_config.py keeps the two lists equal); the workflow
-# fills their defaults, a hand-written spec gives them all.
-SPEC_BLOCKS = {
-    "": {"run": str, "variant": str, "shape": dict, "triton": dict, "settings": dict},
-    "shape": {"batch": int, "seq": int, "heads": int, "head_dim": int},
-    "settings": {"dtype": str, "causal": bool, "seed": int, "warmup": int, "iters": int, "cpu": dict,
-                 "backends": list, "roles": dict, "tolerance": dict, "timing": dict},
-    "settings.cpu": {"warmup": int, "iters": int},
-    "settings.tolerance": {"max_abs_err": (int, float), "min_cosine": (int, float)},
-    "settings.timing": {"trials": int, "repeats": int, "min_trial_ms": (int, float), "min_samples": int,
-                        "max_noise": (int, float), "max_trial_ms": (int, float),
-                        "device_method": str,
-                        "warmup_window_ms": (int, float), "warmup_tolerance": (int, float),
-                        "warmup_clock_tolerance": (int, float), "min_warmup_ms": (int, float),
-                        "max_warmup_ms": (int, float), "stable_spread": (int, float), "clear_l2": bool,
-                        "do_bench": bool, "cross_check_tolerance": (int, float)},
-}
 ROLE_NAMES = ("baseline", "vendor", "triton")
 
 
-def spec_error(spec) -> str | None:
-    """The first block or key a job spec lacks (or holds as the wrong type), as one line."""
-    for block, keys in SPEC_BLOCKS.items():
-        value = spec
-        for part in filter(None, block.split(".")):
-            value = value[part]
-        where = f"{block}." if block else ""
-        if not isinstance(value, dict):
-            return f"{block or 'the spec'}: expected a JSON object, got {type(value).__name__}"
-        missing = [key for key in keys if key not in value]
-        if missing:
-            return f"{block or 'the spec'}: missing {', '.join(missing)} (expected the keys {', '.join(keys)})"
-        for key, kind in keys.items():
-            if not isinstance(value[key], kind) or (kind is int and isinstance(value[key], bool)):
-                return f"{where}{key}: {quote(value[key])} is not {_type_name(kind)}"
-    return None
-
-
-def roles_error(settings: dict, platform: str) -> str | None:
-    """Roles are needed for the platform a job runs on only: the one line when they are missing."""
-    roles = settings["roles"].get(platform)
-    if not isinstance(roles, dict) or any(role not in roles for role in ROLE_NAMES):
+def roles_error(roles: dict, platform: str) -> str | None:
+    """Roles are needed for the platform a job runs on only: the one line when they are missing.
+    `roles`: the config's (or a job spec's) roles block."""
+    given = roles.get(platform)
+    if not isinstance(given, dict) or any(role not in given for role in ROLE_NAMES):
         return (f"roles.{platform}: the jobs run on {platform}, and the config gives no "
                 f"{'/'.join(ROLE_NAMES)} roles for it (expected roles.{platform}: "
                 "{baseline: ..., vendor: ..., triton: ...})")
     return None
-
-
-def _type_name(kind) -> str:
-    names = {str: "a string", int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
-    return names.get(kind, "a number")
 
 
 # On a CPU the `cpu:` block may override these (config.schema.yaml gives the defaults of both).
@@ -218,6 +178,19 @@ def timing_settings(config: dict, platform: str) -> dict:
         cpu = config.get("cpu") or {}
         timing.update({key: cpu[key] for key in CPU_OVERRIDES if key in cpu})
     return timing
+
+
+def schema_default(*keys: str):
+    """The default config.schema.yaml gives the key at `keys` (e.g. "measure", "worker_idle_s"):
+    a launcher's default taken from the one place that states it."""
+    import yaml
+
+    from fabench.resources import SCHEMA_DIR
+
+    node = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    for key in keys:
+        node = node["properties"][key]
+    return node["default"]
 
 
 def processes(config: dict, platform: str) -> int:
@@ -250,22 +223,6 @@ def job_settings(config: dict, platform: str | None = None) -> dict:
         timing = timing_settings(settings, "cpu")
         settings.update(warmup=timing.pop("warmup"), iters=timing.pop("iters"), timing=timing)
     return canonical(settings)
-
-
-def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None) -> dict:
-    """Everything one benchmark job measures, and nothing else: its variant's Triton config, its
-    shape and the run's shared settings as they reach the measurement on `platform` (see
-    job_settings), all canonical. The workflow passes it to the runner and keeps it as the job's
-    params, so a job re-runs exactly when what it measures changes. `run` names the run when the
-    config makes several (one per platform image)."""
-    return {
-        "run": run or config["run"],
-        "variant": variant,
-        "shape": canonical(shape),
-        "shape_id": shape_id(shape),
-        "triton": variant_triton(config, variant),
-        "settings": job_settings(config, platform),
-    }
 
 
 def sha256_json(value) -> str:

@@ -27,6 +27,7 @@ from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease
 from fabench.measure.devices import DECLARED_ENV, DeviceError
+from fabench.measure.spec import job_spec
 from fabench.resources import SCHEMA_DIR
 from fabench.results.archive_read import entry_dirs
 from fabench.results.published import PublishedError, load_published
@@ -309,8 +310,7 @@ class Plan:
 
     def job_spec_json(self, run: str, variant: str, shape: str) -> str:
         """What the job measures, as its params: it re-runs when this changes, and only then."""
-        spec = fabench_config.job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform)
-        return json.dumps(spec, sort_keys=True)
+        return job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform).to_json()
 
     def launcher(self, run: str, manifest: str, kernel_config: str, module: str = "fabench.measure") -> str:
         """The command that the runner's arguments follow: this Python, or the job's container.
@@ -449,7 +449,7 @@ class Plan:
 
     def sweep_job_spec_json(self, stage: str, shape: str) -> str:
         """What a sweep job measures, as its params: it re-runs when this changes, and only then."""
-        spec = sweep_settings.job_spec(self.config, fabench_config.job_settings(self.config), stage,
+        spec = sweep_settings.sweep_job_spec(self.config, fabench_config.job_settings(self.config), stage,
                                        self.sweep_shapes[shape])
         return json.dumps(spec, sort_keys=True)
 

@@ -173,13 +173,13 @@ def trial_figures(trials: list[dict]) -> str:
     return key
 
 
-def analyse_measured(entry: dict, job: dict) -> dict:
+def analyse_measured(entry: dict, job) -> dict:
     """An entry measured outside a job's result (one backend alone, a sweep's candidate), derived
     with the job's settings as a result of that job would record them (in place; returned)."""
-    timing = job["timing"]
-    return analyse_entry(entry, {"platform": job["platform"], "flops": job["flops"],
-                                 "method": {"stable_spread": timing["stable_spread"],
-                                            "cross_check": {"tolerance": timing["cross_check_tolerance"]}}})
+    timing = job.timing  # a fabench.measure.spec.Measurement
+    return analyse_entry(entry, {"platform": job.platform, "flops": job.flops,
+                                 "method": {"stable_spread": timing.stable_spread,
+                                            "cross_check": {"tolerance": timing.cross_check_tolerance}}})
 
 
 def analyse_result(result: dict) -> dict:

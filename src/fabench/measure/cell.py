@@ -18,6 +18,7 @@ from fabench.measure.backends import Backend, Prepared, Problem
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState, slowdown
 from fabench.measure.platform import synchronize
+from fabench.measure.spec import Measurement
 from fabench.results.contract import backend_entry
 
 
@@ -27,7 +28,7 @@ UNPROFILED_KERNELS_PER_CALL = 8
 
 
 class Cell:
-    def __init__(self, backend: Backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0):
+    def __init__(self, backend: Backend, problem: Problem, reference: torch.Tensor, job: Measurement, process: int = 0):
         self.backend, self.problem, self.reference, self.job, self.process = backend, problem, reference, job, process
         self.entry = backend_entry(backend.label)
         self.notes: list[str] = []
@@ -41,7 +42,7 @@ class Cell:
 
     @property
     def gpu(self) -> bool:
-        return self.job["platform"] != "cpu"
+        return self.job.platform != "cpu"
 
     # --- once per process -----------------------------------------------------------------
 
@@ -84,15 +85,15 @@ class Cell:
             self.prepared.verify()
         if self.prepared.layout == "bhsd":
             out = out.transpose(1, 2)
-        correctness = metrics.compare(out, self.reference, self.job["tolerance"])
+        correctness = metrics.compare(out, self.reference, self.job.tolerance)
         del out
         self.entry["correctness"] = correctness
         if not correctness["passed"]:  # still timed: the cell says how fast the wrong answer was
-            tol = self.job["tolerance"]
+            tol = self.job.tolerance
             self.entry.update(status="failed", failure_kind="correctness",
                               reason=f"wrong numbers: max abs err {correctness['max_abs_err']:.3g} "
-                                     f"(tolerance {tol['max_abs_err']:g}), cosine {correctness['cosine']:.6f} "
-                                     f"(at least {tol['min_cosine']:g})"
+                                     f"(tolerance {tol.max_abs_err:g}), cosine {correctness['cosine']:.6f} "
+                                     f"(at least {tol.min_cosine:g})"
                               if correctness["finite"] else "wrong numbers: output has inf or nan")
 
     def _kernels_and_timer(self) -> None:
@@ -106,8 +107,8 @@ class Cell:
             self.launches_per_call = len(launches) if launches is not None else None
         with timeline.phase("device timer set-up", self.backend.name):
             per_call = self.launches_per_call or UNPROFILED_KERNELS_PER_CALL
-            self.timer = timing.DeviceTimer(self.prepared.fn, self.job["timing"]["clear_l2"],
-                                            kernels_per_call=per_call, method=self.job["timing"]["device_method"])
+            self.timer = timing.DeviceTimer(self.prepared.fn, self.job.timing.clear_l2,
+                                            kernels_per_call=per_call, method=self.job.timing.device_method)
         self.device_fallback = self.timer.fallback_reason
 
     # --- once per trial -------------------------------------------------------------------
@@ -118,13 +119,13 @@ class Cell:
         both clocks, all from that one stream), in a process's last trial the independent checks
         (do_bench; the kernels' own time by graphs), then the published method's wall-clock loop,
         as published (it idles the GPU at every synchronize, so it runs last)."""
-        settings = self.job["timing"]
+        settings = self.job.timing
         try:
             with self.prepared.context():
                 start = gpu_state.read()
                 # The published warm-up count once per process, its first call being the checked one.
                 first = not self.entry["trials"]
-                calls = max(settings["warmup"] - 1, 0) if first else 0
+                calls = max(settings.warmup - 1, 0) if first else 0
                 with self._phase("warm-up", index):
                     warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
                                           timing.trial_warmup_settings(settings, first), calls, gpu_state.sm_clock)
@@ -138,7 +139,7 @@ class Cell:
                 checks = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
                 # The independent checks once per process, in its last trial: each judges the
                 # cell's figure, and per trial they would cost more than the trial.
-                if index == settings["trials"] - 1 and self.gpu:
+                if index == settings.trials - 1 and self.gpu:
                     with self._phase("do_bench", index):
                         checks = self._cross_check_trial()
                     with self._phase("kernel-time check", index):
@@ -151,7 +152,7 @@ class Cell:
             return
         if not warm["settled"]:
             self.notes.append(f"process {self.process} trial {index}: warm-up did not settle within "
-                              f"{settings['max_warmup_ms']} ms")
+                              f"{settings.max_warmup_ms} ms")
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
             # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
@@ -200,7 +201,7 @@ class Cell:
         kept from the chunks proven fed only (a wait for the host lengthens those); the chunks not
         proven fed are counted (unfed_chunks) and make the next stream's sleep longer. A stream is
         never taken again for them: that cost a second per trial on an H100 and changed no figure."""
-        rule = stopping.StopRule.from_timing(self.job["timing"])
+        rule = stopping.StopRule.from_timing(self.job.timing)
         record = {"device_samples_ms": [], "period_profiled_events_ms": [], "period_cupti_ms": []}
         by_kernel: dict[str, float] = {}
         counters = {"chunks": 0, "unfed_chunks": 0}
@@ -259,7 +260,7 @@ class Cell:
         the same state), and how long a call takes on the host: where that exceeds the kernels'
         time, do_bench's per-call events time the host and its figure cannot judge ours."""
         none = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
-        if self.timer is None or not self.job["timing"]["do_bench"] or self.do_bench_reason:
+        if self.timer is None or not self.job.timing.do_bench or self.do_bench_reason:
             return none
         try:
             import triton.testing  # noqa: F401
@@ -275,7 +276,7 @@ class Cell:
 
     def finish(self) -> dict:
         """The raw entry: trials and observations; fabench.analysis derives every figure from it."""
-        reason = self.do_bench_reason or (None if self.job["timing"]["do_bench"] else "do_bench disabled in config")
+        reason = self.do_bench_reason or (None if self.job.timing.do_bench else "do_bench disabled in config")
         self.entry["observations"] = {"notes": list(self.notes), "do_bench_reason": reason if self.gpu else None}
         return self.entry
 

@@ -16,8 +16,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from fabench.config import spec_error
+from fabench.config import SpecError
 from fabench.files import output_file_arg
+from fabench.measure.spec import JobSpec
 
 MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 # Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel) are cached across
@@ -43,16 +44,12 @@ class Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message}\n")
 
 
-def job_spec_arg(text: str) -> dict:
-    """--spec: JSON holding every block of a job spec (fabench.config.job_spec)."""
+def job_spec_arg(text: str) -> JobSpec:
+    """--spec: a job spec's JSON (fabench.measure.spec.JobSpec), every key checked."""
     try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not JSON ({err.msg} at column {err.colno})") from None
-    problem = spec_error(spec)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return spec
+        return JobSpec.from_json(text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def aiter_config_arg(text: str) -> Path:
@@ -72,7 +69,7 @@ def aiter_config_arg(text: str) -> Path:
 def job_arguments(prog: str, description: str | None = None) -> Parser:
     """The arguments the runner and each measuring process (fabench.measure.job) share."""
     parser = Parser(prog=prog, description=description)
-    parser.add_argument("--spec", required=True, type=job_spec_arg, help="the job spec, JSON (fabench.config.job_spec)")
+    parser.add_argument("--spec", required=True, type=job_spec_arg, help="the job spec, JSON (fabench.measure.spec.JobSpec)")
     parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
     parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
@@ -83,12 +80,12 @@ class JobError(Exception):
     """A job that cannot run, for a reason the message states in full (no traceback needed)."""
 
 
-def report_failure(err: BaseException, spec: dict, process: int | None) -> None:
+def report_failure(err: BaseException, spec: JobSpec, process: int | None) -> None:
     """The failure's reason as the last line of output, so that the terminal and the job's log
     both end with it (the workflow tees the job's output to its log); a traceback before it only
     for an error nobody foresaw."""
     if not isinstance(err, JobError):
         traceback.print_exc()
-    name = f"{spec.get('variant')} {spec.get('shape_id')}" + (f" process {process}" if process is not None else "")
+    name = f"{spec.variant} {spec.shape_id}" + (f" process {process}" if process is not None else "")
     reason = str(err) if isinstance(err, JobError) else f"{type(err).__name__}: {err}"
     print(f"[fabench] job failed: {name}: {reason}", file=sys.stderr, flush=True)

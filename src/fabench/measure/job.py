@@ -1,12 +1,13 @@
 """One benchmark job: one (variant, shape), every configured backend in turn, one JSON result.
 
-    python -m fabench.measure --spec '<job spec JSON>' \
+    python -m fabench.measure.job --spec '<job spec JSON>' --process-index N \
         --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
 
-(fabench.measure.runner runs this module once per repeat, each time in a new process, and merges.)
+(fabench.measure.runner starts this module for a job's process N in isolate mode; a measuring
+worker calls measure_to_file in its own interpreter instead.)
 
-The job spec (fabench.config.job_spec) holds the run name, the variant and its Triton config, the
-shape and the run's shared settings: all the job measures, and nothing else.
+The job spec (fabench.measure.spec.JobSpec) holds the run name, the variant and its Triton config,
+the shape and the run's shared settings: all the job measures, and nothing else.
 
 A backend that cannot run here is recorded as unavailable, one that breaks as failed with its
 reason; neither stops the job. Only bad arguments or an unwritable output fail the process.
@@ -24,6 +25,7 @@ import gc
 import json
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -33,26 +35,25 @@ from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
 from fabench.measure import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
-from fabench.measure.backends import BACKENDS, Backend, Problem
+from fabench.measure.backends import BACKENDS, Backend, Problem, process_configs_dir
 from fabench.measure.cell import Cell
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
 from fabench.measure.kernels import KERNEL_TIME, PERIOD
-from fabench.measure.stopping import StopRule
-from fabench.measure.timing import DEVICE_TIME_METHODS, GRAPH_METHOD
-from fabench.config import SpecError, roles_error, sha256_json, timing_settings
+from fabench.measure.timing import DEVICE_TIME_METHODS
+from fabench.config import SpecError, roles_error, sha256_json
+from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY, WALL_METHOD
-from fabench.shapes import shape_id
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
 
 IMPORTS_ENDED = time.time()
 
 
-def make_inputs(shape: dict, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
+def make_inputs(shape: Shape, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
     """q, k, v in (batch, seq, heads, head_dim); drawn on the CPU so every platform gets the same."""
     gen = torch.Generator().manual_seed(seed)
-    dims = (shape["batch"], shape["seq"], shape["heads"], shape["head_dim"])
+    dims = (shape.batch, shape.seq, shape.heads, shape.head_dim)
     return tuple(torch.randn(dims, generator=gen).to(dtype).to(device) for _ in range(3))
 
 
@@ -91,97 +92,75 @@ def use_cpu_threads(threads: int | None) -> None:
     torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
 
 
-def job_settings(config: dict, platform: str, shape: dict) -> dict:
+def measurement(settings: Settings, platform: str, shape: Shape) -> Measurement:
     """What this process measures with: the run's settings, the CPU's smaller counts on a CPU."""
-    timing = timing_settings(config, platform)
-    return {
-        "platform": platform,
-        "warmup": timing["warmup"],
-        "iters": timing["iters"],
-        "reduced": platform == "cpu" and timing != timing_settings(config, "gpu"),
-        "tolerance": config["tolerance"],
-        "timing": timing,
-        "flops": metrics.attention_flops(shape["batch"], shape["seq"], shape["heads"], shape["head_dim"],
-                                         config["causal"]),
-    }
+    return settings.measurement(platform, metrics.attention_flops(shape.batch, shape.seq, shape.heads,
+                                                                  shape.head_dim, settings.causal))
 
 
-def run_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int = 0) -> dict:
+def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str | None, process: int = 0) -> dict:
     """Measure one job in this process; process is its index among the job's repeats."""
     started = provenance.now()
     clock = timeline.restart()
-    config, variant, shape = spec["settings"], spec["variant"], spec["shape"]
+    settings, variant, shape = spec.settings, spec.variant, spec.shape
     with clock.phase("device set-up"):
         platform = plat.detect()
         if platform == "cpu":
-            use_cpu_threads(config["cpu"].get("threads"))
-        job = job_settings(config, platform, shape)
-        gpu_state = GpuState(platform)
+            use_cpu_threads(settings.cpu.threads)
+        job = measurement(settings, platform, shape)
+        gpu_state = plat.named(platform).state()
     with clock.phase("aiter config read-back"):
-        kernel_config = _kernel_config(spec["triton"], kernel_config_path, platform, config["dtype"])
-    cells = {name: Cell(backend_here(name, config, platform), None, None, job, process)
-             for name in config["backends"]}
+        kernel_config = _kernel_config(spec.triton, kernel_config_path, platform, settings.dtype)
+    cells = {name: Cell(backend_here(name, settings, platform), None, None, job, process)
+             for name in settings.backends}
     with clock.phase("inputs and fp32 reference"):
-        inputs, reference_status = _inputs_and_reference(shape, config, platform)
+        inputs, reference_status = _inputs_and_reference(shape, settings, platform)
     if inputs is None:
         _fail_all(cells, platform, reference_status)
     else:
-        problem = Problem(*inputs[:3], config["causal"], platform, kernel_config["values"],
+        problem = Problem(*inputs[:3], settings.causal, platform, kernel_config["values"],
                           Path(kernel_config["path"]) if kernel_config["path"] else None)
-        _measure(cells, problem, inputs[3], job, variant, shape, gpu_state)
+        _measure(cells, problem, inputs[3], job, f"{variant} {spec.shape_id}", gpu_state)
     del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
     with clock.phase("provenance"):
-        result = _result(spec, platform, job, kernel_config, reference_status, results, fallbacks, gpu_state,
+        result = _result(spec, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                          {"started": started, "process": process,
-                          **provenance.collect(platform, sha256_json(config), project_commit)})
+                          **provenance.collect(plat.named(platform), sha256_json(settings.to_dict()), project_commit)})
     # The figures are the analysis stage's (the merge prints them); a process says what it recorded.
     for name, entry in results.items():
-        progress(f"{variant} {shape_id(shape)} process {process} {name}: {_summary(entry)}")
+        progress(f"{variant} {spec.shape_id} process {process} {name}: {_summary(entry)}")
     return result
 
 
-def backend_here(name: str, config: dict, platform: str) -> Backend:
+def backend_here(name: str, settings: Settings, platform: str) -> Backend:
     """The registered backend, or, when the config leaves it out on this platform (cpu.leave_out),
     the same backend reported unavailable with that reason instead of measured."""
     backend = BACKENDS[name]
-    if platform == "cpu" and name in config["cpu"].get("leave_out", ()):
+    if platform == "cpu" and name in settings.cpu.leave_out:
         reason = "left out of CPU jobs by the config (cpu.leave_out)"
         return dataclasses.replace(backend, unavailable=lambda platform: reason)
     return backend
 
 
-def failed_result(spec: dict, kernel_config_path: Path | None, project_commit: str | None, reason: str) -> dict:
-    """A result that measured nothing: every backend that could run here failed with `reason`."""
-    config, shape = spec["settings"], spec["shape"]
-    platform = plat.detect()
-    job = job_settings(config, platform, shape)
-    status = {"status": "failed", "failure_kind": "error", "reason": reason}
-    cells = {name: Cell(backend_here(name, config, platform), None, None, job) for name in config["backends"]}
-    _fail_all(cells, platform, status)
-    results = {name: cell.finish() for name, cell in cells.items()}
-    return _result(spec, platform, job, _kernel_config(spec["triton"], kernel_config_path), status, results, {},
-                   GpuState(platform), {"started": provenance.now(), **provenance.collect(platform, sha256_json(config), project_commit)})
-
-
-def _result(spec: dict, platform: str, job: dict, kernel_config: dict, reference_status: dict, results: dict,
+def _result(spec: JobSpec, job: Measurement, kernel_config: dict, reference_status: dict, results: dict,
             fallbacks: dict, gpu_state: GpuState, provenance_fields: dict) -> dict:
-    config, shape = spec["settings"], spec["shape"]
+    settings, platform = spec.settings, job.platform
     return {
         "schema_version": SCHEMA_VERSION,
-        "run": spec["run"],
-        "variant": spec["variant"],
-        "shape": shape,
-        "shape_id": shape_id(shape),
-        "dtype": config["dtype"],
-        "causal": config["causal"],
+        "run": spec.run,
+        "variant": spec.variant,
+        "shape": spec.shape_dict,
+        "shape_id": spec.shape_id,
+        "dtype": settings.dtype,
+        "causal": settings.causal,
         "platform": platform,
-        "roles": config["roles"][platform],
-        "method": _method(job, platform, gpu_state, fallbacks),
-        "flops": job["flops"],
+        "roles": settings.roles[platform],
+        "method": _method(job, gpu_state, fallbacks),
+        "flops": job.flops,
         "flop_convention": FLOP_CONVENTION,
-        "tolerance": config["tolerance"],
+        "tolerance": dataclasses.asdict(settings.tolerance),
         "reference": reference_status,
         "kernel_config": kernel_config,
         "backends": results,
@@ -189,20 +168,19 @@ def _result(spec: dict, platform: str, job: dict, kernel_config: dict, reference
     }
 
 
-def _inputs_and_reference(shape: dict, config: dict, platform: str) -> tuple[tuple | None, dict]:
+def _inputs_and_reference(shape: Shape, settings: Settings, platform: str) -> tuple[tuple | None, dict]:
     """(q, k, v, reference) and the reference's status; (None, status) when either does not fit
     (or fails otherwise): the job then still writes its result, every backend failed with why."""
-    device = "cpu" if platform == "cpu" else "cuda"
+    here = plat.named(platform)
     stage = "inputs"
     try:
-        q, k, v = make_inputs(shape, getattr(torch, config["dtype"]), config["seed"], device)
+        q, k, v = make_inputs(shape, getattr(torch, settings.dtype), settings.seed, here.device)
         stage = "fp32 reference"
-        reference = reference_output(q, k, v, config["causal"])
+        reference = reference_output(q, k, v, settings.causal)
     except Exception as err:
         kind, why = classify_failure(err)
         gc.collect()
-        if platform != "cpu":
-            torch.cuda.empty_cache()  # what the failed allocation left cached
+        here.empty_cache()  # what the failed allocation left cached
         return None, {"status": "failed", "failure_kind": kind, "reason": f"the {stage} could not be made: {why}"}
     return (q, k, v, reference), {"status": "ok", "failure_kind": None, "reason": None}
 
@@ -217,16 +195,15 @@ def _fail_all(cells: dict, platform: str, reference_status: dict) -> None:
                               reason=f"not measured: {reference_status['reason']}")
 
 
-def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, variant: str, shape: dict,
+def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: Measurement, job_name: str,
              gpu_state: GpuState) -> None:
     """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ..."""
-    job_name = f"{variant} {shape_id(shape)}"
     for name, cell in cells.items():
         cell.problem, cell.reference = problem, reference
         progress(f"{job_name} {name}: setting up")
         cell.setup()
         progress(f"{job_name} {name}: {'ready' if cell.live else _summary(cell.entry)}")
-    trials = job["timing"]["trials"]
+    trials = job.timing.trials
     for index in range(trials):
         for name, cell in cells.items():
             if cell.live:
@@ -236,8 +213,7 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: dict, 
         for cell in cells.values():
             cell.release(collect=False)
         gc.collect()
-        if problem.platform != "cpu":
-            torch.cuda.empty_cache()
+        plat.named(problem.platform).empty_cache()
 
 
 def progress(line: str) -> None:
@@ -255,39 +231,29 @@ def _trial_text(cell: Cell) -> str:
     return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
 
 
-def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: dict, process: int = 0) -> dict:
+def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: Measurement, process: int = 0) -> dict:
     """One backend alone through the whole measurement (its trials, cross-checks): its raw entry."""
     cell = Cell(backend, problem, reference, job, process)
     if cell.setup():
-        for index in range(job["timing"]["trials"]):
+        for index in range(job.timing.trials):
             if cell.live:
-                cell.trial(index, GpuState(problem.platform))
+                cell.trial(index, plat.named(problem.platform).state())
     cell.release()
     return cell.finish()
 
 
-def _method(job: dict, platform: str, gpu_state: GpuState, fallbacks: dict) -> dict:
+def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     """How this result was measured: the published method's counts and the timing actually used."""
-    timing = job["timing"]
+    timing, platform = job.timing, job.platform
     gpu = platform != "cpu"
     return {
-        "warmup": job["warmup"], "iters": job["iters"], "reduced": job["reduced"], "wall": WALL_METHOD,
-        "device_timer": f"{platform}-events-{timing['device_method']}" if gpu else None,
-        "device_time": DEVICE_TIME_METHODS[timing["device_method"]] if gpu else None,
+        **job.method(),
+        "device_timer": f"{platform}-events-{timing.device_method}" if gpu else None,
+        "device_time": DEVICE_TIME_METHODS[timing.device_method] if gpu else None,
         # The device figure and the per-call period beside it (fabench.measure.kernels.stream_figures).
         "device_figure": KERNEL_TIME if gpu else None,
         "period": PERIOD if gpu else None,
-        "stopping": StopRule.from_timing(timing).describe() if gpu else None,
         "device_fallbacks": fallbacks,
-        "trials": timing["trials"], "min_trial_ms": timing["min_trial_ms"], "repeats": timing["repeats"],
-        "clear_l2": bool(timing["clear_l2"]) if gpu else False,
-        "warmup_settle": {"window_ms": timing["warmup_window_ms"], "tolerance": timing["warmup_tolerance"],
-                          "clock_tolerance": timing["warmup_clock_tolerance"], "min_ms": timing["min_warmup_ms"],
-                          "max_ms": timing["max_warmup_ms"],
-                          "agree_on": ["window median", "SM clock"] if gpu else []},
-        "stable_spread": timing["stable_spread"],
-        "cross_check": {"do_bench": bool(timing["do_bench"]) and gpu, "tolerance": timing["cross_check_tolerance"],
-                        "kernel_time": GRAPH_METHOD if gpu else None},
         "gpu_state": gpu_state.describe(),
         "environment": {key: os.environ.get(key) for key in (*MEASURING_ENV, *CACHE_ENV)},
         "cpu_threads": torch.get_num_threads(),
@@ -316,7 +282,6 @@ def _kernel_config(triton: dict, path: Path | None, platform: str | None = None,
 def _aiter_loader_read(path: Path, platform: str, dtype: str) -> dict:
     """aiter's loader run on the patched file: what it asked for and returned, or why it could not run."""
     from fabench.measure import aiter_kernel
-    from fabench.measure.backends import process_configs_dir
 
     reason = aiter_kernel.unavailable_reason()
     if reason:
@@ -338,16 +303,16 @@ def _summary(entry: dict) -> str:
     return f"ok, {trials} trial(s) recorded"
 
 
-def measure_job(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int) -> dict:
+def measure_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str | None, process: int) -> dict:
     """One process's share of the job, measured in this interpreter: its result with its time line,
     or a marker the merge skips. A process beyond its platform's repeats (the workflow planned for
     another platform than the job found, see fabench.run_platform) measures nothing. Called once
     per process (isolate mode) or once per job by a measuring worker (fabench.measure.worker)."""
     platform = plat.detect()
-    problem = roles_error(spec["settings"], platform)
+    problem = roles_error(spec.settings.roles, platform)
     if problem:
         raise SpecError(problem)
-    wanted = timing_settings(spec["settings"], platform)["repeats"]
+    wanted = spec.settings.timing_on(platform).repeats
     if process >= wanted:
         return {SKIPPED_KEY: f"process {process} not needed: {platform} jobs measure in {wanted} process(es)"}
     result = run_job(spec, kernel_config_path, project_commit, process)
@@ -356,7 +321,7 @@ def measure_job(spec: dict, kernel_config_path: Path | None, project_commit: str
     return result
 
 
-def measure_to_file(spec: dict, kernel_config_path: Path | None, project_commit: str | None, process: int,
+def measure_to_file(spec: JobSpec, kernel_config_path: Path | None, project_commit: str | None, process: int,
                     out: Path, start_up: list[dict] | None = None, worker: dict | None = None) -> int:
     """Measure one process of the job and write its result for the merge: the exit code a measuring
     process ends with (0; USAGE for a spec this host cannot run; 1 for a failure, its reason the
@@ -391,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-index", type=int, required=True, help="this process's index among the repeats")
     args = parser.parse_args(argv)
     code = measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
+    # os._exit skips the atexit hook that would remove this process's aiter configs folder.
+    if process_configs_dir.cache_info().currsize:
+        shutil.rmtree(process_configs_dir(), ignore_errors=True)
     # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
     # (Inductor's compile workers, atexit hooks), for every process of every job.
     os._exit(code)

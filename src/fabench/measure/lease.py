@@ -37,10 +37,9 @@ from pathlib import Path
 
 from fabench.files import write_json
 from fabench.measure.devices import VISIBLE_VARS, Gpu, gpu_pool
+from fabench.places import LEASE_DIR_ENV, lease_folder, open_file, shared_dir
 
 LEASE_ENV = "FABENCH_DEVICE_LEASE"
-LEASE_DIR_ENV = "FABENCH_LEASE_DIR"
-DEFAULT_LEASE_DIR = "/tmp/fabench-gpu-leases"  # host-wide: every user's and workflow's jobs meet here
 SCHEDULER_ENV = "SLURM_JOB_ID"
 # Where Slurm names the GPUs it gave (the node's gres indices), before the visibility variables.
 SCHEDULER_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", *VISIBLE_VARS)
@@ -141,13 +140,9 @@ def scheduler_given(env: dict[str, str]) -> Lease:
 
 
 def lease_dir(env: dict[str, str]) -> Path:
-    """The host-wide lock directory, open to every user (sticky, like /tmp)."""
-    path = Path(env.get(LEASE_DIR_ENV) or DEFAULT_LEASE_DIR)
-    if not path.is_dir():
-        path.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(PermissionError):
-            path.chmod(0o1777)
-    return path
+    """The host-wide lock directory, open to every user (sticky, like /tmp): made, or accepted
+    only when safe to share (fabench.places; PlaceError otherwise)."""
+    return shared_dir(lease_folder(env), LEASE_DIR_ENV)
 
 
 def lock_path(directory: Path, gpu: Gpu) -> Path:
@@ -179,14 +174,14 @@ def wait_for_gpu(pool: list[Gpu], found_by: str, directory: Path, say, poll_s: f
 
 def try_lock(gpu: Gpu, directory: Path, found_by: str, say) -> Lease | None:
     path = lock_path(directory, gpu)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = open_file(path, os.O_RDWR | os.O_CREAT, LEASE_DIR_ENV, 0o666)  # never through a planted link
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
-    with contextlib.suppress(PermissionError):
-        os.fchmod(fd, 0o666)  # another user's jobs lock it too
+    if os.fstat(fd).st_uid == os.getuid():
+        os.fchmod(fd, 0o666)  # another user's jobs lock it too (the umask may have narrowed it)
     stale = read_holder(path)
     if stale and stale.get("host") == socket.gethostname():
         say(f"[fabench] GPU {gpu.id}: taking over the lease left by pid {stale.get('pid')}, "
@@ -202,8 +197,14 @@ def try_lock(gpu: Gpu, directory: Path, found_by: str, say) -> Lease | None:
 
 
 def read_holder(lock: Path) -> dict | None:
+    """Who holds the lock, as its holder wrote; None where unreadable (or not a regular file)."""
     try:
-        return json.loads(holder_path(lock).read_text())
+        fd = open_file(holder_path(lock), os.O_RDONLY, LEASE_DIR_ENV)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            return json.loads(handle.read(65536))
     except (OSError, ValueError):
         return None
 

@@ -13,7 +13,6 @@ from datetime import datetime, timezone
 import torch
 
 from fabench.gitinfo import git_commit
-from fabench.measure import platform as plat
 from fabench.measure.lease import LEASE_ENV
 
 
@@ -53,18 +52,20 @@ def device_lease() -> dict | None:
     return json.loads(text) if text else None
 
 
-def collect(platform: str, config_sha256: str, project_commit: str | None) -> dict:
+def collect(here, config_sha256: str, project_commit: str | None) -> dict:
+    """Where the result was measured; `here` is the process's fabench.measure.platform.Platform."""
+    platform = here.name
     return {
         "host": socket.gethostname(),
         "os": pyplatform.platform(),
         "python": pyplatform.python_version(),
         "platform": platform,
-        "device": plat.device_name(platform),
-        "arch": plat.device_arch(platform),
+        "device": here.device_name(),
+        "arch": here.device_arch(),
         "device_count": torch.cuda.device_count() if platform != "cpu" else 0,
         "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"),
         "device_lease": device_lease(),
-        "driver": plat.driver_version(platform),
+        "driver": here.driver_version(),
         "cuda": torch.version.cuda if platform == "cuda" else None,
         "hip": torch.version.hip if platform == "rocm" else None,
         "cudnn": torch.backends.cudnn.version() if platform == "cuda" else None,

@@ -13,8 +13,9 @@ The workflow plans the count of the platform its jobs run on (fabench.run_platfo
 beyond the count of the platform the job finds (a plan for a GPU the job cannot see) writes a
 marker that the merge skips.
 
-A process that writes no result (killed, crashed) is recorded in the result's method; when none
-writes one, the job's result says so for every backend instead of the job ending without one.
+A process that writes no result (killed, crashed, timed out), in either mode, leaves a record in
+which every backend failed with why (fabench.measure.launcher.no_result); the merge keeps the job's
+other processes' figures beside it and lists every process's exit in the result's method.
 
 Before its first measuring process starts, the runner takes the job's GPU (fabench.measure.lease):
 its processes see that GPU alone and inherit the lease, which ends when the last of them does.
@@ -30,22 +31,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from fabench.config import schema_default
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure import lease as device_lease
 from fabench.measure.devices import DeviceError
-from fabench.measure.invocation import USAGE, JobError, job_arguments, measuring_environment, report_failure
+from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
+from fabench.measure.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.worker_client import run_in_worker
-from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY
+from fabench.results.contract import SKIPPED_KEY
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -58,11 +59,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the job's process N (0-based) to run; its result is written for the merge")
     parser.add_argument("--mode", choices=MODES, default="isolate",
                         help="isolate: a new process per measuring process; worker: the GPU's worker of the round")
-    parser.add_argument("--worker-idle-s", type=float, default=300.0, metavar="S",
-                        help="a worker started here ends after S seconds without a job")
+    parser.add_argument("--worker-idle-s", type=float, default=None, metavar="S",
+                        help="a worker started here ends after S seconds without a job "
+                             "(default: the config's measure.worker_idle_s default)")
     parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
                         help="a measuring process still running after S seconds is killed and its job failed")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.worker_idle_s is None:
+        args.worker_idle_s = float(schema_default("measure", "worker_idle_s"))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,20 +99,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
-    """The job's process N alone: its result, with how it ended, for the merge. When it writes
-    none, a result that says so for every backend (the merge keeps the other processes' figures).
-    A measuring worker that died or hung mid-job instead fails the job, its reason the last line:
-    the worker's death need not be the job's doing (killed from outside, an earlier job's state),
-    so no failed figure is kept, and the next `snakemake` run measures the job in a fresh worker."""
+    """The job's process N alone: its result, with how it ended, for the merge; when it wrote
+    none, in either mode, the record that says why for every backend."""
     result, ended = measured(args, commit, args.process)
     if refused(result, ended):
         return USAGE
-    if result is None and "worker" in ended and ended["exit_code"] is None:
-        raise JobError(ended["reason"])
     if result is None:
-        result = _without_result(args, commit, [ended])
-        result[PROCESS_FAILED_KEY] = True
-        result["provenance"]["process"] = args.process
+        platform = args.spec.platform or ("cpu" if args.lease.gpu is None else None)
+        result = no_result(args.spec, platform, str(args.aiter_config) if args.aiter_config else None, commit,
+                           [ended])
     if SKIPPED_KEY not in result:
         result["method"]["process_exits"] = [ended]
         result["provenance"]["command"] = runner_command()
@@ -129,7 +129,7 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
 
 def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:
     """Measuring process `index`, measured by the worker of the lease's GPU and round `index`."""
-    request = {"spec": args.spec, "aiter_config": str(args.aiter_config) if args.aiter_config else None,
+    request = {"spec": args.spec.to_json(), "aiter_config": str(args.aiter_config) if args.aiter_config else None,
                "project_commit": commit, "process": index, "out": str(out), "lease": args.lease.record()}
     print(f"[fabench] process {index}: measuring worker of round {index}", flush=True)
     return run_in_worker(request, args.lease, index, args.worker_idle_s, args.timeout_s)
@@ -148,8 +148,8 @@ def runner_command() -> list[str]:
 def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:
     """One measuring process: its exit code, when it was started and when it had ended (seconds
     since the epoch, for the run's time line), and why it ended when it was killed for running
-    past --timeout-s. SIGTERM to this one (workflow gone, job cancelled) ends it too."""
-    cmd = [sys.executable, "-m", JOB_MODULE, "--spec", json.dumps(args.spec), "--out", str(out),
+    past --timeout-s (fabench.measure.launcher.supervise: SIGTERM to this one ends it too)."""
+    cmd = [sys.executable, "-m", JOB_MODULE, "--spec", args.spec.to_json(), "--out", str(out),
            "--process-index", str(index)]
     if args.aiter_config is not None:
         cmd += ["--aiter-config", str(args.aiter_config)]
@@ -160,48 +160,8 @@ def run_process(args: argparse.Namespace, commit: str | None, index: int, out: P
     spawned_at = time.time()
     env[SPAWNED_AT_ENV] = repr(spawned_at)
     child = subprocess.Popen(cmd, env=env, pass_fds=args.lease.inheritable_fds())
-
-    stopped = []
-
-    def stop(signum, frame):
-        # Only pass the signal on: this handler interrupts child.wait() below, which holds the
-        # lock a nested wait would need. The child gets 30 s to end before it is killed.
-        stopped.append(signum)
-        child.terminate()
-        killer = threading.Timer(30, child.kill)
-        killer.daemon = True  # never keeps this process alive once the child is gone
-        killer.start()
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    ended = {}
-    try:
-        try:
-            code = child.wait(timeout=args.timeout_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            code = child.wait()
-            ended["reason"] = f"timed out after {args.timeout_s:g} s (measure.job_timeout_s): killed"
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    exited_at = time.time()
-    if stopped:
-        raise SystemExit(128 + stopped[0])
-    return {"exit_code": code, "spawned_at": spawned_at, "exited_at": exited_at, **ended}
-
-
-def _without_result(args: argparse.Namespace, commit: str | None, processes: list[dict]) -> dict:
-    """No process wrote a result: one that says why for every backend (needs torch, for the labels)."""
-    from fabench.measure.job import failed_result
-
-    how = "; ".join(f"process {p['index']} {p.get('reason') or _exit_text(p['exit_code'])}" for p in processes)
-    result = failed_result(args.spec, args.aiter_config, commit, f"no process of the job wrote a result: {how}")
-    result["method"]["process_exits"] = processes
-    return result
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        hint = " (on Linux usually the out-of-memory killer)" if -code == signal.SIGKILL else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with code {code}"
+    code, timed_out = supervise(child.pid, child.wait, args.timeout_s)
+    ended = {"exit_code": code, "spawned_at": spawned_at, "exited_at": time.time()}
+    if timed_out:
+        ended["reason"] = timeout_reason(args.timeout_s, "its measuring process")
+    return ended

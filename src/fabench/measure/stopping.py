@@ -19,6 +19,7 @@ held. The clock is injected so the rule is tested without real sleeps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -47,10 +48,9 @@ class StopRule:
 
     @classmethod
     def from_timing(cls, timing) -> "StopRule":
-        """From the job's timing settings (a mapping or an object with these fields)."""
-        get = timing.get if isinstance(timing, dict) else (lambda key, default=None: getattr(timing, key, default))
-        names = ("max_noise", "min_samples", "min_trial_ms", "max_trial_ms")
-        return cls(*(get(name) for name in names))
+        """The rule from a job's timing (fabench.measure.spec.Timing carries its configured fields; the
+        convergence clause's constants are nvbench's, kept as this rule's defaults)."""
+        return cls(**{f.name: getattr(timing, f.name) for f in dataclasses.fields(cls) if hasattr(timing, f.name)})
 
     def describe(self) -> dict:
         return {**asdict(self), "noise": "standard deviation / mean of the trial's samples",

@@ -32,6 +32,7 @@ consecutive windows agree in time and in SM clock.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -41,6 +42,7 @@ from typing import Callable
 import torch
 
 from fabench.measure.platform import synchronize
+from fabench.measure.spec import Timing
 
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2
 MAX_QUEUED_OPS = 512  # stay well below the launch queue's depth: a full queue blocks the host
@@ -329,7 +331,7 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
     return (time.perf_counter() - start) / iters * 1000.0
 
 
-def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: dict,
+def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: Timing,
             calls: int, sm_clock: Callable[[], float | None] = lambda: None) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
     before the others), then windows of device time, growing from `warmup_window_ms` to four times
@@ -349,31 +351,31 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
         synchronize(platform)
     iters = calls
     estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
-    if timer is None or timing["max_warmup_ms"] <= 0:
+    if timer is None or timing.max_warmup_ms <= 0:
         return {"iters": iters, "settled": True, "estimate_ms": estimate, "sm_clock_mhz": None}
-    tolerance, window_ms = timing["warmup_tolerance"], timing["warmup_window_ms"]
+    tolerance, window_ms = timing.warmup_tolerance, timing.warmup_window_ms
     previous, count = None, 4
     while True:
         current = (statistics.median(timer.samples(count)), sm_clock())
         iters += count
         elapsed = (time.perf_counter() - began) * 1000.0
-        if (previous is not None and elapsed >= timing["min_warmup_ms"]
+        if (previous is not None and elapsed >= timing.min_warmup_ms
                 and _agree(current[0], previous[0], tolerance)
-                and _agree(current[1], previous[1], timing["warmup_clock_tolerance"])):
+                and _agree(current[1], previous[1], timing.warmup_clock_tolerance)):
             return {"iters": iters, "settled": True, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
-        if elapsed > timing["max_warmup_ms"]:
+        if elapsed > timing.max_warmup_ms:
             return {"iters": iters, "settled": False, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
         previous = current
         count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
-        window_ms = min(window_ms * 2, 4 * timing["warmup_window_ms"])
+        window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
 
 
-def trial_warmup_settings(timing: dict, first: bool) -> dict:
+def trial_warmup_settings(timing: Timing, first: bool) -> Timing:
     """A process's first trial of a backend warms up for at least min_warmup_ms (so a power cap has
     set in); a later one only until two consecutive windows agree in time and SM clock: the GPU has
     been busy with the job's trials since (they are interleaved), and where the clock still moves
     the clock check goes on as long as it moves. This cut ~0.1 s per later trial."""
-    return timing if first else {**timing, "min_warmup_ms": 0}
+    return timing if first else dataclasses.replace(timing, min_warmup_ms=0)
 
 
 def _agree(now: float | None, before: float | None, tolerance: float) -> bool:
@@ -381,22 +383,22 @@ def _agree(now: float | None, before: float | None, tolerance: float) -> bool:
     return now is None or before is None or abs(now - before) <= tolerance * before
 
 
-def trial_iters(timing: dict, estimate_ms: float | None) -> int:
+def trial_iters(timing: Timing, estimate_ms: float | None) -> int:
     """The published method's loop: at least `iters` iterations (its published count) and at least
     `min_trial_ms` of (estimated) time."""
-    if not estimate_ms or timing["min_trial_ms"] <= 0:
-        return timing["iters"]
-    return max(timing["iters"], math.ceil(timing["min_trial_ms"] / estimate_ms))
+    if not estimate_ms or timing.min_trial_ms <= 0:
+        return timing.iters
+    return max(timing.iters, math.ceil(timing.min_trial_ms / estimate_ms))
 
 
-def device_samples(timing: dict, estimate_ms: float | None) -> int:
+def device_samples(timing: Timing, estimate_ms: float | None) -> int:
     """The device loop: at least `min_samples` per-iteration samples and at least `min_trial_ms` of
     (estimated) device time. Not the published count: each sample is one iteration's own time, and
     a long kernel's samples agree closely (native fp32 at (4,4096,8,256): 18 ms a call on an H200,
     where 100 samples per trial cost 5.8 s of a process's 38 s)."""
     if not estimate_ms:
-        return max(timing["min_samples"], timing["iters"])
-    return max(timing["min_samples"], math.ceil(timing["min_trial_ms"] / estimate_ms))
+        return max(timing.min_samples, timing.iters)
+    return max(timing.min_samples, math.ceil(timing.min_trial_ms / estimate_ms))
 
 
 def do_bench_ms(fn: Callable[[], object]) -> float:
@@ -414,9 +416,6 @@ GRAPH_MAX_CALLS = 50
 GRAPH_MIN_CALLS = 2
 GRAPH_REPLAYS = 5
 GAP_KERNELS = 200
-GRAPH_METHOD = ("a CUDA/HIP graph of [L2 clear, call] x N minus a graph of [L2 clear] x N, each replayed and "
-                "timed by events, the difference per call: no host and no profiler in it, the launch gaps "
-                "between the call's kernels (at most one per kernel, bounded by gap_ms) are")
 _gap_ms: float | None = None
 
 

@@ -10,7 +10,8 @@ jobs the state one job could leave to the next is reset (reset_between_jobs). Th
 
 The worker ends when no job came for --idle-s seconds, when asked (the workflow's end), when the
 workflow it serves is gone (fabench.watchdog), or when killed; a lock held for its life keeps a
-second worker of the same name from starting.
+second worker of the same name from starting. Its folder is the user's own (fabench.places), and
+its lock and log are never opened through a link.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import sys
 from pathlib import Path
 
 from fabench.files import write_json
+from fabench.measure.spec import JobSpec
 from fabench.measure.worker_client import MARK, Address
+from fabench.places import WORKER_DIR_ENV, open_file, private_dir
 from fabench.watchdog import watch_workflow
 
 
@@ -42,11 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-s", type=float, required=True)
     parser.add_argument("--identity", type=json.loads, required=True)
     args = parser.parse_args(argv)
-    where = Address(args.name, args.folder)
-    lock = os.open(where.lock, os.O_RDWR | os.O_CREAT, 0o600)  # inherited by nothing: no child keeps it
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    where = Address(args.name, private_dir(args.folder, WORKER_DIR_ENV))
+    if take_lock(where.lock) is None:
         print(f"[fabench worker] {args.name}: another worker of this name runs; ending", flush=True)
         return 0
     with contextlib.suppress(FileNotFoundError):
@@ -57,6 +57,27 @@ def main(argv: list[str] | None = None) -> int:
     watch_workflow()
     Worker(where, args.identity, args.idle_s).serve(server)
     return 0
+
+
+def take_lock(path: Path) -> int | None:
+    """The lock of this worker's name, held (its descriptor, inherited by nothing), or None when
+    another worker holds it. The lock file is removed when its worker ends (Worker.serve), so one
+    taken must still be the file at `path`: else a worker that ended removed it meanwhile, and
+    the lock is taken again on the file now there."""
+    while True:
+        fd = open_file(path, os.O_RDWR | os.O_CREAT, WORKER_DIR_ENV)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
 
 
 class Worker:
@@ -88,9 +109,10 @@ class Worker:
                         print("[fabench worker] asked to stop: ending", flush=True)
                         return
         finally:
-            # An ended worker leaves its lock (removing a lock file others may hold open would let
-            # two workers of one name run) and, only when it died, its log.
-            for path in (self.where.socket, self.where.record, self.where.log):
+            # Removed while the lock is still held: a worker that opened the file meanwhile finds
+            # it gone once it gets the lock, and takes a new one (take_lock). Only a worker that
+            # died leaves its files, its log saying why.
+            for path in (self.where.socket, self.where.record, self.where.log, self.where.lock):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 
@@ -114,9 +136,9 @@ class Worker:
         worker = {"name": self.where.name, "pid": self.pid, "jobs_before": self.jobs_run,
                   "started_at": IMPORTS_BEGAN}
         conn.sendall(MARK + json.dumps(worker).encode() + b"\n")
-        spec = request["spec"]
+        spec = JobSpec.from_json(request["spec"])
         handed_over = max(request["sent_at"], self.imports[1])
-        reset_between_jobs(spec["settings"]["seed"])
+        reset_between_jobs(spec.settings.seed)
         start_up = [{"phase": "imports", "start": self.imports[0], "end": self.imports[1]}] if not self.jobs_run else []
         start_up.append({"phase": "worker hand-over", "start": handed_over, "end": time.time()})
         if request.get("lease") is not None:

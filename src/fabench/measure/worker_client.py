@@ -26,21 +26,20 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from fabench.measure.devices import VISIBLE_VARS
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, measuring_environment
+from fabench.measure.launcher import kill, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.places import WORKER_DIR_ENV, open_file, private_dir, worker_folder
 from fabench.watchdog import WORKFLOW_ENV
 
 WORKER_MODULE = "fabench.measure.worker"
-WORKER_DIR_ENV = "FABENCH_WORKER_DIR"
 MARK = b"\x1efabench-worker "  # a record separator starts the protocol's own lines
 START_TIMEOUT_S = 120.0  # a fresh worker answers within this (it binds before importing torch)
-STOP_AFTER_TERM_S = 30.0
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -73,16 +72,9 @@ class WorkerGone(Exception):
 
 
 def runtime_folder(env: dict | None = None) -> Path:
-    """This user's folder of workers: FABENCH_WORKER_DIR, else under XDG_RUNTIME_DIR, else /tmp.
-    Short on purpose: a unix socket's path holds at most 107 bytes."""
-    env = os.environ if env is None else env
-    folder = env.get(WORKER_DIR_ENV)
-    if not folder:
-        base = env.get("XDG_RUNTIME_DIR")
-        folder = f"{base}/fabench-workers" if base else f"/tmp/fabench-workers-{os.getuid()}"
-    path = Path(folder)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    """This user's folder of workers (fabench.places.worker_folder), made or accepted only when it
+    is this user's alone (PlaceError otherwise)."""
+    return private_dir(worker_folder(os.environ if env is None else env), WORKER_DIR_ENV)
 
 
 def code_fingerprint() -> str:
@@ -160,9 +152,12 @@ def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: f
     env[SPAWNED_AT_ENV] = repr(began)
     cmd = [sys.executable, "-m", WORKER_MODULE, "--folder", str(where.folder), "--name", where.name,
            "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True)]
-    with open(where.log, "ab") as log:
+    log = open_file(where.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, WORKER_DIR_ENV)
+    try:
         worker = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True)  # not in the job's process group: outlives it
+    finally:
+        os.close(log)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         conn = connect(where)
@@ -193,25 +188,12 @@ def exchange(conn: socket.socket, request: dict, lease, timeout_s: float | None,
         raise WorkerGone()
     pid = hello["pid"]
     ended = {"spawned_at": began, "worker": {**hello, "started_by_this_job": started}}
-    stopped: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop_worker(pid, signum, stopped))
-    timer = threading.Timer(timeout_s or 0, lambda: stop_worker(pid, None, stopped))
-    timer.daemon = True
-    if timeout_s:
-        timer.start()
-    try:
-        end = relay(lines, out)
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGTERM, previous)
+    end, timed_out = supervise(pid, lambda: relay(lines, out), timeout_s)
     ended["exited_at"] = time.time()
-    if stopped and stopped[0] is not None:
-        raise SystemExit(128 + stopped[0])
     if end is not None:
         return {**ended, "exit_code": end["exit_code"]}
-    if stopped:
-        reason = (f"timed out after {timeout_s:g} s (measure.job_timeout_s): its measuring worker "
-                  f"(pid {pid}) was killed")
+    if timed_out:
+        reason = timeout_reason(timeout_s, f"its measuring worker (pid {pid})")
     else:
         reason = f"its measuring worker (pid {pid}) ended mid-job without a result (crashed or was killed)"
         kill(pid, signal.SIGKILL)  # in case it only closed the connection
@@ -235,24 +217,6 @@ def relay(lines, out) -> dict | None:
     return None
 
 
-def stop_worker(pid: int, signum: int | None, stopped: list) -> None:
-    """The job is cancelled (signum: SIGTERM to the launcher) or timed out (None): the worker is
-    ended, SIGTERM then SIGKILL when cancelled, SIGKILL at once when it hangs."""
-    stopped.append(signum)
-    if signum is None:
-        kill(pid, signal.SIGKILL)
-        return
-    kill(pid, signal.SIGTERM)
-    killer = threading.Timer(STOP_AFTER_TERM_S, kill, (pid, signal.SIGKILL))
-    killer.daemon = True
-    killer.start()
-
-
-def kill(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
 def live_workers(folder: Path) -> list[int]:
     """The pids of the workers recorded in `folder` whose processes still run."""
     pids = []
@@ -267,7 +231,10 @@ def live_workers(folder: Path) -> list[int]:
 def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[str]:
     """Ask every worker of this user (of `workflow` only, when given) to end; their names. Workers
     end by themselves when idle too: this is the workflow's end saying so at once."""
-    folder = runtime_folder(env)
+    try:
+        folder = runtime_folder(env)
+    except OSError:  # a folder this user may not use (fabench.places) holds no worker of theirs
+        return []
     stopped = []
     for record in sorted(folder.glob("w-*.json")):
         try:

@@ -27,17 +27,18 @@ from fabench.tune.kernel import Kernel, candidate_record
 SWEEP_TIMING_KEYS = ("warmup", "iters", "trials", "min_trial_ms", "min_warmup_ms", "max_warmup_ms")
 
 
-def sweep_timing(settings: dict, sweep: dict, platform: str, shape: dict) -> dict:
+def sweep_timing(settings: dict, sweep: dict, platform: str, shape: dict):
     """The benchmark's job settings for this platform with the sweep's counts; no do_bench (the
     winner's benchmark jobs cross-check it)."""
-    from fabench.measure.job import job_settings
+    import dataclasses
 
-    job = job_settings(settings, platform, shape)
+    from fabench.measure.job import measurement
+    from fabench.measure.spec import Settings, Shape
+
+    job = measurement(Settings.from_dict(settings), platform, Shape(**shape))
     counts = {key: sweep["timing"][key] for key in SWEEP_TIMING_KEYS if key in sweep["timing"]}
     # A candidate's time is checked by the benchmark's jobs once it is a variant, not in the sweep.
-    job["timing"] = {**job["timing"], **counts, "do_bench": False}
-    job.update(warmup=job["timing"]["warmup"], iters=job["timing"]["iters"])
-    return job
+    return dataclasses.replace(job, timing=dataclasses.replace(job.timing, **counts, do_bench=False))
 
 
 def plan(stage: str, sweep: dict, reference: dict, kernel: Kernel, shortlist: list[dict] | None) -> tuple:
@@ -59,6 +60,7 @@ def memory_record(config: dict, shape: dict, dtype: str, platform: str, limit: i
 def run(spec: dict, reference_path: Path, shortlist_path: Path | None = None) -> dict:
     """Time every candidate of the spec's stage at its shape; the job's record."""
     from fabench.measure import platform as plat
+    from fabench.measure.spec import to_plain
 
     began = time.perf_counter()
     platform = plat.detect()
@@ -79,7 +81,7 @@ def run(spec: dict, reference_path: Path, shortlist_path: Path | None = None) ->
         records = measure_candidates(candidates, kernel, settings, shape, job, sweep["check_pruned"])
     return {"stage": stage, "shape": shape, "shape_id": shape_id(shape), "platform": platform,
             "device": _device_name(platform), "memory_limit": limit,
-            "not_applied": dropped_keys, "timing": job["timing"], "reference": reference,
+            "not_applied": dropped_keys, "timing": to_plain(job.timing), "reference": reference,
             "candidates": records, "compile_s": sum(r["compile_s"] or 0.0 for r in records),
             "elapsed_s": time.perf_counter() - began}
 

@@ -17,6 +17,7 @@ from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState
 from fabench.measure.job import make_inputs, reference_output
 from fabench.measure.platform import synchronize
+from fabench.measure.spec import Measurement, Shape
 from fabench.shapes import shape_text
 from fabench.tune.kernel import Kernel, candidate_record
 from fabench.tune.memory import required_bytes
@@ -35,13 +36,13 @@ def candidate_backend(kernel: Kernel, candidate: dict) -> Backend:
     return Backend(candidate["id"], candidate["id"], lambda platform: None, prepare, compiled=True)
 
 
-def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, shape: dict, job: dict,
+def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, shape: dict, job: Measurement,
                        check_pruned: bool) -> list[dict]:
     """Every candidate's record at this shape. A candidate over the memory limit is not timed
     (the reference config always is: every speedup is taken against it)."""
-    platform = job["platform"]
+    platform = job.platform
     try:
-        q, k, v = make_inputs(shape, getattr(torch, settings["dtype"]), settings["seed"],
+        q, k, v = make_inputs(Shape(**shape), getattr(torch, settings["dtype"]), settings["seed"],
                               "cpu" if platform == "cpu" else "cuda")
         reference = reference_output(q, k, v, settings["causal"])
     except Exception as err:
@@ -57,7 +58,7 @@ def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, s
         if cell.setup():
             _require_kernel(cell, kernel.kernel_name)
     state = GpuState(platform)
-    for index in range(job["timing"]["trials"]):
+    for index in range(job.timing.trials):
         for cell in cells.values():
             if cell.live:
                 cell.trial(index, state)
@@ -76,7 +77,7 @@ def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, s
     return records
 
 
-def analysed(cells: dict, job: dict) -> dict:
+def analysed(cells: dict, job: Measurement) -> dict:
     """Every candidate's figures from the analysis stage, their intervals from the noise pooled over
     the job's candidates of similar duration (one process: between trials, as a CPU run's)."""
     entries = {cid: analyse_measured(cell.finish(), job) for cid, cell in cells.items()}

@@ -50,7 +50,7 @@ def sweep_shapes(config: dict) -> dict[str, dict]:
     return {shape_id(shape): shape for shape in shapes}
 
 
-def job_spec(config: dict, job_settings: dict, stage: str, shape: dict) -> dict:
+def sweep_job_spec(config: dict, job_settings: dict, stage: str, shape: dict) -> dict:
     """Everything one sweep job measures, and nothing else: a job re-runs exactly when this changes."""
     sweep = {key: config["sweep"][key] for key in JOB_KEYS}
     return {"stage": stage, "shape": dict(shape), "sweep": sweep, "settings": job_settings,
