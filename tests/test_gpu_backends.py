@@ -1,6 +1,7 @@
 """Backends on a real GPU: the failure modes a CPU cannot show, and device time that is the
 kernel's. Skipped without CUDA."""
 
+import dataclasses
 import time
 
 import pytest
@@ -10,17 +11,18 @@ from fabench.measure import kernels, stopping
 from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.analysis.entry import analyse_measured
 from fabench.measure import job as measure_job
-from fabench.measure.job import job_settings, reference_output
+from fabench.measure.job import measurement, reference_output
+from fabench.measure.spec import Settings, Shape
 from workflow_util import tiny_config
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip), reason="needs a CUDA GPU")
 
 
-def settings(**timing) -> dict:
+def settings(**timing):
     """The GPU job settings of the tiny config, with short trials."""
-    job = job_settings(tiny_config(warmup=2, iters=3), "cuda", {"batch": 2, "seq": 512, "heads": 4, "head_dim": 64})
-    job["timing"].update({"trials": 2, "min_trial_ms": 5, "max_warmup_ms": 200, **timing})
-    return job
+    job = measurement(Settings.of(tiny_config(warmup=2, iters=3), "cuda"), "cuda", Shape(2, 512, 4, 64))
+    changes = {"trials": 2, "min_trial_ms": 5, "max_warmup_ms": 200, **timing}
+    return dataclasses.replace(job, timing=dataclasses.replace(job.timing, **changes))
 
 
 JOB = settings()

@@ -12,7 +12,8 @@ import pytest
 from fabench import config as fabench_config
 from fabench.analysis import identity
 from fabench.measure.gpu_state import GpuState
-from fabench.measure.job import _method, job_settings
+from fabench.measure.job import _method, measurement
+from fabench.measure.spec import job_spec
 from support.shared_runs import h100_archive
 from test_plan import with_defaults
 from workflow_util import REPO, default_config
@@ -23,9 +24,8 @@ ROLES = (identity.SETTING, identity.DESCRIPTION)
 def written_method(platform: str) -> dict:
     """The method the measuring code writes for a job of the default config on `platform`."""
     config = with_defaults(default_config())
-    settings = fabench_config.job_settings(config, platform)
-    shape = config["shapes"][0]
-    return _method(job_settings(settings, platform, shape), platform, GpuState(platform), {})
+    spec = job_spec(config, next(iter(config["variants"])), config["shapes"][0], platform=platform)
+    return _method(measurement(spec.settings, platform, spec.shape), GpuState(platform), {})
 
 
 @pytest.mark.parametrize("platform", ["cpu", "cuda", "rocm"])

@@ -3,6 +3,7 @@ killed or hung mid-job failing that job alone, the state reset between jobs, and
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -66,7 +67,8 @@ def test_one_worker_measures_job_after_job_and_pays_its_start_up_once(tmp_path, 
         proc, out = launch(tmp_path, worker_dir, name)
         code, output = finished(proc)
         assert code == 0, output
-        assert "native: trial 2/2" in output  # the worker's progress reaches the job's output
+        # The worker's progress reaches the job's output (2 trials on a CPU, the timing block's on a GPU).
+        assert re.search(r"native: trial 2/\d", output), output
         results.append(json.loads(out.read_text()))
     first, second = results
     for result in results:
@@ -110,6 +112,9 @@ def test_a_worker_killed_mid_job_fails_that_job_alone_and_the_next_job_gets_a_fr
 
 
 def test_a_job_that_hangs_its_worker_is_timed_out_alone(tmp_path, worker_dir):
+    # The worker started and warmed by a job first: its start-up (torch, the GPU, the profiler: over
+    # 5 s on an H100) is no part of the hung job's 5 s, which then time the hang alone.
+    assert finished(launch(tmp_path, worker_dir, "warm")[0])[0] == 0
     proc, out = launch(tmp_path, worker_dir, "hung", "--timeout-s", "5")
     until_mid_job(proc)
     [pid] = worker_pids(worker_dir)
