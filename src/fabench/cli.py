@@ -65,7 +65,7 @@ def margin_type(text: str) -> float:
 def comparison_rule(args):
     """The comparison policy the user asked for: --configfile's `comparison` key (the policy's
     defaults without one), --margin over it. UsageError with one line if it cannot be used."""
-    from fabench.analysis.policy import Rule, RuleError
+    from fabench.analysis.policy import Rule, RuleError, refuse_retired
 
     config = {}
     if args.configfile:
@@ -82,6 +82,7 @@ def comparison_rule(args):
     if args.margin and isinstance(config.get("comparison") or {}, dict):
         config = {**config, "comparison": {**(config.get("comparison") or {}), "margin": args.margin}}
     try:
+        refuse_retired(config)
         return Rule.of(config)
     except RuleError as err:
         raise UsageError(f"--configfile {args.configfile}: {err}" if args.configfile else str(err)) from None

@@ -6,6 +6,7 @@
 from fabench.analysis.policy import (
     Rule as ComparisonRule,
     RuleError as ComparisonRuleError,
+    refuse_retired as refuse_retired_comparison_keys,
 )
 
 
@@ -78,6 +79,7 @@ rule archive:
 
 # The comparison policy from the config, refused with one line before any job starts.
 try:
+    refuse_retired_comparison_keys(config)
     COMPARISON = ComparisonRule.of(config).as_dict()
 except ComparisonRuleError as err:
     raise WorkflowError(f"invalid config: {err}") from None

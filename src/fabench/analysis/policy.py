@@ -67,14 +67,10 @@ class Rule:
     @classmethod
     def of(cls, config: dict | None) -> "Rule":
         """The rule of a workflow config: its `comparison` key, the policy's defaults for what it
-        leaves out. The one way to build a rule from settings, so every consumer reads the same key;
-        the retired `archive.threshold` and `archive.tolerance` are refused, naming their successor."""
-        config = config or {}
-        for (section, key), successor in RETIRED_KEYS.items():
-            if key in (config.get(section) or {}):
-                raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
-                                f"(default {getattr(cls(), successor.split('.')[1])})")
-        given = config.get(CONFIG_KEY) or {}
+        leaves out. The one way to build a rule from settings, so every consumer reads the same key.
+        Only `comparison` is read: an archived run's config may still hold the retired keys, which a
+        config about to be used is refused for (refuse_retired)."""
+        given = (config or {}).get(CONFIG_KEY) or {}
         if not isinstance(given, dict):
             raise RuleError(f"{CONFIG_KEY}: {given!r}; expected a mapping of {', '.join(cls.keys())}")
         unknown = sorted(set(given) - set(cls.keys()))
@@ -97,6 +93,15 @@ class Rule:
                 f"noise but within the margin is named `small change`); "
                 f"otherwise cannot tell, saying why (noise, unstable trials, no interval, other hardware, other "
                 f"experiment)")
+
+
+def refuse_retired(config: dict | None) -> None:
+    """RuleError naming the successor when a config about to be used sets a retired key
+    (`archive.threshold`, `archive.tolerance`): the workflow and the CLI ask before any job."""
+    for (section, key), successor in RETIRED_KEYS.items():
+        if key in ((config or {}).get(section) or {}):
+            raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
+                            f"(default {getattr(Rule(), successor.split('.')[1])})")
 
 
 class Code(StrEnum):

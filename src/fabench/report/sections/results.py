@@ -28,7 +28,7 @@ NAMES_A_WINNER = claims.NAMES_A_WINNER
 # The mark a derived figure (a speedup, a factor) carries after the policy's claim on its two cells.
 MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
 # Why the policy cannot tell, in words, by its reason code (fabench.analysis.policy.Code).
-UNTOLD_WORDS = {Code.NO_INTERVAL: "no noise estimate", Code.NO_FIGURE: "no median recorded",
+UNTOLD_WORDS = {Code.NO_INTERVAL: "no noise estimate", Code.NO_FIGURE: "no noise estimate",
                 Code.UNSTABLE: "unstable trials", Code.NOISY: "noise wider than the margin",
                 Code.CLOCK: "the GPU clock moved, not the work", Code.ONE_PROCESS: ONE_PROCESS_WHY}
 
