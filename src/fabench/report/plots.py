@@ -63,7 +63,13 @@ def rule_of_file(path: Path | None) -> Rule:
         return Rule.of({})
     import yaml
 
-    return Rule.of(yaml.safe_load(path.read_text()) or {})
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise RuleError(f"not YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise RuleError("not a mapping of config keys")
+    return Rule.of(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
