@@ -90,7 +90,7 @@ class Rule:
                 f"(at most {self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by "
                 f"more than the margin of {self.margin:.2%}; same when the change's "
                 f"{1 - 2 * self.equivalence_alpha:.0%} interval lies within +-{self.margin:.2%} (a change beyond the "
-                f"noise but within the margin is named `small change`); "
+                f"noise but within the margin is named `small_change`); "
                 f"otherwise cannot tell, saying why (noise, unstable trials, no interval, other hardware, other "
                 f"experiment)")
 

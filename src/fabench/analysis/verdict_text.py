@@ -62,9 +62,9 @@ def reason(verdict: dict) -> str:
         Code.SMALL_CHANGE: lambda: f"a real change, but within {margin}",
         Code.SAME: lambda: f"within the noise and {margin}",
         Code.NOISY: lambda: f"within the noise, which hides changes up to {values['hides']:.1%}, more than {margin}",
-        Code.CLOCK: lambda: (f"{values['cycles_ratio'] - 1:+.2%} in cycles (time x SM clock, "
-                             f"{values['clock_mhz'][0]:.0f} -> {values['clock_mhz'][1]:.0f} MHz): the clock moved, "
-                             f"not the kernel's work"),
+        Code.CLOCK: lambda: (f"only {values['cycles_ratio'] - 1:+.2%} in cycles (time x SM clock, "
+                             f"{values['clock_mhz'][0]:.0f} -> {values['clock_mhz'][1]:.0f} MHz), so the clock "
+                             f"moved, not the kernel's work"),
         Code.UNSTABLE: lambda: "trials unstable in " + "; ".join(
             f"{run}: {why or 'unstable'}" for run, why in values["unstable"].items()),
         Code.ONE_PROCESS: lambda: (f"{ONE_PROCESS_WHY} ({' and '.join(values['one_process'])}), and it is what "
