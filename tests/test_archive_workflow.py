@@ -60,7 +60,7 @@ def test_the_comparison_has_a_row_per_measured_cell_of_both_entries(archived):
 
     assert comparison["rule"]["margin"] == Rule.of({}).margin
     assert same_card(*(e["hardware"] for e in comparison["entries"]))
-    assert not [f for f in comparison["flags"] if f["flag"] == "hardware"]
+    assert not [f for f in comparison["flags"] if f["code"] == "other_hardware"]
 
 
 def test_archiving_again_adds_nothing_and_a_new_run_gets_a_new_id(archived):

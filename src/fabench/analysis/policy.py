@@ -299,16 +299,18 @@ def judge_published(figure: dict, published_ms: float, rule: Rule) -> dict:
     """A reproduced figure (median with a prediction interval) against a published number that
     carries no interval: slower/faster when it differs by more than the rule's published margin
     AND the published number lies outside where another run of ours would read (pi95); matches
-    otherwise. {flag, ratio, why}."""
+    otherwise. {flag, ratio, interval (ours, where another run would read), inside (the published
+    number within it), why (its words, for the published-numbers section)}."""
     ratio = figure["median"] / published_ms
     interval = figure.get("pi95") or figure.get("ci95")
     inside = bool(interval) and interval[0] <= published_ms <= interval[1]
+    fields = {"ratio": ratio, "interval": interval, "inside": inside}
     if abs(ratio - 1) > rule.published_margin and not inside:
         where = (f"outside our 95% prediction interval [{interval[0]:.4g}, {interval[1]:.4g}]" if interval
                  else "and ours has no interval")
-        return {"flag": "slower" if ratio > 1 else "faster", "ratio": ratio,
+        return {"flag": "slower" if ratio > 1 else "faster", **fields,
                 "why": f"{ratio - 1:+.1%}, beyond the {rule.published_margin:.0%} margin; published "
                        f"{published_ms:g} ms {where}"}
-    return {"flag": "matches", "ratio": ratio, "why": f"{ratio - 1:+.1%}" + (
+    return {"flag": "matches", **fields, "why": f"{ratio - 1:+.1%}" + (
         ": published value inside our 95% prediction interval" if inside else
         f": within the {rule.published_margin:.0%} margin")}
