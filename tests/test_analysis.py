@@ -14,9 +14,12 @@ from fabench.analysis import analyse_run, peers, policy
 from fabench.analysis import entry as analysis
 from fabench.analysis.detector import binomial_bound
 from fabench.analysis.noise import POOL_CELLS
+from fabench.analysis.policy import Code, Rule
 from fabench.results import merge
 from fabench.results.contract import backend_entry
 from support.shared_runs import h100_archive
+
+RULE = Rule.of({})  # the policy's defaults
 
 
 def trial(process, index, wall, device):
@@ -143,13 +146,13 @@ def test_on_the_committed_h200_pair_the_prediction_interval_holds_and_the_detect
                         <= x[k]["stats"]["device_ms"]["pi95"][1]) for k in x) for x, y in ((a, b), (b, a))]
     # 95% PI, each run against the other over 50 cells: P(Bin(100, 5%) > 9) = 2.8%
     assert sum(outside) <= binomial_bound(100) == 9
-    reruns = [policy.judge(a[k], b[k])["verdict"] for k in a]  # the default policy
+    reruns = [policy.judge(a[k], b[k], RULE)["verdict"] for k in a]  # the default policy
     assert reruns.count("changed") == 0
-    stable_reruns = [policy.judge(a[k], b[k]) for k in a if a[k]["stats"]["stable"] and b[k]["stats"]["stable"]]
+    stable_reruns = [policy.judge(a[k], b[k], RULE) for k in a if a[k]["stats"]["stable"] and b[k]["stats"]["stable"]]
     assert all(v["verdict"] == "same" for v in stable_reruns)  # a re-run on one card answers: same
     stable = [k for k in a if a[k]["stats"]["stable"] and b[k]["stats"]["stable"]]
     slower = [scaled(b[k], 1.02) for k in stable]
-    flagged = sum(policy.judge(a[k], s)["flag"] == "regression" for k, s in zip(stable, slower))
+    flagged = sum(policy.judge(a[k], s, RULE)["code"] == Code.REGRESSION for k, s in zip(stable, slower))
     assert flagged >= 0.9 * len(stable)
     assert "pooled over the 16 cells" in a[stable[0]]["stats"]["ci_method"] and POOL_CELLS == 16
 
@@ -169,36 +172,54 @@ def test_other_hardware_is_never_a_regression():
     h100 = {**h200, "device": "NVIDIA H100 80GB HBM3", "cards": ["GPU-b"]}
     old = {"status": "ok", "stats": {"stable": True, "device_ms": {"median": 1.0, "noise": noise}}}
     new = {"status": "ok", "stats": {"stable": True, "device_ms": {"median": 1.16, "noise": noise}}}
-    assert policy.judge(old, new, hardware=(h200, h200))["flag"] == "regression"
-    got = policy.judge(old, new, hardware=(h200, h100))
-    assert got["verdict"] == "cannot tell" and got["flag"] == "hardware" and "H100" in got["why"]
+    assert policy.judge(old, new, RULE, hardware=(h200, h200))["code"] == Code.REGRESSION
+    got = policy.judge(old, new, RULE, hardware=(h200, h100))
+    assert got["verdict"] == "cannot tell" and got["code"] == Code.OTHER_HARDWARE
+    assert got["values"]["hardware"] == [policy.hardware_text(h200), policy.hardware_text(h100)]
     # A backend that needs a GPU does not run on a CPU: no regression either way across hardware.
     cpu = {"platform": "cpu", "device": "AMD EPYC", "arch": "x86_64", "cards": []}
-    gone = policy.judge(old, {"status": "unavailable", "reason": "needs CUDA"}, hardware=(h200, cpu))
-    assert gone["verdict"] == "cannot tell" and gone["flag"] == "hardware"
-    back = policy.judge({"status": "unavailable", "reason": "needs CUDA"}, old, hardware=(cpu, h200))
-    assert back["flag"] == "hardware"
+    gone = policy.judge(old, {"status": "unavailable", "reason": "needs CUDA"}, RULE, hardware=(h200, cpu))
+    assert gone["verdict"] == "cannot tell" and gone["code"] == Code.OTHER_HARDWARE
+    back = policy.judge({"status": "unavailable", "reason": "needs CUDA"}, old, RULE, hardware=(cpu, h200))
+    assert back["code"] == Code.OTHER_HARDWARE
     # Another card of the same model is the same hardware (the cards are named, not compared).
     other_card = {**h200, "cards": ["GPU-c"]}
-    assert policy.judge(old, new, hardware=(h200, other_card))["flag"] == "regression"
+    assert policy.judge(old, new, RULE, hardware=(h200, other_card))["code"] == Code.REGRESSION
 
 
 def test_a_step_in_a_series_is_named_where_it_happens():
     noise = {"sigma": 0.002, "df": 16, "replicates": 2}
     series = [(f"run{i}", {"median": m, "noise": noise}) for i, m in enumerate([1.0, 1.001, 0.999, 1.03, 1.031])]
-    step = policy.find_step(series)
+    step = policy.find_step(series, RULE)
     assert step["before"] == "run2" and step["after"] == "run3" and 1.025 < step["ratio"] < 1.035
-    assert policy.find_step([(i, {**f, "median": 1.0}) for i, f in series]) is None
-    assert policy.find_step(series[:2]) is None  # a pair is the pairwise verdict's job
+    assert policy.find_step([(i, {**f, "median": 1.0}) for i, f in series], RULE) is None
+    assert policy.find_step(series[:2], RULE) is None  # a pair is the pairwise verdict's job
+
+
+def test_asvs_interval_of_the_median_by_order_statistics_else_a_laplace_posterior():
+    twenty = [float(v) for v in range(20)]
+    # P(Bin(20, 1/2) <= 3) = 0.0013 each side: [x_(4), x_(17)] covers 99.7%; [x_(5), x_(16)] only 98.8%.
+    assert peers.median_interval(twenty) == (3.0, 16.0)
+    five = [1.0, 1.2, 1.4, 1.6, 1.8]  # too few for a 99% pair (2 / 2^5 = 6%): the posterior's interval
+    low, high = peers.median_interval(five)
+    assert low < 1.0 and high > 1.8 and abs((1.4 - low) - (high - 1.4)) < 1e-9  # wider than the range, symmetric
+    posterior = peers.LaplacePosterior(five)
+    assert abs(posterior.quantile(0.5) - 1.4) < 1e-9  # the posterior's median is the samples' median
+    assert posterior.quantile(0.25) < 1.4 < posterior.quantile(0.75)
 
 
 def test_the_peers_rules_on_known_samples():
     old = [1.00, 1.01, 1.00, 1.01, 1.00, 1.01]
     assert not peers.asv_changed(old, [v * 1.05 for v in old])  # below asv's factor 1.1
-    # Six samples against six: the smallest two-sided Mann-Whitney p is 2/924 > 0.002, so asv
-    # cannot flag any change on our trial counts.
+    # Six samples against six: asv's gate (1/C(12, 6) = 1/924 < 0.002) sends them to the rank test,
+    # whose smallest two-sided p is 2/924 > 0.002: asv, as asv has it, flags nothing here.
     assert not peers.asv_changed(old, [v * 1.5 for v in old])
-    assert peers.asv_changed(old * 2, [v * 1.5 for v in old * 2])
+    assert peers.asv_changed(old * 2, [v * 1.5 for v in old * 2])  # twelve a side: the rank test reaches it
+    # Five against five (1/C(10, 5) = 1/252 > 0.002): asv falls back to its 99% intervals of the
+    # median, which do not overlap for a 1.5x change and overlap for samples that interleave.
+    assert peers.asv_changed(old[:5], [v * 1.5 for v in old[:5]])
+    wide = [1.0, 1.2, 1.4, 1.6, 1.8]
+    assert not peers.asv_changed(wide, [v * 1.15 for v in wide])
     assert peers.nvbench_verdict(old, [v * 1.02 for v in old]) == "SLOW"
     assert peers.nvbench_verdict(old, [v * 0.98 for v in old]) == "FAST"
     assert peers.nvbench_verdict(old, old) == "SAME"
@@ -274,11 +295,12 @@ def test_a_change_in_time_that_is_none_in_cycles_is_the_clocks():
                                           "device_cycles": {"median": ms * mhz, "clock_mhz": mhz, "n": 6}}}
 
     # A power cap held the new run 2.2% lower: 2.2% slower, the same work in cycles.
-    capped = policy.judge(cell(0.500, 1762.5), cell(0.511, 1724.0))
-    assert capped["verdict"] == "cannot tell" and capped["flag"] == "clock" and "1762 -> 1724 MHz" in capped["why"]
+    capped = policy.judge(cell(0.500, 1762.5), cell(0.511, 1724.0), RULE)
+    assert capped["verdict"] == "cannot tell" and capped["code"] == Code.CLOCK
+    assert capped["values"]["clock_mhz"] == [1762.5, 1724.0] and abs(capped["values"]["cycles_ratio"] - 1) < 0.01
     # Slower at the same clock: a regression.
-    assert policy.judge(cell(0.500, 1965.0), cell(0.511, 1965.0))["flag"] == "regression"
+    assert policy.judge(cell(0.500, 1965.0), cell(0.511, 1965.0), RULE)["code"] == Code.REGRESSION
     # No clock read in one run: judged on time alone.
     unread = cell(0.511, 1724.0)
     unread["stats"]["device_cycles"] = None
-    assert policy.judge(cell(0.500, 1762.5), unread)["flag"] == "regression"
+    assert policy.judge(cell(0.500, 1762.5), unread, RULE)["code"] == Code.REGRESSION

@@ -22,7 +22,7 @@ from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries, load_entry, natural_key, resolve_entry, verify_entry
 from fabench.results.archive_run_check import IncompleteRun
 from fabench.results.archive_store import AlreadyArchived, archive_run, store_entry
-from fabench.analysis.policy import Rule, judge as compare_cell
+from fabench.analysis.policy import Code, Rule, judge as compare_cell
 from fabench.results.compare import V1_REASON, compare_entries, published_flags
 from fabench.report.compare_markdown import render_markdown
 from support.runs import (CPU, CUDA_13_0, ROCM_6_4, ROCM_7_0, edit_backend, make_run, read_results,
@@ -33,6 +33,7 @@ PUBLISHED_YAML = REPO / "report" / "published" / "mi300x-2025-12-30.yaml"
 SCHEMA = v2_schema()
 OLD, NEW = "rocm-6.4.43482", "rocm-7.0.51831"
 CELL = ("tuned", "b4-s1024-h8-d256", "triton")
+RULE = Rule.of({})  # the policy's defaults, what a config without `comparison` gets
 
 
 def archive(run_dir: Path, root: Path, **kwargs) -> Path:
@@ -50,7 +51,7 @@ def two_runs(tmp_path):
 def compared(old: Path, new: Path, root: Path, **kwargs) -> dict:
     archive(old, root)
     archive(new, root)
-    return compare_entries(list_entries(root), **kwargs)
+    return compare_entries(list_entries(root), kwargs.pop("rule", RULE), **kwargs)
 
 
 def row(comparison: dict, variant: str, shape: str, backend: str) -> dict:
@@ -59,7 +60,7 @@ def row(comparison: dict, variant: str, shape: str, backend: str) -> dict:
 
 
 def flags_of(comparison: dict, kind: str) -> list[tuple]:
-    return sorted({(f["variant"], f["shape_id"], f["backend"]) for f in comparison["flags"] if f["flag"] == kind})
+    return sorted({(f["variant"], f["shape_id"], f["backend"]) for f in comparison["flags"] if f["code"] == kind})
 
 
 # ---------------------------------------------------------------- storing
@@ -220,7 +221,7 @@ def test_tampered_entry_is_detected_naming_the_file_and_left_out(two_runs, tampe
     assert len(problems) == 1 and problems[0].startswith(expected), problems
     listed = {e.id: e for e in list_entries(root)}
     assert not listed[f"{NEW}/{entry.name}"].ok
-    comparison = compare_entries(listed.values())
+    comparison = compare_entries(listed.values(), RULE)
     assert [e["id"] for e in comparison["entries"]] == [f"{OLD}/{next((root / OLD).glob('0*')).name}"]
     assert comparison["left_out"][0]["id"] == f"{NEW}/{entry.name}"
     markdown = render_markdown(comparison)
@@ -260,7 +261,7 @@ def test_regression_beyond_the_noise_is_flagged(two_runs):
     comparison = compared(old, new, root)
     assert flags_of(comparison, "regression") == [CELL]
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
-    assert found["flag"] == "regression" and 1.10 < found["ratio"] < 1.14 and "beyond the noise" in found["why"]
+    assert found["code"] == Code.REGRESSION and 1.10 < found["ratio"] < 1.14 and found["interval"][0] > 1.0135
     markdown = render_markdown(comparison)
     assert "**Regressions** (1):" in markdown and "**regression**" in markdown
 
@@ -278,7 +279,7 @@ def test_same_change_inside_the_noise_is_not_flagged(two_runs):
     comparison = compared(old, new, root)
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
     # +12% injected under ±30% trial noise: the verdict cannot tell, and says why.
-    assert found["verdict"] == "cannot tell" and found["flag"] in ("noisy", "unstable") and found["why"]
+    assert found["verdict"] == "cannot tell" and found["code"] in (Code.NOISY, Code.UNSTABLE) and found["why"]
     assert flags_of(comparison, "regression") == []
 
 
@@ -287,10 +288,10 @@ def test_small_change_with_tight_intervals_is_flagged_and_a_rerun_is_the_same(tw
     edit_backend(new, *CELL, factor=1.03)  # the fixture's noise is 0.4%: a 3% step is beyond it
     comparison = compared(old, new, root)
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
-    assert found["flag"] == "regression" and found["detectable"] < 0.03
+    assert found["code"] == Code.REGRESSION and found["detectable"] < 0.03
     untouched = row(comparison, "default", CELL[1], "native")["cells"][1]["vs_previous"]
-    assert untouched["verdict"] == "same" and untouched["flag"] == "unchanged"
-    assert "within the noise and the 1.35% margin" in untouched["why"]
+    assert untouched["verdict"] == "same" and untouched["code"] == Code.SAME
+    assert 1 / 1.0135 < untouched["interval"][0] < untouched["interval"][1] < 1.0135
 
 
 def test_a_real_change_below_the_margin_is_named_and_is_no_regression(two_runs):
@@ -298,7 +299,7 @@ def test_a_real_change_below_the_margin_is_named_and_is_no_regression(two_runs):
     edit_backend(new, *CELL, factor=1.01)  # beyond the fixture's 0.4% noise, within the 1.35% margin
     comparison = compared(old, new, root)
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
-    assert found["verdict"] == "same" and found["flag"] == "small change" and "a real change" in found["why"]
+    assert found["verdict"] == "same" and found["code"] == Code.SMALL_CHANGE and found["interval"][0] > 1
     assert flags_of(comparison, "regression") == []
 
 
@@ -306,7 +307,7 @@ def test_the_margin_is_configurable(two_runs):
     old, new, root = two_runs
     edit_backend(new, *CELL, factor=1.03)
     assert flags_of(compared(old, new, root, rule=Rule(margin=0.05)), "regression") == []
-    assert flags_of(compare_entries(list_entries(root), rule=Rule(margin=0.02)), "regression") == [CELL]
+    assert flags_of(compare_entries(list_entries(root), Rule(margin=0.02)), "regression") == [CELL]
 
 
 def test_another_experiment_is_named_and_judged_nowhere(two_runs):
@@ -317,9 +318,9 @@ def test_another_experiment_is_named_and_judged_nowhere(two_runs):
     write_results(new, collected)
     edit_backend(new, *CELL, factor=1.12)
     comparison = compared(old, new, root)
-    assert flags_of(comparison, "regression") == [] and flags_of(comparison, "other experiment")
+    assert flags_of(comparison, "regression") == [] and flags_of(comparison, "other_experiment")
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
-    assert found["verdict"] == "cannot tell" and "tolerance.max_abs_err: 0.02 -> 0.5" in found["why"]
+    assert found["code"] == Code.OTHER_EXPERIMENT and found["values"]["differences"] == ["tolerance.max_abs_err: 0.02 -> 0.5"]
     assert comparison["experiments"][0]["differences"] == ["tolerance.max_abs_err: 0.02 -> 0.5"]
 
 
@@ -329,7 +330,8 @@ def test_unstable_cell_is_never_flagged(two_runs):
     comparison = compared(old, new, root)
     assert flags_of(comparison, "regression") == []
     assert flags_of(comparison, "unstable") == [CELL]
-    assert "GPU clock throttled" in row(comparison, *CELL)["cells"][1]["vs_previous"]["why"]
+    unstable = row(comparison, *CELL)["cells"][1]["vs_previous"]["values"]["unstable"]
+    assert list(unstable.values()) == ["GPU clock throttled during trial 3"]
 
 
 def test_ok_to_failed_is_a_regression_with_the_reason_and_back_an_improvement(tmp_path):
@@ -339,12 +341,14 @@ def test_ok_to_failed_is_a_regression_with_the_reason_and_back_an_improvement(tm
     root = tmp_path / "archive"
     for run in runs:
         archive(run, root)
-    comparison = compare_entries(list_entries(root))
+    comparison = compare_entries(list_entries(root), RULE)
     cells = row(comparison, "default", "b4-s4096-h8-d256", "ck")["cells"]
-    assert cells[1]["vs_previous"]["flag"] == "regression"
-    assert "now failed (oom): HIP out of memory" in cells[1]["vs_previous"]["why"]
-    assert cells[2]["vs_previous"]["flag"] == "improvement" and "runs again" in cells[2]["vs_previous"]["why"]
-    assert cells[2]["vs_baseline"]["flag"] == "unchanged"  # back where it was in the baseline
+    assert cells[1]["vs_previous"]["code"] == Code.REGRESSION
+    assert cells[1]["vs_previous"]["values"]["new"] == {"status": "failed", "failure_kind": "oom",
+                                                        "reason": "HIP out of memory. Tried to allocate 2.00 GiB"}
+    assert cells[2]["vs_previous"]["code"] == Code.IMPROVEMENT
+    assert cells[2]["vs_previous"]["values"]["old"]["status"] == "failed"
+    assert cells[2]["vs_baseline"]["code"] == Code.SAME  # back where it was in the baseline
 
 
 def test_baseline_entry_is_compared_with_every_later_one(tmp_path):
@@ -354,13 +358,13 @@ def test_baseline_entry_is_compared_with_every_later_one(tmp_path):
     root = tmp_path / "archive"
     for run in runs:
         archive(run, root)
-    comparison = compare_entries(list_entries(root))
+    comparison = compare_entries(list_entries(root), RULE)
     cells = row(comparison, *CELL)["cells"]
-    assert cells[2]["vs_previous"]["flag"] == "unchanged"
-    assert cells[2]["vs_baseline"]["flag"] == "regression" and cells[2]["vs_baseline"]["entry"] == "rocm-7.0.0/" + \
+    assert cells[2]["vs_previous"]["code"] == Code.SAME
+    assert cells[2]["vs_baseline"]["code"] == Code.REGRESSION and cells[2]["vs_baseline"]["entry"] == "rocm-7.0.0/" + \
         next((root / "rocm-7.0.0").glob("0*")).name
     middle = comparison["entries"][1]["id"]
-    rebased = compare_entries(list_entries(root), baseline=middle)
+    rebased = compare_entries(list_entries(root), RULE, baseline=middle)
     assert row(rebased, *CELL)["cells"][0]["vs_baseline"]["entry"] == middle
 
 
@@ -369,9 +373,9 @@ def test_device_time_preferred_wall_time_otherwise():
     stat = {"median": 1.0, "noise": noise}
     ok = {"status": "ok", "stats": {"stable": True, "wall_mean_ms": stat, "device_ms": stat}}
     slower = {"status": "ok", "stats": {**ok["stats"], "device_ms": {"median": 1.2, "noise": noise}}}
-    assert compare_cell(ok, slower)["metric"] == "device_ms"
+    assert compare_cell(ok, slower, RULE)["metric"] == "device_ms"
     without = {"status": "ok", "stats": {**slower["stats"], "device_ms": None}}
-    assert compare_cell(ok, without)["metric"] == "wall_mean_ms"
+    assert compare_cell(ok, without, RULE)["metric"] == "wall_mean_ms"
 
 
 def test_schema_v1_entry_is_refused_with_the_reason(tmp_path):
@@ -382,7 +386,7 @@ def test_schema_v1_entry_is_refused_with_the_reason(tmp_path):
     v1 = archive_run(run, root)  # a valid v1 run is archived as it is
     assert v1.parent.name == "cuda-13.0"
     v2 = archive(make_run(tmp_path / "r", "h200", versions=CUDA_13_0), root)
-    comparison = compare_entries(list_entries(root))
+    comparison = compare_entries(list_entries(root), RULE)
     assert comparison["left_out"] == [{"id": f"cuda-13.0/{v1.name}", "path": str(v1), "problems": [V1_REASON]}]
     assert [e["id"] for e in comparison["entries"]] == [f"cuda-13.0/{v2.name}"]
     assert "archived with schema v1: no trials" in render_markdown(comparison)
@@ -392,9 +396,11 @@ def test_published_vs_reproduced(two_runs):
     _, new, _ = two_runs
     edit_backend(new, "tuned", "b4-s4096-h8-d256", "triton", factor=1.2)
     results = read_results(new)["results"]
-    flags = {(f["variant"], f["shape_id"], f["backend"]): f for f in published_flags(results, load_published(PUBLISHED_YAML))}
+    flags = {(f["variant"], f["shape_id"], f["backend"]): f
+             for f in published_flags(results, load_published(PUBLISHED_YAML), RULE)}
     assert flags[("tuned", "b4-s4096-h8-d256", "triton")]["flag"] == "slower"
-    assert "outside our 95% prediction interval" in flags[("tuned", "b4-s4096-h8-d256", "triton")]["why"]
+    slower = flags[("tuned", "b4-s4096-h8-d256", "triton")]
+    assert slower["inside"] is False and not slower["interval"][0] <= slower["published_ms"] <= slower["interval"][1]
     assert flags[("tuned", "b4-s512-h8-d256", "ck")]["flag"] == "matches"
     assert flags[("default", "b4-s1024-h8-d256", "native")]["flag"] == "matches"
 
@@ -402,7 +408,7 @@ def test_published_vs_reproduced(two_runs):
 def test_published_section_skips_other_hardware(tmp_path):
     root = tmp_path / "archive"
     archive(make_run(tmp_path / "r", "h200", versions=CUDA_13_0), root)
-    comparison = compare_entries(list_entries(root), published=load_published(PUBLISHED_YAML))
+    comparison = compare_entries(list_entries(root), RULE, published=load_published(PUBLISHED_YAML))
     assert "published on AMD Instinct MI300X" in comparison["published"]["entries"][0]["skipped"]
     assert "Only one run: nothing to compare" in render_markdown(comparison)
 
@@ -427,24 +433,27 @@ def is_png(data: bytes) -> bool:
 
 
 def test_run_and_version_plots_are_drawn(two_runs, tmp_path):
-    from fabench.report.plots import latency_png, speedup_png, write_run_plots, write_version_plots
+    from fabench.report.latency_plot import latency_png
+    from fabench.report.plots import write_run_plots, write_version_plots
+    from fabench.report.speedup_plot import speedup_png
 
     old, new, root = two_runs
     edit_backend(new, *CELL, factor=1.12)
     edit_backend(new, "default", "b4-s2048-h8-d256", "ck", status="failed", failure_kind="oom", reason="OOM")
     collected = read_results(new)
-    assert is_png(latency_png(collected)) and is_png(speedup_png(collected))
-    paths = write_run_plots(collected, tmp_path / "plots")
+    assert is_png(latency_png(collected)) and is_png(speedup_png(collected, RULE))
+    paths = write_run_plots(collected, tmp_path / "plots", RULE)
     paths += write_version_plots(compared(old, new, root), tmp_path / "plots")
     assert [p.name for p in paths] == ["latency.png", "speedup.png", "versions-default.png", "versions-tuned.png"]
     assert all(is_png(p.read_bytes()) for p in paths)
 
 
 def test_plots_of_a_cpu_run_without_device_time(tmp_path):
-    from fabench.report.plots import latency_png, speedup_png
+    from fabench.report.latency_plot import latency_png
+    from fabench.report.speedup_plot import speedup_png
 
     collected = read_results(make_run(tmp_path / "r", "cpu", versions=CPU))
-    assert is_png(latency_png(collected)) and is_png(speedup_png(collected))
+    assert is_png(latency_png(collected)) and is_png(speedup_png(collected, RULE))
 
 
 # ---------------------------------------------------------------- the command line, as a process
@@ -496,7 +505,7 @@ def test_cli_store_list_verify_compare(two_runs, tmp_path):
     assert strict.returncode == 3 and "failing on 1 regression flag(s)" in strict.stderr
     rows = list(csv.DictReader(table.open()))
     assert {r["entry"] for r in rows} == {e["id"] for e in comparison["entries"]}
-    flagged = [r for r in rows if r["previous_flag"] == "regression"]
+    flagged = [r for r in rows if r["previous_code"] == "regression"]
     assert [(r["variant"], r["shape_id"], r["backend"]) for r in flagged] == [CELL]
     assert float(flagged[0]["median_ms"]) > 0 and float(flagged[0]["previous_ratio"]) > 1.05
     calm = fabench("compare", OLD, "--root", str(root), "--fail-on", "regression", cwd=tmp_path)
@@ -557,7 +566,7 @@ def test_the_record_and_the_comparison_name_the_card_where_the_results_do(tmp_pa
     first = archive(make_run(tmp_path / "a", "h200-a", versions=CUDA_13_0), root)
     second = archive(make_run(tmp_path / "b", "h200-b", versions=other_card, seed=3), root)
     assert json.loads((first / "record.json").read_text())["gpu"] == CUDA_13_0["gpu_uuid"]
-    markdown = render_markdown(compare_entries(list_entries(root)))
+    markdown = render_markdown(compare_entries(list_entries(root), RULE))
     header = next(line for line in markdown.splitlines() if line.startswith("| Entry |"))
     assert "| Device | GPU |" in header
     assert CUDA_13_0["gpu_uuid"] in markdown and other_card["gpu_uuid"] in markdown
@@ -566,6 +575,6 @@ def test_the_record_and_the_comparison_name_the_card_where_the_results_do(tmp_pa
     archive(make_run(tmp_path / "c", "mi300x", versions=ROCM_7_0), rocm_root)
     rocm_record = json.loads(next(rocm_root.glob("*/*/record.json")).read_text())
     assert rocm_record["gpu"] is None
-    header = next(line for line in render_markdown(compare_entries(list_entries(rocm_root))).splitlines()
+    header = next(line for line in render_markdown(compare_entries(list_entries(rocm_root), RULE)).splitlines()
                   if line.startswith("| Entry |"))
     assert "GPU" not in header.split("|")[5]

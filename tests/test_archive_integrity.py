@@ -19,6 +19,7 @@ import pytest
 from fabench.results.archive_layout import measurements_sha256
 from fabench.results.archive_read import EntryChanged, load_entry, verify_entry
 from fabench.results.archive_store import archive_run
+from fabench.analysis.policy import Rule
 from fabench.results.compare import compare_entries
 from support.runs import ROCM_6_4, make_run, read_results, v2_schema, write_v2_schema
 
@@ -226,7 +227,7 @@ def test_the_reader_checks_the_bytes_it_returns(run, tmp_path):
         entry.results()
     comparison_input = [entry, load_entry(archive_run(make_run(tmp_path / "b", "b", versions=ROCM_6_4, seed=5),
                                                       tmp_path / "archive", schema=v2_schema()))]
-    left_out = compare_entries(comparison_input)["left_out"]
+    left_out = compare_entries(comparison_input, Rule.of({}))["left_out"]
     assert left_out[0]["id"] == entry.id and "changed after it was verified" in left_out[0]["problems"][0]
 
 

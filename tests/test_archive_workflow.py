@@ -84,14 +84,14 @@ def test_the_comparison_has_a_row_per_measured_cell_of_both_entries(archived):
     cells = {(row["variant"], row["shape_id"], row["backend"]) for row in comparison["rows"]}
     assert {(v, "b1-s64-h2-d32", b) for v in ("default", "tuned") for b in ("native", "sdpa")} <= cells
     markdown = (archived / "compare" / "compare.md").read_text()
-    assert "cpu-a" in markdown and "cpu-b" in markdown and "](versions-tuned.png)" in markdown
+    assert "cpu-a" in markdown and "cpu-b" in markdown and "](plots/versions-tuned.png)" in markdown
     # The workflow applies the comparison policy's default rule, as `fabench compare` does; two CPU
     # runs on one host are the same card, never "other hardware".
-    from fabench.analysis.policy import DEFAULT_RULE, same_card
+    from fabench.analysis.policy import Rule, same_card
 
-    assert comparison["rule"]["margin"] == DEFAULT_RULE.margin
+    assert comparison["rule"]["margin"] == Rule.of({}).margin
     assert same_card(*(e["hardware"] for e in comparison["entries"]))
-    assert not [f for f in comparison["flags"] if f["flag"] == "hardware"]
+    assert not [f for f in comparison["flags"] if f["code"] == "other_hardware"]
 
 
 def test_archiving_again_adds_nothing_and_a_new_run_gets_a_new_id(archived):
@@ -175,9 +175,9 @@ def test_a_variant_only_an_archived_run_has_gets_its_comparison_figure(archived)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     comparison = json.loads((archived / "compare" / "compare.json").read_text())
     assert "three-stages" in {row["variant"] for row in comparison["rows"]}
-    figure = archived / "compare" / "versions-three-stages.png"
+    figure = archived / "compare" / "plots" / "versions-three-stages.png"
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 20_000  # drawn, not a note
-    assert "](versions-three-stages.png)" in (archived / "compare" / "compare.md").read_text()
+    assert "](plots/versions-three-stages.png)" in (archived / "compare" / "compare.md").read_text()
 
 def copy_of(archived, tmp_path):
     work = tmp_path / "work"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from fabench.analysis import analyse_run, claims
-from fabench.analysis.policy import DEFAULT_RULE, judge
+from fabench.analysis.policy import Code, Rule, judge
 from fabench.report.model import Run, role_backend
 from fabench.results.published import PublishedError, load_published
 from support.published_run import as_collected
@@ -31,6 +31,7 @@ H100_ROOT = ROOT / "examples" / "h100-2026-11-25" / "archive" / "cuda-13.0"
 H100 = sorted(H100_ROOT.glob("0*"))
 ENTRIES = H200 + H100
 PUBLISHED_YAML = ROOT / "report" / "published" / "mi300x-2025-12-30.yaml"
+RULE = Rule.of({})  # the policy's defaults: the rule the example runs' configs set (they set no `comparison`)
 
 
 def entry_run(entry: Path) -> tuple[dict, dict]:
@@ -63,13 +64,13 @@ def policy_says(a: dict, b: dict) -> str:
     judge() alone: faster-a / faster-b / same / below margin / cannot tell."""
     if a is None or b is None or a["status"] != "ok" or b["status"] != "ok":
         return "not measured"
-    verdict = judge(a, b, DEFAULT_RULE)
+    verdict = judge(a, b, RULE)
     noise = [((e["stats"] or {}).get(verdict["metric"] or "") or {}).get("noise") or {} for e in (a, b)]
     if verdict["verdict"] == "cannot tell" or any(n.get("between") == "trials" for n in noise):
         return "cannot tell"
     if verdict["verdict"] == "changed":
         return "faster-b" if verdict["ratio"] < 1 else "faster-a"
-    return "below margin" if verdict["flag"] == "small change" else "same"
+    return "below margin" if verdict["code"] == Code.SMALL_CHANGE else "same"
 
 
 # ------------------------------------------------------------ every claim of a real report
@@ -275,23 +276,23 @@ def test_compare_is_the_policys_verdict_in_a_claims_words():
     collected, _ = entry_run(H200[-1])
     result = next(r for r in collected["results"] if r["variant"] == "tuned" and r["shape"]["seq"] == 2048)
     vendor, triton = role_backend(result, "vendor"), role_backend(result, "triton")
-    claim = claims.compare(vendor, triton, names=("cuDNN", "aiter"))
-    verdict = judge(vendor, triton, DEFAULT_RULE)
+    claim = claims.compare(vendor, triton, RULE, names=("cuDNN", "aiter"))
+    verdict = judge(vendor, triton, RULE)
     assert verdict["verdict"] == "changed" and claim["claim"] == "faster" and claim["faster"] == "a"
     assert claim["ratio"] == pytest.approx(verdict["ratio"]) and claim["metric"] == "device_ms"
-    assert claim["why"] == f"aiter {claim['ratio']:.2f}x slower in device time: beyond the noise and the " \
-                           f"{DEFAULT_RULE.margin:.2%} margin"
-    same = claims.compare(vendor, copy.deepcopy(vendor), names=("x", "y"))
-    assert same["claim"] == "same" and same["faster"] is None
+    assert claim["code"] == verdict["code"] == Code.REGRESSION  # the second cell, aiter, is the slower
+    same = claims.compare(vendor, copy.deepcopy(vendor), RULE, names=("x", "y"))
+    assert (same["claim"], same["faster"], same["code"]) == ("same", None, Code.SAME)
     shaky = copy.deepcopy(triton)
     shaky["stats"]["stable"] = False
-    assert claims.compare(vendor, shaky)["claim"] == "cannot tell"
-    assert claims.compare(vendor, {"status": "failed"})["claim"] == "not measured"
+    assert (claims.compare(vendor, shaky, RULE)["claim"], claims.compare(vendor, shaky, RULE)["code"]) == (
+        "cannot tell", Code.UNSTABLE)
+    assert claims.compare(vendor, {"status": "failed"}, RULE)["code"] == Code.MISSING
     # A publication's numbers carry no analysis: as published only when the caller says they are.
     plain = {"status": "ok", "wall_mean_ms": 0.4, "stats": None}
     quicker = {**plain, "wall_mean_ms": 0.3}
-    assert claims.compare(plain, quicker, published=True)["claim"] == "as published"
-    assert claims.compare(plain, quicker)["claim"] == "cannot tell"
+    assert claims.compare(plain, quicker, RULE, published=True)["claim"] == "as published"
+    assert claims.compare(plain, quicker, RULE)["claim"] == "cannot tell"
 
 
 # ------------------------------------------------------------ the speedup figure
@@ -304,10 +305,11 @@ def bar_labels(fig) -> list[str]:
 def test_the_speedup_figure_draws_one_bar_for_code_no_variant_touches_and_marks_what_the_policy_cannot_tell(entry):
     import matplotlib.pyplot as plt
 
-    from fabench.report import plots
+    from fabench.report.plot_common import UNSTABLE_LABEL
+    from fabench.report.speedup_plot import speedup_figure
 
     collected, _ = entry_run(entry)
-    fig = plots.speedup_figure(collected)
+    fig = speedup_figure(collected, RULE)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     # cuDNN reads no variant config (the same code in both variants); aiter's Triton kernel reads it.
     assert "SDPA (cuDNN), every variant (same code)" in legend
@@ -315,8 +317,9 @@ def test_the_speedup_figure_draws_one_bar_for_code_no_variant_touches_and_marks_
     unstable = [r for r in collected["results"] if r["variant"] == "tuned"
                 and not role_backend(r, "vendor")["stats"]["stable"]]
     assert len([t for t in bar_labels(fig) if t.endswith(" ~")]) >= len(unstable) > 0
+    assert legend[-1] == UNSTABLE_LABEL  # those cells' bars are drawn hollow, and the legend says so
     plt.close(fig)
-    fig = plots.speedup_figure(one_process(collected))
+    fig = speedup_figure(one_process(collected), RULE)
     assert all(t.endswith(" ~") for t in bar_labels(fig) if t != "did not run")
     assert any("cannot tell it from the baseline" in t.get_text() for t in fig.texts)
     plt.close(fig)

@@ -107,10 +107,11 @@ def test_the_binomial_bound_of_a_calibrated_interval():
 
 
 def test_a_step_across_the_committed_runs_is_named_where_the_card_changed():
+    from fabench.analysis.policy import Rule
     from fabench.results.archive_read import list_entries
     from fabench.results.compare import compare_entries
 
-    comparison = compare_entries(list_entries(EXAMPLE / "archive"))
+    comparison = compare_entries(list_entries(EXAMPLE / "archive"), Rule.of({}))  # the policy's defaults
     steps = {(s["variant"], s["shape_id"], s["backend"]): s for s in comparison["steps"]}
     step = steps[("default", "b4-s4096-h8-d256", "sdpa")]
     assert step["before"].endswith("0002-7a004542") and step["after"].endswith("0003-25eb76a9")

@@ -10,7 +10,12 @@ import matplotlib
 import pytest
 from matplotlib.text import Text
 
+from fabench.analysis.policy import Rule
 from fabench.report import plots
+from fabench.report.latency_plot import latency_figure
+from fabench.report.plot_common import UNSTABLE_LABEL
+from fabench.report.speedup_plot import speedup_figure
+from fabench.report.versions_plot import MAX_WIDTH_PX, versions_figure
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200-run" / "default-512.json"
 VARIANTS = ("default", "tuned", "three-stages")
@@ -21,6 +26,7 @@ SHAPES = [{"batch": 4, "seq": seq, "heads": 8, "head_dim": 256} for seq in (512,
 NEVER_RAN = "sdpa_flash"
 # flex fails at the largest shape of the tuned variant: a gap, named under the figure.
 FAILED = ("tuned", 4096, "flex")
+RULE = Rule.of({})  # the policy's defaults
 
 
 def result(variant: str, shape: dict, template: dict) -> dict:
@@ -102,7 +108,7 @@ def legend_labels(fig) -> list[str]:
 
 
 def test_latency_has_a_panel_per_shape_family_and_variant_and_names_only_what_ran(collected):
-    fig = drawn(plots.latency_figure(collected))
+    fig = drawn(latency_figure(collected))
     titles = [ax.get_title() for ax in fig.axes]
     for variant in VARIANTS:
         for family in ("head_dim 64 (batch 4, heads 8)", "head_dim 128 (batch 2, heads 16)",
@@ -120,7 +126,7 @@ def test_latency_has_a_panel_per_shape_family_and_variant_and_names_only_what_ra
 
 
 def test_speedup_shows_every_variant_for_every_shape_family(collected):
-    fig = drawn(plots.speedup_figure(collected))
+    fig = drawn(speedup_figure(collected, RULE))
     assert [ax.get_title() for ax in fig.axes] == ["head_dim 64 (batch 4, heads 8)",
                                                    "head_dim 128 (batch 2, heads 16)",
                                                    "head_dim 256 (batch 4, heads 8)"]
@@ -139,7 +145,7 @@ def test_a_backend_that_never_ran_is_named_under_the_speedup_not_in_its_legend(c
     for r in runs["results"]:
         if r["variant"] == "three-stages":
             r["backends"]["flex"].update(status="failed", failure_kind="error", reason="x", stats=None)
-    fig = drawn(plots.speedup_figure(runs))
+    fig = drawn(speedup_figure(runs, RULE))
     assert "FlexAttention, three-stages" not in legend_labels(fig)
     assert any("Did not run in any shape: FlexAttention, three-stages" in t.get_text() for t in fig.texts)
     assert overlapping_labels(fig) == []
@@ -148,7 +154,7 @@ def test_a_backend_that_never_ran_is_named_under_the_speedup_not_in_its_legend(c
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_versions_has_a_panel_per_shape_of_every_head_dim(comparison, variant):
-    fig = drawn(plots.versions_figure(comparison, variant))
+    fig = drawn(versions_figure(comparison, variant))
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert len(panels) == len(SHAPES)
     assert {ax.get_title() for ax in panels} >= {"seq 1024, head_dim 64 (batch 4, heads 8)",
@@ -156,13 +162,13 @@ def test_versions_has_a_panel_per_shape_of_every_head_dim(comparison, variant):
                                                   "seq 4096, head_dim 256 (batch 4, heads 8)"}
     labels = legend_labels(fig)
     assert "SDPA (flash)" not in labels and "CK" not in labels
-    assert {"Native", "SDPA", "FlexAttention", "unstable trials (not flagged)"} <= set(labels)
+    assert {"Native", "SDPA", "FlexAttention", UNSTABLE_LABEL} <= set(labels)
     assert overlapping_labels(fig) == []
     matplotlib.pyplot.close(fig)
 
 
 def test_the_pngs_are_written(collected, comparison, tmp_path):
-    paths = plots.write_run_plots(collected, tmp_path) + plots.write_version_plots(comparison, tmp_path)
+    paths = plots.write_run_plots(collected, tmp_path, RULE) + plots.write_version_plots(comparison, tmp_path)
     assert [p.name for p in paths] == ["latency.png", "speedup.png"] + [f"versions-{v}.png" for v in VARIANTS]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
@@ -195,11 +201,84 @@ def png_width(path: Path) -> int:
 def test_the_versions_png_fits_a_page_and_shows_each_failed_backend(comparison, tmp_path, count):
     many = many_entries(comparison, count, failed_at=count - 2)
     [path] = plots.write_version_plots(many, tmp_path, ["default"])
-    assert png_width(path) <= plots.MAX_WIDTH_PX
-    fig = drawn(plots.versions_figure(many, "default"))
+    assert png_width(path) <= MAX_WIDTH_PX
+    fig = drawn(versions_figure(many, "default"))
     assert overlapping_labels(fig) == []
     for ax in (ax for ax in fig.axes if ax.get_title()):
         crosses = [line.get_xdata()[0] for line in ax.get_lines() if line.get_marker() == "x"]
         assert len(crosses) == 2 and len(set(crosses)) == 2  # one cross each, side by side
         assert all(abs(x - (count - 2)) < 0.5 for x in crosses)  # both at the entry they failed in
+    matplotlib.pyplot.close(fig)
+
+
+# ------------------------------------------------------------ an unstable cell: no interval drawn, marked
+
+def with_unstable(collected: dict, variant: str, seq: int, name: str, stable: bool = False) -> dict:
+    """The run with one head_dim-256 cell's 95% CI widened to +-10% (a bar plainly drawn when it is
+    drawn) and, unless `stable`, its trials marked unstable."""
+    runs = copy.deepcopy(collected)
+    for r in runs["results"]:
+        if r["variant"] == variant and r["shape"]["seq"] == seq and r["shape"]["head_dim"] == 256:
+            stats = r["backends"][name]["stats"]
+            for metric in ("device_ms", "wall_mean_ms"):
+                stats[metric]["ci95"] = [stats[metric]["median"] * 0.9, stats[metric]["median"] * 1.1]
+            stats.update(stable=stable, unstable_reason=None if stable else "GPU clock throttled")
+    return runs
+
+
+def hollow_points(ax) -> list[tuple[float, float]]:
+    return [(line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines()
+            if line.get_marker() == "o" and line.get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))]
+
+
+def hollow_colors(ax) -> list:
+    return [line.get_markeredgecolor() for line in ax.get_lines()
+            if line.get_marker() == "o" and line.get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))]
+
+
+def interval_bars(ax, color=None) -> list[float]:
+    """The x of each interval bar drawn in the panel (errorbar's segments of non-zero length), of one colour if given."""
+    return [seg[0][0] for coll in ax.collections for seg in coll.get_segments()
+            if len(seg) == 2 and seg[0][1] != seg[1][1]
+            and (color is None or matplotlib.colors.same_color(coll.get_color()[0], color))]
+
+
+def test_an_unstable_cell_is_drawn_without_its_interval_and_marked_in_the_latency(collected):
+    plain = drawn(latency_figure(with_unstable(collected, "tuned", 2048, "sdpa", stable=True)))
+    shaky = drawn(latency_figure(with_unstable(collected, "tuned", 2048, "sdpa")))
+    title = "tuned: head_dim 256 (batch 4, heads 8)"
+    before, after = (next(ax for ax in f.axes if ax.get_title() == title) for f in (plain, shaky))
+    assert [x for x, _ in hollow_points(after)] == [2048] and hollow_points(before) == []
+    # Its interval bar is drawn when stable, not when unstable.
+    sdpa = hollow_colors(after)[0]  # the hollow marker is drawn in its backend's colour
+    assert interval_bars(before, sdpa) == [2048] and interval_bars(after, sdpa) == []
+    assert UNSTABLE_LABEL in legend_labels(shaky) and UNSTABLE_LABEL not in legend_labels(plain)
+    assert overlapping_labels(shaky) == []
+    matplotlib.pyplot.close(plain)
+    matplotlib.pyplot.close(shaky)
+
+
+def test_an_unstable_cell_is_drawn_hollow_and_marked_in_the_speedup(collected):
+    fig = drawn(speedup_figure(with_unstable(collected, "tuned", 2048, "flex"), RULE))
+    d256 = fig.axes[2]
+    hollow = [bar for bar in d256.patches if bar.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
+    assert len(hollow) == 1 and hollow[0].get_height() > 0
+    assert legend_labels(fig)[-1] == UNSTABLE_LABEL
+    plain = drawn(speedup_figure(collected, RULE))
+    assert UNSTABLE_LABEL not in legend_labels(plain)
+    matplotlib.pyplot.close(fig)
+    matplotlib.pyplot.close(plain)
+
+
+def test_an_unstable_cell_has_no_interval_bar_in_the_versions_figure(comparison):
+    wide = copy.deepcopy(comparison)  # every interval +-10%: a bar plainly drawn where it is drawn
+    for cell in (c for row in wide["rows"] for c in row["cells"] if c.get("device_ms")):
+        cell["device_ms"]["ci95"] = [cell["device_ms"]["median"] * 0.9, cell["device_ms"]["median"] * 1.1]
+    fig = drawn(versions_figure(wide, "default"))
+    for ax in (ax for ax in fig.axes if ax.get_title()):
+        # SDPA is unstable in the second entry (x = 1): hollow there, and no bar reaches x = 1 in its colour.
+        assert [x for x, _ in hollow_points(ax)] == [1]
+        [sdpa] = hollow_colors(ax)
+        assert interval_bars(ax, sdpa) == [0]
+    assert UNSTABLE_LABEL in legend_labels(fig)
     matplotlib.pyplot.close(fig)

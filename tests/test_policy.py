@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fabench.analysis import analyse_run, policy
-from fabench.analysis.policy import DEFAULT_RULE, Rule, RuleError
+from fabench.analysis.policy import Code, Rule, RuleError
 from fabench.config import schema_error
 from fabench.results.archive_read import list_entries
 from fabench.results.compare import compare_entries
@@ -24,6 +24,7 @@ from support.shared_runs import h100_archive
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "examples" / "h200" / "archive"
 NOISE = {"sigma": 0.002, "df": 16, "replicates": 2}
+DEFAULTS = Rule.of({})  # the policy's defaults, what a config without `comparison` gets
 
 
 def cell(median: float, noise: dict = NOISE, stable: bool = True, **entry) -> dict:
@@ -38,14 +39,16 @@ def runs_of(root: Path) -> dict[str, list[dict]]:
 # ---------------------------------------------------------------- the rule and its config key
 
 def test_the_rule_comes_from_one_config_key_and_the_cli_and_workflow_share_its_defaults():
-    assert Rule.from_config({}) == Rule.from_config({"comparison": {}}) == DEFAULT_RULE
-    assert Rule.from_config({"comparison": {"margin": 0.02}}).margin == 0.02
+    assert Rule.of({}) == Rule.of({"comparison": {}}) == Rule.of(None) == Rule()
+    # An archived run's config may hold the retired keys: its rule is still its `comparison`.
+    assert Rule.of({"archive": {"threshold": 0.05}, "comparison": {"margin": 0.03}}).margin == 0.03
+    assert Rule.of({"comparison": {"margin": 0.02}}).margin == 0.02
     # The project's config.yaml, as the workflow reads it after the schema's defaults: the default rule,
     # which is what `fabench compare` applies without options.
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     assert schema_error(config, schema) is None
-    assert Rule.from_config(config) == DEFAULT_RULE
+    assert Rule.of(config) == DEFAULTS
     assert all("default" not in spec for spec in schema["properties"]["comparison"]["properties"].values())
 
 
@@ -58,7 +61,8 @@ def test_the_rule_comes_from_one_config_key_and_the_cli_and_workflow_share_its_d
 ])
 def test_a_bad_comparison_setting_is_refused_on_one_line_naming_the_key(config, message):
     with pytest.raises(RuleError) as err:
-        Rule.from_config(config)
+        policy.refuse_retired(config)  # what the workflow and the CLI ask of a config before using it
+        Rule.of(config)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -72,46 +76,60 @@ def test_the_schema_refuses_a_bad_comparison_value_naming_the_key():
 # ---------------------------------------------------------------- verdicts at the default rule
 
 def test_the_default_rule_answers_same_small_change_or_changed():
-    same = policy.judge(cell(1.0), cell(1.002))
-    assert (same["verdict"], same["flag"]) == ("same", "unchanged") and same["interval"][1] < 1.0135
-    small = policy.judge(cell(1.0), cell(1.01))  # beyond the 0.2% noise, within the 1.35% margin
-    assert (small["verdict"], small["flag"]) == ("same", "small change") and "a real change" in small["why"]
-    slower = policy.judge(cell(1.0), cell(1.02))
-    assert (slower["verdict"], slower["flag"]) == ("changed", "regression")
-    faster = policy.judge(cell(1.0), cell(0.97))
-    assert (faster["verdict"], faster["flag"]) == ("changed", "improvement")
+    same = policy.judge(cell(1.0), cell(1.002), DEFAULTS)
+    assert (same["verdict"], same["code"]) == ("same", Code.SAME) and same["interval"][1] < 1.0135
+    small = policy.judge(cell(1.0), cell(1.01), DEFAULTS)  # beyond the 0.2% noise, within the 1.35% margin
+    assert (small["verdict"], small["code"]) == ("same", Code.SMALL_CHANGE)
+    assert small["interval"][0] > 1 and small["ratio"] == pytest.approx(1.01) and small["values"]["margin"] == 0.0135
+    slower = policy.judge(cell(1.0), cell(1.02), DEFAULTS)
+    assert (slower["verdict"], slower["code"]) == ("changed", Code.REGRESSION)
+    faster = policy.judge(cell(1.0), cell(0.97), DEFAULTS)
+    assert (faster["verdict"], faster["code"]) == ("changed", Code.IMPROVEMENT)
     noisy = {"sigma": 0.02, "df": 16, "replicates": 2}
-    hidden = policy.judge(cell(1.0, noisy), cell(1.01, noisy))
-    assert (hidden["verdict"], hidden["flag"]) == ("cannot tell", "noisy") and "more than the 1.35% margin" in hidden["why"]
-    shaky = policy.judge(cell(1.0), cell(1.2, stable=False))
-    assert (shaky["verdict"], shaky["flag"]) == ("cannot tell", "unstable")
-    assert policy.judge(cell(1.0), cell(1.02), Rule(margin=0.05))["flag"] == "small change"
+    hidden = policy.judge(cell(1.0, noisy), cell(1.01, noisy), DEFAULTS)
+    assert (hidden["verdict"], hidden["code"]) == ("cannot tell", Code.NOISY) and hidden["values"]["hides"] > 0.0135
+    shaky = policy.judge(cell(1.0), cell(1.2, stable=False), DEFAULTS)
+    assert (shaky["verdict"], shaky["code"]) == ("cannot tell", Code.UNSTABLE)
+    assert list(shaky["values"]["unstable"]) == ["new"]
+    assert policy.judge(cell(1.0), cell(1.02), Rule(margin=0.05))["code"] == Code.SMALL_CHANGE
+
+
+def test_every_code_implies_one_verdict_and_has_words():
+    from fabench.analysis import verdict_text
+
+    assert {policy.VERDICT.get(code, "cannot tell") for code in Code} == {"changed", "same", "cannot tell"}
+    verdict = policy.judge(cell(1.0), cell(1.01), DEFAULTS)
+    for code in (Code.SAME, Code.SMALL_CHANGE, Code.REGRESSION, Code.NO_INTERVAL, Code.NO_FIGURE, Code.MISSING):
+        assert verdict_text.why({**verdict, "code": code})  # a code without words would raise
+    assert json.loads(json.dumps(verdict))["code"] == "small_change"  # a code is JSON as it stands
 
 
 def test_a_backend_newly_available_is_news_not_an_improvement():
     was = {"status": "unavailable", "reason": "needs ROCm and AMD's aiter (this host: cuda)"}
-    now = policy.judge(was, cell(1.0))
-    assert (now["verdict"], now["flag"]) == ("changed", "now available") and "runs now" in now["why"]
-    fixed = policy.judge({"status": "failed", "reason": "OOM"}, cell(1.0))
-    assert fixed["flag"] == "improvement" and "runs again" in fixed["why"]
-    assert policy.judge(cell(1.0), {"status": "failed", "reason": "OOM"})["flag"] == "regression"
+    now = policy.judge(was, cell(1.0), DEFAULTS)
+    assert (now["verdict"], now["code"]) == ("changed", Code.NOW_AVAILABLE)
+    assert now["values"]["old"]["status"] == "unavailable"
+    fixed = policy.judge({"status": "failed", "reason": "OOM"}, cell(1.0), DEFAULTS)
+    assert fixed["code"] == Code.IMPROVEMENT and fixed["values"]["old"]["reason"] == "OOM"
+    assert policy.judge(cell(1.0), {"status": "failed", "reason": "OOM"}, DEFAULTS)["code"] == Code.REGRESSION
 
 
 def test_another_experiment_or_other_code_is_judged_nowhere():
-    got = policy.judge(cell(1.0), cell(1.5), experiment=["dtype: float16 -> bfloat16"])
-    assert (got["verdict"], got["flag"]) == ("cannot tell", "other experiment") and "bfloat16" in got["why"]
+    got = policy.judge(cell(1.0), cell(1.5), DEFAULTS, experiment=["dtype: float16 -> bfloat16"])
+    assert (got["verdict"], got["code"]) == ("cannot tell", Code.OTHER_EXPERIMENT)
+    assert got["values"]["differences"] == ["dtype: float16 -> bfloat16"]
     a = cell(1.0, implementation={"kernel": "aiter", "package": "amd-aiter 0.1.7"})
     b = cell(1.5, implementation={"kernel": "aiter", "package": "amd-aiter 0.1.8"})
-    assert policy.judge(a, b)["flag"] == "regression"  # versions are what compare compares
-    repeat = policy.judge(a, b, expect_same_code=True)  # detector-check: two repeats of one code
-    assert (repeat["flag"], repeat["why"]) == ("other code", "other code: implementation")
+    assert policy.judge(a, b, DEFAULTS)["code"] == Code.REGRESSION  # versions are what compare compares
+    repeat = policy.judge(a, b, DEFAULTS, expect_same_code=True)  # detector-check: two repeats of one code
+    assert (repeat["code"], repeat["values"]["differences"]) == (Code.OTHER_CODE, ["implementation"])
 
 
 def test_a_step_must_clear_the_margin_too():
     quiet = {"sigma": 0.0005, "df": 16, "replicates": 2}
     series = [(f"run{i}", {"median": m, "noise": quiet}) for i, m in enumerate([1.0, 1.0, 1.0, 1.008, 1.008])]
     assert policy.find_step(series, Rule(margin=0.005))["after"] == "run3"
-    assert policy.find_step(series) is None  # +0.8%: beyond the noise, within the 1.35% margin
+    assert policy.find_step(series, DEFAULTS) is None  # +0.8%: beyond the noise, within the 1.35% margin
 
 
 # ---------------------------------------------------------------- identities
@@ -181,23 +199,23 @@ def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
                           cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    workflow = compare_entries(list_entries(H200), Rule.from_config(config))  # what the compare rule calls
+    workflow = compare_entries(list_entries(H200), Rule.of(config))  # what the compare rule calls
     cli = json.loads(out.read_text())
-    verdicts = [[(c.get("vs_previous") or {}).get("flag") for c in row["cells"]] for row in cli["rows"]]
-    assert verdicts == [[(c.get("vs_previous") or {}).get("flag") for c in row["cells"]] for row in workflow["rows"]]
-    assert cli["rule"]["margin"] == DEFAULT_RULE.margin
-    flags = [f["flag"] for f in cli["flags"]]
+    verdicts = [[(c.get("vs_previous") or {}).get("code") for c in row["cells"]] for row in cli["rows"]]
+    assert verdicts == [[(c.get("vs_previous") or {}).get("code") for c in row["cells"]] for row in workflow["rows"]]
+    assert cli["rule"]["margin"] == DEFAULTS.margin
+    flags = [f["code"] for f in cli["flags"]]
     assert "regression" not in flags and "improvement" not in flags  # no speed-up from a backend newly available
-    assert flags.count("now available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
+    assert flags.count("now_available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
     # Every judgement of a cell measured stable in both runs (vs previous and vs baseline) answers
     # but the two whose change is the SM clock's (0003 is another card, held at another clock) and
     # two on that other card whose noise, never below what each cell's two processes show
     # (fabench.analysis.noise.cell_sigma), hides 1.4-1.6%, more than the 1.35% margin.
     judged = [c[kind] for row in cli["rows"] for c in row["cells"] for kind in ("vs_previous", "vs_baseline")
-              if c.get(kind) and c[kind]["flag"] not in ("unstable", "now available", "not measured")]
+              if c.get(kind) and c[kind]["code"] not in ("unstable", "now_available", "not_ok")]
     answered = [v for v in judged if v["verdict"] in ("same", "changed")]
     assert len(answered) >= 0.9 * len(judged)
-    assert sorted(v["flag"] for v in judged if v not in answered) == ["clock"] * 2 + ["noisy"] * 2
+    assert sorted(v["code"] for v in judged if v not in answered) == ["clock"] * 2 + ["noisy"] * 2
 
 
 @pytest.mark.parametrize("key, value, expected", [
@@ -235,5 +253,5 @@ def test_a_run_of_one_process_per_job_predicts_nothing_and_compare_cannot_tell()
                for e in r["backends"].values() if e["status"] == "ok")
     pairs = [(a["backends"][b], n["backends"][b]) for a, n in zip(old["results"], new["results"])
              for b in a["backends"] if a["backends"][b]["status"] == "ok" == n["backends"][b]["status"]]
-    verdicts = [policy.judge(a, b)["flag"] for a, b in pairs if a["stats"].get("stable") and b["stats"].get("stable")]
-    assert verdicts and set(verdicts) == {"one process"}
+    verdicts = [policy.judge(a, b, DEFAULTS)["code"] for a, b in pairs if a["stats"].get("stable") and b["stats"].get("stable")]
+    assert verdicts and set(verdicts) == {Code.ONE_PROCESS}

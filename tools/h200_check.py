@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                 where = f"[{pi[0]:.4f}, {pi[1]:.4f}]" if pi else "(none: too few repeats)"
                 failures.append(f"{'/'.join(key)}: run B median {sb['median']:.4f} outside run A's prediction "
                                 f"interval {where} and neither run flags it unstable")
-            verdict = policy.judge(a, b, names=("A", "B"))
+            verdict = policy.judge(a, b, policy.Rule.of({}), names=("A", "B"))  # the policy's defaults, stated
             cells += [f"{sb['median']:.4f}" + ("" if b["stats"]["stable"] else " unstable"), f"{s:.2%}",
-                      "yes" if inside else ("flagged" if flagged else "NO"), f"{verdict['verdict']} ({verdict['flag']})"]
+                      "yes" if inside else ("flagged" if flagged else "NO"), f"{verdict['verdict']} ({verdict['code']})"]
         else:
             cells += ["", "", "", ""]
         print("| " + " | ".join(cells) + " |")

@@ -25,7 +25,6 @@ SIGTERM: an entry is stored whole or not at all).
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -66,7 +65,7 @@ def margin_type(text: str) -> float:
 def comparison_rule(args):
     """The comparison policy the user asked for: --configfile's `comparison` key (the policy's
     defaults without one), --margin over it. UsageError with one line if it cannot be used."""
-    from fabench.analysis.policy import Rule, RuleError
+    from fabench.analysis.policy import Rule, RuleError, refuse_retired
 
     config = {}
     if args.configfile:
@@ -80,9 +79,11 @@ def comparison_rule(args):
             raise UsageError(f"--configfile {args.configfile}: not YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(config, dict):
             raise UsageError(f"--configfile {args.configfile}: not a mapping of config keys")
+    if args.margin and isinstance(config.get("comparison") or {}, dict):
+        config = {**config, "comparison": {**(config.get("comparison") or {}), "margin": args.margin}}
     try:
-        rule = Rule.from_config(config)
-        return Rule(**{**rule.as_dict(), "margin": args.margin}) if args.margin else rule
+        refuse_retired(config)
+        return Rule.of(config)
     except RuleError as err:
         raise UsageError(f"--configfile {args.configfile}: {err}" if args.configfile else str(err)) from None
 
@@ -138,6 +139,8 @@ def build_parser() -> Parser:
     compare.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
     compare.add_argument("--out-json", type=output_file_arg, help="write the comparison as JSON here")
     compare.add_argument("--out-csv", type=output_file_arg, help="write one row per cell and entry here (for pandas)")
+    compare.add_argument("--out-html", type=output_file_arg, help="write the Markdown as a page here, the figures "
+                         "embedded")
     compare.add_argument("--plots", type=output_folder_arg, metavar="DIR", help="write versions-<variant>.png here")
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
                          "(for CI)")
@@ -148,13 +151,13 @@ def build_parser() -> Parser:
                        "several archives together; default: archive)")
     check.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
     check.add_argument("--out-json", type=output_file_arg, help="write the check as JSON here")
-    from fabench.analysis.policy import DEFAULT_RULE
+    from fabench.analysis.policy import Rule
 
     for sub in (compare, check):
         sub.add_argument("--configfile", type=Path, metavar="FILE", help="a workflow config (YAML): its "
                          "`comparison` key sets the policy, as in `snakemake compare` (default: the policy's defaults)")
         sub.add_argument("--margin", type=margin_type, help="the smallest change called a regression or an "
-                         f"improvement, as a fraction or percent (default: the config's, else {DEFAULT_RULE.margin})")
+                         f"improvement, as a fraction or percent (default: the config's, else {Rule.of({}).margin})")
     return parser
 
 
@@ -239,7 +242,7 @@ def cmd_verify(args) -> int:
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries
-    from fabench.report.compare_markdown import render_markdown
+    from fabench.report.compare_outputs import ComparisonOutputs, write_comparison
 
     prog = "fabench compare"
     try:
@@ -265,23 +268,13 @@ def cmd_compare(args) -> int:
         comparison = compare_entries(entries, rule, baseline, published)
     except CompareError as err:
         return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
-    figures = []
-    if args.plots:
-        from fabench.report.plots import write_version_plots
-
-        written = write_version_plots(comparison, args.plots)
-        if args.out_md:  # referenced from the Markdown, relative to where it is written
-            here = Path(args.out_md).resolve().parent
-            figures = [(f"{Path(p).stem} across the archived versions", os.path.relpath(Path(p).resolve(), here))
-                       for p in written]
-    write_outputs(args, render_markdown(comparison, figures=figures), comparison)
-    if args.out_csv:
-        from fabench.results.compare_csv import comparison_csv
-
-        write_atomic(args.out_csv, comparison_csv(comparison))
+    markdown = write_comparison(comparison, ComparisonOutputs(markdown=args.out_md, json=args.out_json,
+                                                              csv=args.out_csv, html=args.out_html, plots=args.plots))
+    if not args.out_md:
+        sys.stdout.write(markdown)
     for item in comparison["left_out"]:
         print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
-    flags = [f for f in comparison["flags"] if f["flag"] == "regression"]
+    flags = [f for f in comparison["flags"] if f["code"] == "regression"]
     if flags and args.out_md:
         print(f"{prog}: {len(flags)} regression flag(s); see {args.out_md}", file=sys.stderr)
     if any(not e.ok for e in entries):

@@ -7,6 +7,7 @@
 from fabench.analysis.policy import (
     Rule as ComparisonRule,
     RuleError as ComparisonRuleError,
+    refuse_retired as refuse_retired_comparison_keys,
 )
 
 
@@ -28,6 +29,10 @@ rule plots:
         ),
     log:
         "logs/{run}/plots.log",
+    params:
+        # The speedup's marks are the comparison policy's claims: a change of `comparison:` redraws them.
+        # (A function: COMPARISON is set further down, where the compare rule reads it too.)
+        rule=lambda wildcards: COMPARISON,
     script:
         "../scripts/plots.py"
 
@@ -86,7 +91,8 @@ rule archive:
 
 # The comparison policy from the config, refused with one line before any job starts.
 try:
-    COMPARISON = ComparisonRule.from_config(config).as_dict()
+    refuse_retired_comparison_keys(config)
+    COMPARISON = ComparisonRule.of(config).as_dict()
 except ComparisonRuleError as err:
     raise WorkflowError(f"invalid config: {err}") from None
 
@@ -108,22 +114,21 @@ rule compare:
         json="compare/compare.json",
         # one row per cell and entry, for pandas
         csv="compare/compare.csv",
-        plots=[
-            report(
-                f"compare/versions-{variant}.png",
-                caption="../report/versions.rst",
-                category="Across versions",
-                labels={"figure": f"variant {variant} across versions"},
-            )
-            for variant in COMPARED_VARIANTS
-        ],
+        # versions-<variant>.png for each variant the archived entries hold: the job finds them in the
+        # comparison, so the plan need not read the archive's configs to name them.
+        plots=report(
+            directory("compare/plots"),
+            patterns=["versions-{variant}.png"],
+            caption="../report/versions.rst",
+            category="Across versions",
+            labels={"figure": "variant {variant} across versions"},
+        ),
     log:
         "logs/compare.log",
     params:
         root=config["archive"]["root"],
         rule=COMPARISON,
         baseline=config["archive"]["baseline"],
-        variants=COMPARED_VARIANTS,
         # every entry's files as they are now: an entry added, deleted or changed in any byte
         # changes this, so compare re-runs (and its reader verifies every entry)
         entries=archive_fingerprint,

@@ -17,24 +17,14 @@ any difference between them is run-to-run noise, and no claim that one variant i
 
 from __future__ import annotations
 
-import re
-
-from fabench.analysis import policy
+from fabench.analysis import policy, verdict_text
 from fabench.analysis.figures import METRICS
-from fabench.analysis.policy import DEFAULT_RULE, ONE_PROCESS_WHY, Rule, judge
+from fabench.analysis.policy import Code, Rule, judge
+from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
 ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
-# The verdict's lead "+x% figure (interval ..)": between runs it reads "new against old", which a
-# comparison of two cells of one run says in its own words.
-_CHANGE_LEAD = re.compile(r"^[+-]?\d+(\.\d+)?% (" + "|".join(METRICS.values()) + r")( \([^)]*interval [^)]*\))?[:;,]? *")
-
-
-def rule_of(config: dict | None) -> Rule:
-    """The comparison rule of a run's config: its `comparison` key (the one the workflow checked
-    before the run started; retired keys of archived configs are not read here)."""
-    return Rule.from_config({"comparison": (config or {}).get("comparison")})
 
 
 def _published_figure(entry: dict) -> float | None:
@@ -46,8 +36,8 @@ def _published_figure(entry: dict) -> float | None:
 
 
 def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric: str | None = None,
-           flag: str | None = None) -> dict:
-    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "flag": flag}
+           code: str | None = None) -> dict:
+    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "code": code}
 
 
 def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
@@ -64,40 +54,40 @@ def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
     return ONE_PROCESS if noise.get("between") == "trials" else None
 
 
-def compare(a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b"), rule: Rule = DEFAULT_RULE,
+def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] = ("a", "b"),
             published: bool = False) -> dict:
     """What the run may say about two analysed backend entries of it: the policy's verdict
     (fabench.analysis.policy.judge, a taken as the old and b as the new) in a claim's words.
 
     Returns {claim, faster ("a", "b" or None), ratio (slower over faster, on the judged figure),
-    why, metric (the figure judged), flag (the policy's flag)}: claim is "faster" (changed),
+    why, metric (the figure judged), code (the policy's reason code, policy.Code)}: claim is "faster" (changed),
     "same" (within the margin), "below margin" (real, but within the margin), "cannot tell",
     "as published" or "not measured"; `faster` is set where the direction is a claim (faster,
     below margin, as published). `names` name the cells in `why`. `published`: the cells are a
     publication's numbers, which carry no analysis: compared as published, and the claim says so."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
-        return _claim("not measured", None, None, "not measured in both")
+        return _claim("not measured", None, None, "not measured in both", code=Code.MISSING)
     figures = _published_figure(a), _published_figure(b)
     if published and None not in figures:
         low, high = sorted(figures)
         return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
                       "published figures, no noise estimate: compared as published", "wall_mean_ms")
     verdict = judge(a, b, rule, names=names)
-    metric, ratio, flag = verdict["metric"], verdict["ratio"], verdict["flag"]
-    reason = _CHANGE_LEAD.sub("", verdict["why"])
+    metric, ratio, code = verdict["metric"], verdict["ratio"], verdict["code"]
+    # The verdict's change reads "new against old" between runs; two cells of one run say it as a factor.
+    reason = verdict_text.reason(verdict)
     if ratio is None:
-        return _claim("cannot tell", None, None, reason, metric, flag)
+        return _claim("cannot tell", None, None, reason, metric, code)
     faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
-    difference = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}"
+    why = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
     if verdict["verdict"] == "cannot tell":
-        return _claim("cannot tell", None, factor, f"{difference}: {reason}", metric, flag)
+        return _claim("cannot tell", None, factor, why, metric, code)
     if verdict["verdict"] == "changed":
-        return _claim("faster", faster, factor, f"{difference}: {reason}", metric, flag)
-    if flag == "small change":
-        return _claim("below margin", faster, factor, f"{difference}: {reason}", metric, flag)
-    return _claim("same", None, factor, f"{difference}: {reason}", metric, flag)
+        return _claim("faster", faster, factor, why, metric, code)
+    if code == Code.SMALL_CHANGE:
+        return _claim("below margin", faster, factor, why, metric, code)
+    return _claim("same", None, factor, why, metric, code)
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).
-code_facts = policy.code_identity
 same_code = policy.same_code

@@ -26,7 +26,7 @@ from itertools import combinations
 from fabench.analysis import peers, policy, stats
 from fabench.analysis.figures import cell_metric, trial_values
 from fabench.analysis.noise import LEVEL, analyse_run
-from fabench.analysis.policy import DEFAULT_RULE, Rule
+from fabench.analysis.policy import Code, Rule
 
 INJECTED = (0.02, 0.05)
 # What a trial records that a slower kernel would move with it (the analysis derives the rest).
@@ -71,7 +71,7 @@ def binomial_bound(n: int, rate: float = NOMINAL_MISS, level: float = 0.95) -> i
 
 
 def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardware: tuple[dict, dict],
-               injected_runs: dict, rule: Rule = DEFAULT_RULE) -> dict:
+               injected_runs: dict, rule: Rule) -> dict:
     a, b = cells_of(old), cells_of(new)
     shared = sorted(set(a) & set(b))
     other_code = [k for k in shared if not policy.same_code(a[k], b[k])]
@@ -89,7 +89,7 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
             outside += bool(miss)
         verdict = policy.judge(a[key], b[key], rule, (old_id, new_id), hardware, expect_same_code=True)
         alarms["ours"] += verdict["verdict"] == "changed"
-        if verdict["flag"] != "unstable":
+        if verdict["code"] != Code.UNSTABLE:
             stable += 1
             answered += verdict["verdict"] in ANSWERS
         x, y = trial_values(a[key]["trials"], metric)[0], trial_values(b[key]["trials"], metric)[0]
@@ -123,14 +123,14 @@ def flagged(a: dict, slower: dict, keys: list, hardware: tuple[dict, dict], rule
     counts = dict.fromkeys(RULES, 0)
     for key in stable:
         metric = cell_metric(a[key], slower[key])
-        counts["ours"] += policy.judge(a[key], slower[key], rule, hardware=hardware)["flag"] == "regression"
+        counts["ours"] += policy.judge(a[key], slower[key], rule, hardware=hardware)["code"] == Code.REGRESSION
         x, y = trial_values(a[key]["trials"], metric)[0], trial_values(slower[key]["trials"], metric)[0]
         counts["asv"] += peers.asv_changed(x, y) and stats.median(y) > stats.median(x)
         counts["nvbench"] += peers.nvbench_verdict(x, y) == "SLOW"
     return {"stable_cells": len(stable), "flagged": counts}
 
 
-def detector_check(runs: list[tuple[str, list[dict]]], rule: Rule = DEFAULT_RULE) -> dict:
+def detector_check(runs: list[tuple[str, list[dict]]], rule: Rule) -> dict:
     """Every same-hardware pair of the given runs ([(entry id, results)], oldest first), checked."""
     analysed = [(run_id, analyse_run({"results": copy.deepcopy(results)})["results"]) for run_id, results in runs]
     identity = {run_id: policy.hardware_identity(results) for run_id, results in analysed}

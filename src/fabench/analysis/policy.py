@@ -11,14 +11,16 @@ freedom. Two tests on it, as asv and nvbench do (docs/archive.md compares them):
   within the margin  the change's (1 - 2 * equivalence_alpha) interval, d +- t(1 - equivalence_alpha,
                      df) * sd, lies inside +-log(1 + margin) (two one-sided tests: a change beyond
                      the margin is called same at most `equivalence_alpha` of the time).
-The verdict:
+The verdict, with its reason code (Code):
   changed (regression | improvement)  beyond the noise and |ratio - 1| > margin;
-  same, flag `small change`           beyond the noise but within the margin: real, too small to matter;
-  same, flag `unchanged`              within the noise and within the margin;
+  same, `small_change`                beyond the noise but within the margin: real, too small to matter;
+  same, `same`                        within the noise and within the margin;
   cannot tell                         neither (`noisy`: the noise hides changes past the margin), or a
                                       run is unstable, has no interval, ran on other hardware, other
                                       code (where the caller expects the same), another experiment,
                                       or the change is the SM clock's (`clock`).
+The policy returns codes and values, never sentences: its callers write the words
+(fabench.analysis.verdict_text), so a rewording changes no decision and no test of one.
 The margin is the change a user cares about; its default is chosen from the measured noise between
 runs on one card and on two cards of one GPU model (docs/archive.md, "The comparison rule").
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 
 from fabench.analysis import calibration, stats
 from fabench.analysis.figures import METRICS, cell_metric
@@ -62,15 +65,12 @@ class Rule:
             raise RuleError(f"{CONFIG_KEY}.power: {self.power!r}; expected a probability in [0.5, 1)")
 
     @classmethod
-    def from_config(cls, config: dict | None) -> "Rule":
-        """The rule from a workflow config (its `comparison` key; defaults for what it leaves out).
-        The retired `archive.threshold` and `archive.tolerance` are refused, naming their successor."""
-        config = config or {}
-        for (section, key), successor in RETIRED_KEYS.items():
-            if key in (config.get(section) or {}):
-                raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
-                                f"(default {getattr(DEFAULT_RULE, successor.split('.')[1])})")
-        given = config.get(CONFIG_KEY) or {}
+    def of(cls, config: dict | None) -> "Rule":
+        """The rule of a workflow config: its `comparison` key, the policy's defaults for what it
+        leaves out. The one way to build a rule from settings, so every consumer reads the same key.
+        Only `comparison` is read: an archived run's config may still hold the retired keys, which a
+        config about to be used is refused for (refuse_retired)."""
+        given = (config or {}).get(CONFIG_KEY) or {}
         if not isinstance(given, dict):
             raise RuleError(f"{CONFIG_KEY}: {given!r}; expected a mapping of {', '.join(cls.keys())}")
         unknown = sorted(set(given) - set(cls.keys()))
@@ -90,12 +90,44 @@ class Rule:
                 f"(at most {self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by "
                 f"more than the margin of {self.margin:.2%}; same when the change's "
                 f"{1 - 2 * self.equivalence_alpha:.0%} interval lies within +-{self.margin:.2%} (a change beyond the "
-                f"noise but within the margin is named `small change`); "
+                f"noise but within the margin is named `small_change`); "
                 f"otherwise cannot tell, saying why (noise, unstable trials, no interval, other hardware, other "
                 f"experiment)")
 
 
-DEFAULT_RULE = Rule()
+def refuse_retired(config: dict | None) -> None:
+    """RuleError naming the successor when a config about to be used sets a retired key
+    (`archive.threshold`, `archive.tolerance`): the workflow and the CLI ask before any job."""
+    for (section, key), successor in RETIRED_KEYS.items():
+        if key in ((config or {}).get(section) or {}):
+            raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
+                            f"(default {getattr(Rule(), successor.split('.')[1])})")
+
+
+class Code(StrEnum):
+    """Why a verdict is what it is: the one set of reason codes every caller branches on and
+    writes its words by (a str, so it is JSON as it stands)."""
+
+    REGRESSION = "regression"  # changed: slower beyond the noise and the margin, or ok before and not now
+    IMPROVEMENT = "improvement"  # changed: faster beyond both, or runs again after failing
+    NOW_AVAILABLE = "now_available"  # changed: unavailable before, runs now (news, not a speed-up)
+    SAME = "same"  # same: within the noise and the margin
+    SMALL_CHANGE = "small_change"  # same: beyond the noise, within the margin
+    NOISY = "noisy"  # cannot tell: the noise hides changes past the margin
+    UNSTABLE = "unstable"  # cannot tell: a run's trials are unstable
+    NO_INTERVAL = "no_interval"  # cannot tell: a run has no noise estimate
+    NO_FIGURE = "no_figure"  # cannot tell: no median both runs recorded
+    ONE_PROCESS = "one_process"  # cannot tell: one process per job, no noise between processes
+    OTHER_HARDWARE = "other_hardware"  # cannot tell: another platform, GPU model or architecture
+    OTHER_CODE = "other_code"  # cannot tell: other code where the caller expects repeats
+    OTHER_EXPERIMENT = "other_experiment"  # cannot tell: settings that change what is measured differ
+    CLOCK = "clock"  # cannot tell: a change in time that is none in clock cycles
+    NOT_OK = "not_ok"  # cannot tell: measured in neither run (same failing status in both)
+    MISSING = "missing"  # cannot tell: a cell absent from a run (callers that look cells up)
+
+
+VERDICT = {Code.REGRESSION: "changed", Code.IMPROVEMENT: "changed", Code.NOW_AVAILABLE: "changed",
+           Code.SAME: "same", Code.SMALL_CHANGE: "same"}  # every other code: "cannot tell"
 
 
 # ---------------------------------------------------------------- one cell, two runs
@@ -115,102 +147,91 @@ def change_noise(old: dict, new: dict) -> tuple[float, int] | None:
     return math.sqrt(a[0] ** 2 / a[2] + b[0] ** 2 / b[2]), min(a[1], b[1])
 
 
-def noise_limit(sd: float, df: int, rule: Rule = DEFAULT_RULE) -> float:
+def noise_limit(sd: float, df: int, rule: Rule) -> float:
     """The |log change| beyond which a change is more than the noise (at the rule's alpha)."""
     return stats.t_quantile(stats.two_sided(1 - rule.alpha), df) * sd
 
 
-def detectable(sd: float, df: int, rule: Rule = DEFAULT_RULE) -> float:
+def detectable(sd: float, df: int, rule: Rule) -> float:
     """The smallest relative change called changed with the rule's power, for this noise."""
     limit = max(noise_limit(sd, df, rule), math.log1p(rule.margin))
     return math.expm1(limit + stats.t_quantile(rule.power, df) * sd)
 
 
-def not_ok_text(entry: dict) -> str:
-    kind = f" ({entry['failure_kind']})" if entry.get("failure_kind") else ""
-    return f"{entry['status']}{kind}: {entry.get('reason') or 'no reason recorded'}"
+def status_of(entry: dict) -> dict:
+    """A backend entry's status as a verdict's values carry it (for the words: status (kind): reason)."""
+    return {"status": entry["status"], "failure_kind": entry.get("failure_kind"), "reason": entry.get("reason")}
 
 
-def _verdict(verdict: str, flag: str, why: str, **values) -> dict:
-    return {"verdict": verdict, "flag": flag, "why": why, "metric": None, "ratio": None, "interval": None,
-            "detectable": None, **values}
+def _verdict(code: Code, names: tuple[str, str], **fields) -> dict:
+    """A verdict: its code (and the verdict word it implies), the figure judged, the change (ratio
+    new / old) and its interval, the smallest change detectable at this noise, and `values`: what a
+    caller needs to say why (the runs' names first)."""
+    values = {"runs": list(names), **fields.pop("values", {})}
+    return {"verdict": VERDICT.get(code, "cannot tell"), "code": code, "metric": None, "ratio": None,
+            "interval": None, "detectable": None, **fields, "values": values}
 
 
-# Why a run of one process per job (a CPU run) supports no verdict between runs, in every caller's words.
-ONE_PROCESS_WHY = "one process per job: the noise between processes is not estimated"
-
-
-def judge(old: dict, new: dict, rule: Rule = DEFAULT_RULE, names: tuple[str, str] = ("old", "new"),
+def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "new"),
           hardware: tuple[dict, dict] | None = None, experiment: list[str] | None = None,
           expect_same_code: bool = False) -> dict:
     """The verdict on one cell: two analysed backend entries (old, new) of two runs.
 
-    Returns {verdict, flag, why, metric, ratio, interval (of the ratio), detectable}. verdict is
-    changed / same / cannot tell; flag: regression, improvement, now available (changed);
-    unchanged, small change (same); noisy, unstable, not comparable, hardware, clock, other code,
-    other experiment, one process, not measured (cannot tell). `hardware` holds both runs' hardware identities,
-    `experiment` the differences between the runs' experiments (experiment_differences), and
-    `expect_same_code` says that the two are repeats (detector-check), so other code is no repeat."""
+    Returns {verdict, code, metric, ratio, interval (of the ratio), detectable, values}: verdict is
+    changed / same / cannot tell, implied by the code (Code); values hold what the code's words
+    need (the runs' `names`, statuses, hardware, differences, clock). `hardware` holds both runs'
+    hardware identities, `experiment` the differences between the runs' experiments
+    (experiment_differences), and `expect_same_code` says that the two are repeats
+    (detector-check), so other code is no repeat."""
     if experiment:
-        return _verdict("cannot tell", "other experiment", "another experiment: " + "; ".join(experiment))
+        return _verdict(Code.OTHER_EXPERIMENT, names, values={"differences": list(experiment)})
     moved = _status_change(old, new, names, hardware)
     if moved:
         return moved
     if old["status"] != "ok":
-        return _verdict("cannot tell", "not measured", f"{new['status']} in both")
+        return _verdict(Code.NOT_OK, names, values={"old": status_of(old), "new": status_of(new)})
     if expect_same_code and not same_code(old, new):
-        return _verdict("cannot tell", "other code", "other code: " + ", ".join(code_differences(old, new)))
+        return _verdict(Code.OTHER_CODE, names, values={"differences": code_differences(old, new)})
     metric = cell_metric(old, new)
     if metric is None:
-        return _verdict("cannot tell", "not comparable", "no median recorded in both")
+        return _verdict(Code.NO_FIGURE, names)
     a, b = old["stats"][metric], new["stats"][metric]
-    ratio = b["median"] / a["median"]
-    change = f"{ratio - 1:+.2%} {METRICS[metric]}"
-    base = {"metric": metric, "ratio": ratio}
+    base = {"metric": metric, "ratio": b["median"] / a["median"]}
     if hardware and not same_hardware(*hardware):
-        return _verdict("cannot tell", "hardware", f"{change}, but the hardware changed ({hardware_text(hardware[0])} "
-                                                  f"-> {hardware_text(hardware[1])}): not a software change", **base)
-    unstable = [f"{i}: {e['stats'].get('unstable_reason') or 'unstable'}" for i, e in zip(names, (old, new))
-                if not e["stats"].get("stable", True)]
+        return _verdict(Code.OTHER_HARDWARE, names, **base, values={"hardware": [hardware_text(h) for h in hardware]})
+    unstable = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (old, new))
+                if not e["stats"].get("stable", True)}
     if unstable:
-        return _verdict("cannot tell", "unstable", f"{change}; trials unstable in " + "; ".join(unstable), **base)
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable})
     one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
     if one_process:
-        return _verdict("cannot tell", "one process", f"{change}; {ONE_PROCESS_WHY} "
-                        f"({' and '.join(one_process)}), and it is what separates two runs", **base)
+        return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
     noise = change_noise(a, b)
     if noise is None:
-        return _verdict("cannot tell", "not comparable", f"{change}; no noise estimate in both runs", **base)
+        return _verdict(Code.NO_INTERVAL, names, **base)
     # Whether the rule's margin and floor were fitted on this hardware (fabench.analysis.calibration).
-    return calibration.mark(_by_rule(old, new, metric, ratio, noise, rule, base), hardware)
+    return calibration.mark(_by_rule(old, new, noise, rule, names, base), hardware)
 
 
-def _by_rule(old: dict, new: dict, metric: str, ratio: float, noise: tuple[float, int], rule: Rule, base: dict) -> dict:
+def _by_rule(old: dict, new: dict, noise: tuple[float, int], rule: Rule, names: tuple[str, str], base: dict) -> dict:
     sd, df = noise
     limit = noise_limit(sd, df, rule)
-    d = math.log(ratio)
+    d = math.log(base["ratio"])
     reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
     base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
-    change = f"{ratio - 1:+.2%} {METRICS[metric]}"
-    span = (f"{1 - 2 * rule.equivalence_alpha:.0%} interval {base['interval'][0] - 1:+.2%} .. "
-            f"{base['interval'][1] - 1:+.2%}")
+    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha}
     margin = math.log1p(rule.margin)
     beyond_noise = abs(d) > limit
     if beyond_noise and abs(d) > margin:
-        moved = clock_explains(old, new, metric, limit)
-        if moved:
-            return _verdict("cannot tell", "clock", f"{change}, {moved}", **base)
-        return _verdict("changed", "regression" if ratio > 1 else "improvement",
-                        f"{change} ({span}): beyond the noise and the {rule.margin:.2%} margin", **base)
+        clock = clock_explains(old, new, base["metric"], limit)
+        if clock:
+            return _verdict(Code.CLOCK, names, **base, values={**values, **clock})
+        return _verdict(Code.REGRESSION if d > 0 else Code.IMPROVEMENT, names, **base, values=values)
     if beyond_noise:
-        return _verdict("same", "small change", f"{change} ({span}): a real change, but within the "
-                                                f"{rule.margin:.2%} margin", **base)
+        return _verdict(Code.SMALL_CHANGE, names, **base, values=values)
     if abs(d) + reach <= margin:
-        return _verdict("same", "unchanged", f"{change} ({span}): within the noise and the {rule.margin:.2%} margin",
-                        **base)
-    return _verdict("cannot tell", "noisy", f"{change} ({span}): within the noise, which hides changes up to "
-                                            f"{math.expm1(abs(d) + reach):.1%}, more than the {rule.margin:.2%} margin",
-                    **base)
+        return _verdict(Code.SAME, names, **base, values=values)
+    return _verdict(Code.NOISY, names, **base, values={**values, "hides": math.expm1(abs(d) + reach)})
 
 
 def _status_change(old: dict, new: dict, names: tuple[str, str], hardware: tuple[dict, dict] | None) -> dict | None:
@@ -218,36 +239,32 @@ def _status_change(old: dict, new: dict, names: tuple[str, str], hardware: tuple
     old_ok, new_ok = old["status"] == "ok", new["status"] == "ok"
     if old_ok == new_ok:
         return None
-    moved = f"{'ok' if old_ok else old['status']} -> {'ok' if new_ok else new['status']}"
+    values = {"old": status_of(old), "new": status_of(new)}
     if hardware and not same_hardware(*hardware):
         # A backend that needs CUDA is unavailable on a CPU: another machine, not a software change.
-        return _verdict("cannot tell", "hardware", f"{moved}, but the hardware changed "
-                                                  f"({hardware_text(hardware[0])} -> {hardware_text(hardware[1])})")
+        return _verdict(Code.OTHER_HARDWARE, names, values={**values, "hardware": [hardware_text(h) for h in hardware]})
     if old_ok:
-        return _verdict("changed", "regression", f"was ok in {names[0]}, now {not_ok_text(new)}")
-    if old["status"] == "unavailable":
-        # Newly installed or supported: news, but no performance change to speak of.
-        return _verdict("changed", "now available", f"runs now (was {not_ok_text(old)} in {names[0]})")
-    return _verdict("changed", "improvement", f"runs again (was {not_ok_text(old)} in {names[0]})")
+        return _verdict(Code.REGRESSION, names, values=values)
+    # Newly installed or supported: news, but no performance change to speak of.
+    return _verdict(Code.NOW_AVAILABLE if old["status"] == "unavailable" else Code.IMPROVEMENT, names, values=values)
 
 
-def clock_explains(old: dict, new: dict, metric: str, limit: float) -> str | None:
-    """Why a change in device time is the clock's, when it is none in cycles (time x SM clock, as
-    nvbench confirms a change): a power cap, or another card of the model, held the clock at
-    another speed. None when the cycles moved too, or a run read no clock."""
+def clock_explains(old: dict, new: dict, metric: str, limit: float) -> dict | None:
+    """When a change in device time is the clock's, being none in cycles (time x SM clock, as
+    nvbench confirms a change: a power cap, or another card of the model, held the clock at another
+    speed): {cycles_ratio, clock_mhz: [old, new]}. None when the cycles moved too, or a run read no clock."""
     cycles = [(e["stats"].get("device_cycles") or {}) for e in (old, new)]
     if metric != "device_ms" or not all(c.get("median") for c in cycles):
         return None
     ratio = cycles[1]["median"] / cycles[0]["median"]
     if abs(math.log(ratio)) > limit:
         return None
-    return (f"but {ratio - 1:+.2%} in cycles (time x SM clock, {cycles[0]['clock_mhz']:.0f} -> "
-            f"{cycles[1]['clock_mhz']:.0f} MHz): the clock moved, not the kernel's work")
+    return {"cycles_ratio": ratio, "clock_mhz": [cycles[0]["clock_mhz"], cycles[1]["clock_mhz"]]}
 
 
 # ---------------------------------------------------------------- a series of runs
 
-def find_step(points: list[tuple[str, dict]], rule: Rule = DEFAULT_RULE) -> dict | None:
+def find_step(points: list[tuple[str, dict]], rule: Rule) -> dict | None:
     """The step in a series of one cell's analysed figures ([(entry id, figure)] in time order,
     same hardware): the split whose before and after means differ most in units of their noise,
     when that difference is beyond the noise (the rule's alpha) and the rule's margin; None
@@ -279,20 +296,22 @@ def _mean_variance(part: list) -> float:
 
 # ---------------------------------------------------------------- a figure against a published number
 
-def judge_published(figure: dict, published_ms: float, rule: Rule = DEFAULT_RULE) -> dict:
+def judge_published(figure: dict, published_ms: float, rule: Rule) -> dict:
     """A reproduced figure (median with a prediction interval) against a published number that
     carries no interval: slower/faster when it differs by more than the rule's published margin
     AND the published number lies outside where another run of ours would read (pi95); matches
-    otherwise. {flag, ratio, why}."""
+    otherwise. {flag, ratio, interval (ours, where another run would read), inside (the published
+    number within it), why (its words, for the published-numbers section)}."""
     ratio = figure["median"] / published_ms
     interval = figure.get("pi95") or figure.get("ci95")
     inside = bool(interval) and interval[0] <= published_ms <= interval[1]
+    fields = {"ratio": ratio, "interval": interval, "inside": inside}
     if abs(ratio - 1) > rule.published_margin and not inside:
         where = (f"outside our 95% prediction interval [{interval[0]:.4g}, {interval[1]:.4g}]" if interval
                  else "and ours has no interval")
-        return {"flag": "slower" if ratio > 1 else "faster", "ratio": ratio,
+        return {"flag": "slower" if ratio > 1 else "faster", **fields,
                 "why": f"{ratio - 1:+.1%}, beyond the {rule.published_margin:.0%} margin; published "
                        f"{published_ms:g} ms {where}"}
-    return {"flag": "matches", "ratio": ratio, "why": f"{ratio - 1:+.1%}" + (
+    return {"flag": "matches", **fields, "why": f"{ratio - 1:+.1%}" + (
         ": published value inside our 95% prediction interval" if inside else
         f": within the {rule.published_margin:.0%} margin")}

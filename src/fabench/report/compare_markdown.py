@@ -13,6 +13,7 @@ from fabench.analysis.figures import cell_metric
 from fabench.report.format import fmt_ms_fine
 from fabench.report.render import template_env
 from fabench.resources import TEMPLATE_DIR
+from fabench.analysis.policy import Code
 from fabench.results.compare import FLAGGED
 from fabench.shapes import shape_text
 
@@ -20,6 +21,12 @@ TEMPLATE = "compare.md.j2"
 PUBLISHED_FLAGS = ("slower", "faster", "unstable", "matches", "not measured", "not comparable")
 VERSION_ORDER = ("hip", "rocm", "cuda", "cudnn", "driver", "torch", "triton", "aiter", "aiter_commit", "runtime",
                  "image", "image_id")
+
+# A verdict's code as a table cell shows it after the change: changes bold, reasons for no verdict in italics.
+CODE_WORDS = {Code.REGRESSION: "**regression**", Code.IMPROVEMENT: "**improvement**",
+              Code.NOW_AVAILABLE: "*now available*", Code.SMALL_CHANGE: "small change", Code.UNSTABLE: "*unstable*",
+              Code.OTHER_HARDWARE: "*other hardware*", Code.OTHER_EXPERIMENT: "*other experiment*",
+              Code.CLOCK: "*clock*", Code.ONE_PROCESS: "*one process*"}
 
 
 def median_text(cell: dict) -> str:
@@ -42,11 +49,7 @@ def change_text(found: dict | None, prefix: str) -> str:
     if not found:
         return ""
     ratio = f"{found['ratio'] - 1:+.1%}" if found["ratio"] is not None else ""
-    flag = found["flag"]
-    word = {"regression": "**regression**", "improvement": "**improvement**", "now available": "*now available*",
-            "small change": "small change", "unstable": "*unstable*", "hardware": "*other hardware*",
-            "other experiment": "*other experiment*", "clock": "*clock*",
-            "one process": "*one process*"}.get(flag, "")
+    word = CODE_WORDS.get(found["code"], "")
     text = " ".join(part for part in (prefix, ratio, word) if part)
     return text if (ratio or word) else ""
 
@@ -75,7 +78,7 @@ def markdown_context(comparison: dict) -> dict:
                    *(gpu_text(e) for _ in gpu), *(version_text(e["versions"].get(k)) for k in versions)]
                   for e in entries]
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
-    flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["flag"] == kind], shapes)
+    flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["code"] == kind], shapes)
                   for kind in FLAGGED}
     published = None
     if comparison.get("published"):
@@ -148,5 +151,6 @@ def render_markdown(comparison: dict, template_dir: str | Path | None = None,
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
                "steps": [step_text(step) for step in comparison.get("steps") or []],
-               "calibration": (comparison.get("calibration") or {}).get("line")}
+               "calibration": (comparison.get("calibration") or {}).get("line"),
+               "unarchived": comparison.get("unarchived") or []}
     return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)

@@ -12,6 +12,7 @@ import json
 from typing import Iterator
 
 from fabench.analysis import claims
+from fabench.analysis.policy import Rule
 from fabench.shapes import main_head_dim, shape_key, shape_text
 
 ROLES = ("baseline", "vendor", "triton")
@@ -79,7 +80,7 @@ class Run:
             raise ValueError("nothing to report: the collected run has no results")
         self.name = collected.get("run") or config.get("run")
         self.config = config
-        self.rule = claims.rule_of(config)  # the comparison policy's rule every claim of the report follows
+        self.rule = Rule.of(config)  # the comparison policy's rule every claim of the report follows
         # A publication's numbers recast as a run (tests/support/published_run.py): no job of it ever started.
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None

@@ -5,10 +5,12 @@ raw trials (fabench.analysis.analyse_run), so entries archived under older rules
 today's; this module computes no statistics and decides nothing of its own. A cell is compared
 with the same cell in the previous entry that has it (entries ordered by label version, then run
 number) and in the baseline entry, by the policy's Rule (stated in every output). Entries measured
-on different hardware are never judged against each other (the cell is marked `hardware`), nor
-entries of different experiments (settings that change what is measured: the cell is marked
-`other experiment` and the differences are named). The CLI and the workflow both call
-compare_entries, with the same default Rule.
+on different hardware are never judged against each other (the cell's code is `other_hardware`),
+nor entries of different experiments (settings that change what is measured: `other_experiment`,
+the differences named). Each verdict keeps the policy's code and values and gains `why`, its
+words (fabench.analysis.verdict_text). The CLI and the workflow both call compare_entries with
+the config's Rule (policy.Rule.of) and write its outputs through one writer
+(fabench.report.compare_outputs).
 
 Results archived before trials were recorded (schema v1) carry no trials: such an entry is
 refused, with that reason, as are entries whose files fail their checksums.
@@ -18,9 +20,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fabench.analysis import analyse_run, calibration, policy
+from fabench.analysis import analyse_run, calibration, policy, verdict_text
 from fabench.analysis.figures import cell_metric
-from fabench.analysis.policy import DEFAULT_RULE, Rule
+from fabench.analysis.policy import Code, Rule
 from fabench.results.archive_read import Entry, EntryChanged
 from fabench.results.published import published_rows
 from fabench.shapes import main_head_dim, shape_key
@@ -61,13 +63,15 @@ def cell_of(backend: dict | None) -> dict | None:
 # Flags listed under the tables: changes, a backend newly available (news, not a speed-up), cells
 # that cannot be judged for instability, cells whose runs ran on different hardware or different
 # experiments, and changes in time that are none in clock cycles (named, never called a regression).
-FLAGGED = ("regression", "improvement", "now available", "unstable", "hardware", "other experiment", "clock")
+FLAGGED = (Code.REGRESSION, Code.IMPROVEMENT, Code.NOW_AVAILABLE, Code.UNSTABLE, Code.OTHER_HARDWARE,
+           Code.OTHER_EXPERIMENT, Code.CLOCK)
 
 
 def judge(old: dict, new: dict, rule: Rule, hardware: dict, experiments: dict) -> dict:
-    """The policy's verdict on one cell of two entries."""
+    """The policy's verdict on one cell of two entries, with its words (`why`) for the outputs."""
     ids = (old["entry"], new["entry"])
-    return policy.judge(old, new, rule, ids, (hardware[ids[0]], hardware[ids[1]]), experiments(*ids))
+    verdict = policy.judge(old, new, rule, ids, (hardware[ids[0]], hardware[ids[1]]), experiments(*ids))
+    return {**verdict, "why": verdict_text.why(verdict)}
 
 
 # ---------------------------------------------------------------- loading entries
@@ -116,7 +120,7 @@ def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
 
 # ---------------------------------------------------------------- the comparison
 
-def compare_entries(entries: Iterable[Entry], rule: Rule = DEFAULT_RULE, baseline: str | None = None,
+def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None = None,
                     published: dict | None = None) -> dict:
     """The comparison of archived entries as data (the JSON output; the Markdown renders it).
 
@@ -167,8 +171,8 @@ def compare_entries(entries: Iterable[Entry], rule: Rule = DEFAULT_RULE, baselin
                 cell["vs_baseline"] = {"entry": baseline, **judge(base_cell, cell, rule, hardware, experiments)}
             for kind in ("vs_previous", "vs_baseline"):
                 found = cell[kind]
-                if found and found["flag"] in FLAGGED:
-                    flags.append({"flag": found["flag"], "variant": variant, "shape_id": sid, "backend": backend,
+                if found and found["code"] in FLAGGED:
+                    flags.append({"code": found["code"], "variant": variant, "shape_id": sid, "backend": backend,
                                   "label": label, "entry": cell["entry"], "against": found["entry"],
                                   "against_kind": kind[3:], "ratio": found["ratio"], "why": found["why"]})
             previous = cell
@@ -213,7 +217,7 @@ class experiment_differences:
         return self.found[(old, new)]
 
 
-def steps(rows: list[dict], hardware: dict, rule: Rule = DEFAULT_RULE, experiments=None) -> list[dict]:
+def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> list[dict]:
     """Cells whose series over the archived entries (one GPU model's and one experiment's, in
     archive order, three stable runs or more) steps somewhere beyond the noise and the margin
     (analysis.policy.find_step): where, by how much, and whether the card changed there (two cards
@@ -237,27 +241,27 @@ def steps(rows: list[dict], hardware: dict, rule: Rule = DEFAULT_RULE, experimen
     return found
 
 
-def rule_text(rule: Rule = DEFAULT_RULE) -> str:
+def rule_text(rule: Rule) -> str:
     return (f"Each cell gets a verdict by the comparison policy: {rule.text()}. Device time is compared when both "
             f"runs recorded it, else wall-clock time. Runs on different hardware (platform, GPU model, "
-            f"architecture) are never judged against each other: the cell is marked `hardware`; nor runs of "
-            f"different experiments (settings that change what is measured): marked `other experiment`, with the "
+            f"architecture) are never judged against each other: the cell's code is `other_hardware`; nor runs of "
+            f"different experiments (settings that change what is measured): `other_experiment`, with the "
             f"differences named. A change in device time that is none in clock cycles (time x the SM clock each "
-            f"trial read) is the clock's and is marked `clock`. A backend that ran and now fails or is unavailable "
+            f"trial read) is the clock's: `clock`. A backend that ran and now fails or is unavailable "
             f"is a regression; one that failed and now runs is an improvement; one that was unavailable and now "
-            f"runs is `now available`, not a speed-up.")
+            f"runs is `now_available`, not a speed-up.")
 
 
 # ---------------------------------------------------------------- published vs reproduced
 
-def published_rule_text(rule: Rule = DEFAULT_RULE) -> str:
+def published_rule_text(rule: Rule) -> str:
     return (f"The published numbers are wall-clock means with no interval: a reproduced cell is flagged when its "
             f"wall-clock median differs from the published value by more than {rule.published_margin:.0%} AND the "
             f"published value lies outside our 95% prediction interval (where another run of ours would read). "
             f"Unstable cells are never flagged.")
 
 
-def published_flags(results: list[dict], published: dict, rule: Rule = DEFAULT_RULE) -> list[dict]:
+def published_flags(results: list[dict], published: dict, rule: Rule) -> list[dict]:
     """Each published (variant, shape, backend) time against the reproduced one (stats.wall_mean_ms),
     flagged by the policy (analysis.policy.judge_published)."""
     found = {(r["variant"], shape_key(r["shape"])): r for r in results}
@@ -278,7 +282,7 @@ def published_flag(cell: dict | None, published_ms: float, rule: Rule) -> dict:
     if cell is None:
         return {"flag": "not measured", "why": "not in this run"}
     if cell["status"] != "ok":
-        return {"flag": "not measured", "why": policy.not_ok_text(cell)}
+        return {"flag": "not measured", "why": verdict_text.not_ok_text(cell)}
     stat = cell["wall_mean_ms"]
     if not (stat and (stat.get("pi95") or stat.get("ci95"))):
         return {"flag": "not comparable", "why": "no wall-clock median with an interval"}

@@ -11,8 +11,8 @@ import io
 
 COLUMNS = ("entry", "variant", "shape_id", "batch", "seq", "heads", "head_dim", "backend", "label", "status",
            "metric", "median_ms", "ci95_low_ms", "ci95_high_ms", "pi95_low_ms", "pi95_high_ms", "stable",
-           "against_previous", "previous_verdict", "previous_flag", "previous_ratio", "previous_detectable",
-           "against_baseline", "baseline_verdict", "baseline_flag", "baseline_ratio", "baseline_detectable",
+           "against_previous", "previous_verdict", "previous_code", "previous_ratio", "previous_detectable",
+           "against_baseline", "baseline_verdict", "baseline_code", "baseline_ratio", "baseline_detectable",
            "why")
 
 
@@ -32,10 +32,10 @@ def cell_rows(row: dict) -> list[dict]:
             "median_ms": figure.get("median"), "ci95_low_ms": ci[0], "ci95_high_ms": ci[1],
             "pi95_low_ms": pi[0], "pi95_high_ms": pi[1], "stable": cell.get("stable"),
             "against_previous": previous.get("entry"), "previous_verdict": previous.get("verdict"),
-            "previous_flag": previous.get("flag"), "previous_ratio": previous.get("ratio"),
+            "previous_code": previous.get("code"), "previous_ratio": previous.get("ratio"),
             "previous_detectable": previous.get("detectable"),
             "against_baseline": base.get("entry"), "baseline_verdict": base.get("verdict"),
-            "baseline_flag": base.get("flag"), "baseline_ratio": base.get("ratio"),
+            "baseline_code": base.get("code"), "baseline_ratio": base.get("ratio"),
             "baseline_detectable": base.get("detectable"),
             "why": "; ".join(v["why"] for v in (previous, base) if v.get("why")) or cell.get("reason"),
         })

@@ -19,17 +19,18 @@ from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_cod
                                    status_text, value_text)
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
-from fabench.analysis.policy import ONE_PROCESS_WHY, code_identity, same_code
+from fabench.analysis.policy import Code, code_identity, same_code
+from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 from fabench.report.model import ROLES, Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
 NAMES_A_WINNER = claims.NAMES_A_WINNER
 # The mark a derived figure (a speedup, a factor) carries after the policy's claim on its two cells.
 MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
-# Why the policy cannot tell, in words, by its flag (fabench.analysis.policy.judge).
-UNTOLD_WORDS = {"not comparable": "no noise estimate", "unstable": "unstable trials",
-                "noisy": "noise wider than the margin", "clock": "the GPU clock moved, not the work",
-                "one process": ONE_PROCESS_WHY}
+# Why the policy cannot tell, in words, by its reason code (fabench.analysis.policy.Code).
+UNTOLD_WORDS = {Code.NO_INTERVAL: "no noise estimate", Code.NO_FIGURE: "no noise estimate",
+                Code.UNSTABLE: "unstable trials", Code.NOISY: "noise wider than the margin",
+                Code.CLOCK: "the GPU clock moved, not the work", Code.ONE_PROCESS: ONE_PROCESS_WHY}
 
 
 class Footnotes:
@@ -280,7 +281,7 @@ def mark_notes(run: Run) -> list[dict]:
     reasons in this run (once each)."""
     claimed = [run.role_claim(r, "baseline", role) for r in run.results for role in ("vendor", "triton")]
     used = {MARKS.get(c["claim"]) for c in claimed} - {None}
-    reasons = list(dict.fromkeys(UNTOLD_WORDS.get(c["flag"], c["flag"] or "no reason")
+    reasons = list(dict.fromkeys(UNTOLD_WORDS.get(c["code"], c["code"] or "no reason")
                                  for c in claimed if c["claim"] == "cannot tell"))
     notes = []
     if MARKS["cannot tell"] in used:

@@ -1,0 +1,85 @@
+"""The words for the comparison policy's verdicts (fabench.analysis.policy.judge), by reason code.
+
+The policy decides and returns codes and values; this module is where they become English, so
+that the callers (compare's outputs, the report's claims) share one wording and no caller reads
+another's sentences back. `reason` says why without the change itself; `why` leads with the
+change ("+2.10% device time (90% interval ..)"), as a comparison between runs states it.
+"""
+
+from __future__ import annotations
+
+from fabench.analysis.figures import METRICS
+from fabench.analysis.policy import Code
+
+# Why a run of one process per job (a CPU run) supports no verdict between runs, in every caller's words.
+ONE_PROCESS_WHY = "one process per job: the noise between processes is not estimated"
+
+
+def not_ok_text(entry: dict) -> str:
+    """A status as `status (failure kind): reason`; `entry` is a backend entry or policy.status_of's values."""
+    kind = f" ({entry['failure_kind']})" if entry.get("failure_kind") else ""
+    return f"{entry['status']}{kind}: {entry.get('reason') or 'no reason recorded'}"
+
+
+def change_text(verdict: dict) -> str | None:
+    """The change and its interval: "+2.10% device time (90% interval +1.20% .. +3.00%)"; None without a ratio."""
+    if verdict.get("ratio") is None:
+        return None
+    text = f"{verdict['ratio'] - 1:+.2%} {METRICS[verdict['metric']]}"
+    low_high, level = verdict.get("interval"), verdict["values"].get("level")
+    if low_high and level:
+        text += f" ({level:.0%} interval {low_high[0] - 1:+.2%} .. {low_high[1] - 1:+.2%})"
+    return text
+
+
+def _status_reason(code: Code, values: dict) -> str | None:
+    """The words of a change of status (the backend ran in one run only), None for a change in time."""
+    old, new, runs = values.get("old"), values.get("new"), values["runs"]
+    if old is None or new is None:
+        return None
+    if code == Code.NOT_OK:
+        return f"{new['status']} in both"
+    if code == Code.OTHER_HARDWARE:
+        moved = f"{'ok' if old['status'] == 'ok' else old['status']} -> {'ok' if new['status'] == 'ok' else new['status']}"
+        return f"{moved}, but the hardware changed ({' -> '.join(values['hardware'])})"
+    if code == Code.REGRESSION:
+        return f"was ok in {runs[0]}, now {not_ok_text(new)}"
+    if code == Code.NOW_AVAILABLE:
+        return f"runs now (was {not_ok_text(old)} in {runs[0]})"
+    return f"runs again (was {not_ok_text(old)} in {runs[0]})"
+
+
+def reason(verdict: dict) -> str:
+    """Why the verdict is what it is, in words, without the change itself."""
+    code, values = verdict["code"], verdict["values"]
+    status = _status_reason(code, values)
+    if status:
+        return status
+    margin = f"the {values['margin']:.2%} margin" if "margin" in values else "the margin"
+    words = {
+        Code.REGRESSION: lambda: f"beyond the noise and {margin}",
+        Code.IMPROVEMENT: lambda: f"beyond the noise and {margin}",
+        Code.SMALL_CHANGE: lambda: f"a real change, but within {margin}",
+        Code.SAME: lambda: f"within the noise and {margin}",
+        Code.NOISY: lambda: f"within the noise, which hides changes up to {values['hides']:.1%}, more than {margin}",
+        Code.CLOCK: lambda: (f"only {values['cycles_ratio'] - 1:+.2%} in cycles (time x SM clock, "
+                             f"{values['clock_mhz'][0]:.0f} -> {values['clock_mhz'][1]:.0f} MHz), so the clock "
+                             f"moved, not the kernel's work"),
+        Code.UNSTABLE: lambda: "trials unstable in " + "; ".join(
+            f"{run}: {why or 'unstable'}" for run, why in values["unstable"].items()),
+        Code.ONE_PROCESS: lambda: (f"{ONE_PROCESS_WHY} ({' and '.join(values['one_process'])}), and it is what "
+                                   f"separates two runs"),
+        Code.NO_INTERVAL: lambda: "no noise estimate in both runs",
+        Code.NO_FIGURE: lambda: "no median recorded in both",
+        Code.OTHER_HARDWARE: lambda: f"the hardware changed ({' -> '.join(values['hardware'])}): not a software change",
+        Code.OTHER_CODE: lambda: "other code: " + ", ".join(values["differences"]),
+        Code.OTHER_EXPERIMENT: lambda: "another experiment: " + "; ".join(values["differences"]),
+        Code.MISSING: lambda: "not measured in both",
+    }
+    return words[Code(code)]()
+
+
+def why(verdict: dict) -> str:
+    """The verdict between two runs in words: the change (new against old) and why."""
+    change = change_text(verdict)
+    return f"{change}: {reason(verdict)}" if change else reason(verdict)

@@ -1,0 +1,62 @@
+"""The one writer of a comparison's outputs (fabench.results.compare): `fabench compare` and the
+workflow's rule compare both call write_comparison, so a new output format is one edit here and
+the two cannot drift.
+
+The versions figures are one per variant of the comparison itself (not of the config), written
+into a folder; the Markdown links them relative to where it is written, and the HTML page embeds
+them, so it is written last.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabench.files import write_atomic, write_json
+from fabench.report.compare_markdown import render_markdown
+from fabench.report.html import markdown_page
+from fabench.report.plots import compared_variants, write_version_plots
+from fabench.results.compare_csv import comparison_csv
+
+PAGE_TITLE = "Comparison across versions"
+
+
+@dataclass(frozen=True)
+class ComparisonOutputs:
+    """Where each output goes; None: not written (the Markdown is returned either way)."""
+
+    markdown: Path | None = None
+    json: Path | None = None
+    csv: Path | None = None  # one row per cell and entry, for pandas
+    html: Path | None = None  # the Markdown as a page of its own, the figures embedded
+    plots: Path | None = None  # a folder: versions-<variant>.png for every variant compared
+
+
+def figure_links(plots: list[tuple[str, Path]], page: Path | None) -> list[tuple[str, str]]:
+    """(title, path relative to the page's folder) of each figure; none without a page to link from."""
+    if page is None:
+        return []
+    here = Path(page).resolve().parent
+    return [(f"variant {variant} across the archived versions", os.path.relpath(path.resolve(), here))
+            for variant, path in plots]
+
+
+def write_comparison(comparison: dict, outputs: ComparisonOutputs) -> str:
+    """Every output `outputs` names; returns the Markdown (linking the figures from outputs.markdown)."""
+    plots = []
+    if outputs.plots is not None:
+        variants = compared_variants(comparison)
+        plots = list(zip(variants, write_version_plots(comparison, outputs.plots, variants)))
+    markdown = render_markdown(comparison, figures=figure_links(plots, outputs.markdown))
+    if outputs.markdown is not None:
+        write_atomic(outputs.markdown, markdown)
+    if outputs.json is not None:
+        write_json(outputs.json, comparison)
+    if outputs.csv is not None:
+        write_atomic(outputs.csv, comparison_csv(comparison))
+    if outputs.html is not None:
+        # Linked from the page's own folder (it may lie elsewhere than the Markdown); after the pictures it embeds.
+        page = render_markdown(comparison, figures=figure_links(plots, outputs.html))
+        write_atomic(outputs.html, markdown_page(page, Path(outputs.html).parent, PAGE_TITLE))
+    return markdown
