@@ -57,7 +57,7 @@ def test_a_verdict_by_the_rule_says_whether_its_hardware_is_calibrated():
 
 
 def test_the_comparison_names_uncalibrated_hardware_in_one_line():
-    comparison = compare_entries(list_entries(H200))
+    comparison = compare_entries(list_entries(H200), Rule())
     assert comparison["calibration"]["uncalibrated"] == [] and comparison["calibration"]["line"] is None
     assert "Uncalibrated" not in render_markdown(comparison)
     comparison["calibration"] = calibration.coverage([comparison["entries"][0]["hardware"], MI300X])

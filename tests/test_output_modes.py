@@ -93,7 +93,7 @@ NOT_OUTPUTS = {
     ("src/fabench/container/job.py", 'open(log, "a")'): "the job's log, appended to",
     ("src/fabench/measure/aiter_kernel.py", "shutil.copyfile(patched_file, target)"):
         "aiter's config into this process's own folder",
-    ("src/fabench/report/plots.py", 'fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")'):
+    ("src/fabench/report/plot_common.py", 'fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")'):
         "into a memory buffer that write_atomic writes",
 }
 # The workflow's scripts send their error output to the rule's Snakemake log.

@@ -124,8 +124,8 @@ def test_processes_apart_are_noise_not_instability():
     low, high = figure["ci95"]
     assert low <= min(figure["process_medians"]) and high >= max(figure["process_medians"])
     assert figure["pi95"][0] <= low and figure["pi95"][1] >= high
-    verdict = policy.judge(run["results"][0]["backends"]["x"], run["results"][0]["backends"]["x"])
-    assert verdict["verdict"] == "cannot tell" and verdict["flag"] == "noisy"
+    verdict = policy.judge(run["results"][0]["backends"]["x"], run["results"][0]["backends"]["x"], policy.Rule())
+    assert verdict["verdict"] == "cannot tell" and verdict["code"] == policy.Code.NOISY
 
 
 def cpu_result(values: dict[int, list[float]], stable_spread: float = 0.03) -> dict:
@@ -206,7 +206,7 @@ def one_process_runs() -> list[tuple[str, list[dict]]]:
 
 
 def test_detector_check_reports_no_prediction_interval_figures_for_runs_with_none():
-    check = detector_check(one_process_runs())
+    check = detector_check(one_process_runs(), policy.Rule())
     pair = check["pairs"][0]
     assert pair["cells"] == 4 and pair["pi_checks"] == 0 and pair["pi_outside"] == 0
     same = check["summary"]["same card"]
