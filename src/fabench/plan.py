@@ -29,7 +29,6 @@ from fabench.measure import lease
 from fabench.measure.devices import DECLARED_ENV, DeviceError
 from fabench.measure.spec import job_spec
 from fabench.resources import SCHEMA_DIR
-from fabench.results.archive_read import entry_dirs
 from fabench.results.published import PublishedError, load_published
 from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
 from fabench.shapes import shape_id
@@ -346,10 +345,14 @@ class Plan:
         the Snakefile's handlers, which must not fail themselves: a workers' folder that cannot be
         used gives one line to print (the workers end when idle anyway)."""
         from fabench.measure.worker_client import WORKER_DIR_ENV, stop_workers
+        from fabench.places import check_env_places
         from fabench.watchdog import WORKFLOW_ENV
 
         if self.measure_mode(cluster) != "worker":
             return None
+        unusable = [problem for problem in check_env_places(os.environ) if WORKER_DIR_ENV in problem]
+        if unusable:  # stop_workers would find no worker there: say why, once
+            return f"note: the measuring workers were not told to stop: {unusable[0]}; they end when idle"
         try:
             stop_workers(os.environ[WORKFLOW_ENV])
         except OSError as err:
@@ -411,19 +414,6 @@ class Plan:
                 own.add(os.path.normpath(Path(json.loads(receipt.read_text())["path"]) / "SHA256SUMS"))
         found = Path(self.config["archive"]["root"]).glob("*/*/SHA256SUMS")
         return sorted(str(p) for p in found if os.path.normpath(p) not in own)
-
-    def compared_variants(self) -> list[str]:
-        """This config's variants, then every other variant an archived entry holds (its config.json
-        names them): compare draws a figure for each. A broken entry is left to compare to name."""
-        names = list(self.variants)
-        for entry in entry_dirs(Path(self.config["archive"]["root"])):
-            try:
-                archived = json.loads((entry / "config.json").read_text())
-                names += [name for name in archived["variants"]
-                          if isinstance(name, str) and re.fullmatch(VARIANT_NAME, name)]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return list(dict.fromkeys(names))
 
     # --- the tuning sweep ---------------------------------------------------------------------------
     @property

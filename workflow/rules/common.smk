@@ -169,8 +169,6 @@ def archive_fingerprint(wildcards):
     return archive_read.archive_fingerprint(config["archive"]["root"])
 
 
-COMPARED_VARIANTS = PLAN.compared_variants()
-
 # --- the tuning sweep (workflow/rules/tune.smk) ---------------------------------------------------
 SWEEP = PLAN.sweep
 SWEEP_VARIANT = PLAN.sweep_variant
