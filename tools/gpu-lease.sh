@@ -6,7 +6,9 @@
 #               card 1 runs it warm (w1) while card 0 runs the GPU tests; then both cards run it
 #               (m2, profiles/multi-gpu with gpu=2), warm: issue 33's two-GPU run beside w1.
 # Every run is archived under OUT/archive (config `archive.root`) and timed from Snakemake's start.
+# Then (acceptance) card 1 runs the preview preset, warm.
 # Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance
+# A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
 # Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
 set -uo pipefail
 out=$(realpath -m "$1")
@@ -66,6 +68,7 @@ acceptance)
     timed w1 on_card 1 experiment w1 --cores 1
     wait "$tests"
     timed m2 on_card 0,1 experiment m2 --profile profiles/multi-gpu --resources gpu=2
+    timed preview on_card 1 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
     ;;
 esac
 cp -r results "$out/results" 2>/dev/null
