@@ -244,6 +244,7 @@ def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():
                                  .settings.timing, min_warmup_ms=100, max_warmup_ms=1000)
     assert trial_warmup_settings(timing, first=True).min_warmup_ms == 100
     assert trial_warmup_settings(timing, first=False) == dataclasses.replace(timing, min_warmup_ms=0)
+    assert trial_warmup_settings(timing, first=False, capped=True).min_warmup_ms == 100  # held at its power cap before
 
 
 def test_the_report_row_names_the_second_methods_verdict_and_each_kernels_share():

@@ -18,6 +18,7 @@ from fabench.results import merge
 from fabench.aiter_config import file_sha256
 from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.measure.spec import job_spec
+from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measure_backend, measurement
 from fabench.measure.launcher import no_result
@@ -239,10 +240,13 @@ def test_an_uncompiled_flex_call_on_a_cpu_is_caught_as_a_fallback():
 def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with_why(tmp_path):
     """Isolate mode: a hung measuring process (frozen here) is killed after --timeout-s; its
     process file says so for every backend, as for any process that wrote no result."""
-    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"))
+    # The plan's platform in the spec, as the workflow writes it; a timeout past the process's start-up
+    # (torch, the GPU and aiter took over 4 s on an H100), so that it times the hang.
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"), platform=planned_platform(docker=False))
+    timeout_s = 4 if spec.platform == "cpu" else 45
     out = tmp_path / "process-0.json"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
-           "--project-commit", "abc123", "--process", "0", "--mode", "isolate", "--timeout-s", "4"]
+           "--project-commit", "abc123", "--process", "0", "--mode", "isolate", "--timeout-s", str(timeout_s)]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -256,9 +260,9 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     result = json.loads(out.read_text())
     assert result[merge.PROCESS_FAILED_KEY] is True
     [ended] = result["method"]["process_exits"]
-    assert ended["reason"] == "timed out after 4 s (measure.job_timeout_s): its measuring process was killed" \
+    assert ended["reason"] == f"timed out after {timeout_s} s (measure.job_timeout_s): its measuring process was killed" \
         and ended["exit_code"] == -9
     native = result["backends"]["native"]
     assert native["status"] == "failed" and native["reason"].endswith(
-        "no process of the job wrote a result: process 0 timed out after 4 s (measure.job_timeout_s): its measuring "
+        f"no process of the job wrote a result: process 0 timed out after {timeout_s} s (measure.job_timeout_s): its measuring "
         "process was killed")

@@ -17,6 +17,7 @@ import torch
 from fabench.measure.spec import job_spec
 from fabench.measure import aiter_kernel, worker
 from fabench.measure.worker_client import live_workers, stop_workers
+from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)
 from workflow_util import REPO, snakemake, tiny_config, write_config
@@ -26,7 +27,8 @@ SHAPE = "b1-s64-h2-d32"
 
 def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None):
     """The runner as the workflow starts it, in worker mode: a process of its own, output piped."""
-    spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
+    # The platform the plan would put in the spec (a job that writes no result is recorded for it).
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape), platform=planned_platform(docker=False))
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
     out = tmp_path / f"{name}.json"

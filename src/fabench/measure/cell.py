@@ -126,9 +126,11 @@ class Cell:
                 # The published warm-up count once per process, its first call being the checked one.
                 first = not self.entry["trials"]
                 calls = max(settings.warmup - 1, 0) if first else 0
+                capped = any(t.get("clock_slowdown") for t in self.entry["trials"])
                 with self._phase("warm-up", index):
                     warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
-                                          timing.trial_warmup_settings(settings, first), calls, gpu_state.sm_clock)
+                                          timing.trial_warmup_settings(settings, first, capped), calls,
+                                          gpu_state.sm_clock)
                 iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
                 samples = timing.device_samples(settings, warm["estimate_ms"])
                 with self._phase("kernel loop", index):

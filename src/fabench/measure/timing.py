@@ -370,12 +370,18 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
         window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
 
 
-def trial_warmup_settings(timing: Timing, first: bool) -> Timing:
+def trial_warmup_settings(timing: Timing, first: bool, capped: bool = False) -> Timing:
     """A process's first trial of a backend warms up for at least min_warmup_ms (so a power cap has
     set in); a later one only until two consecutive windows agree in time and SM clock: the GPU has
     been busy with the job's trials since (they are interleaved), and where the clock still moves
-    the clock check goes on as long as it moves. This cut ~0.1 s per later trial."""
-    return timing if first else dataclasses.replace(timing, min_warmup_ms=0)
+    the clock check goes on as long as it moves. This cut ~0.1 s per later trial.
+
+    Not for a kernel that drew the GPU to its power cap in an earlier trial (`capped`): after another
+    backend's trial the GPU starts it uncapped, two short windows agree before the cap sets in, and
+    its later trials read 5-6% faster than its first (cuDNN at (4,4096,8,256) on an H100: 0.465 ms at
+    1980 MHz against 0.49 ms at 1740-1800 MHz, 4-9% spread within a process, the cell unstable).
+    Every trial of such a kernel warms up as long as the first, and is taken at the capped clock."""
+    return timing if first or capped else dataclasses.replace(timing, min_warmup_ms=0)
 
 
 def _agree(now: float | None, before: float | None, tolerance: float) -> bool:
