@@ -118,7 +118,8 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
         # A backend this host cannot run makes the claim untestable here, whatever else is missing.
         causes = {cause for _, _, cause in found if cause}
         return {**row, "outcome": "cannot tell", "why": md_text("; ".join(missing)),
-                "cause": "untestable here" if "untestable here" in causes else "not measured"}
+                "cause": "untestable here" if "untestable here" in causes else "not measured",
+                "unavailable": [md_text(e.get("label") or "") for e in entries if (e or {}).get("status") == "unavailable"]}
     differs = config_differences(run, published, claim)
     if differs:
         return {**row, "outcome": "cannot tell", "cause": "other config",
@@ -150,4 +151,8 @@ def context(run: Run, published: dict | None) -> dict | None:
         "causes": {cause: sum(1 for r in rows if r["cause"] == cause) for cause in CAUSES
                    if any(r["cause"] == cause for r in rows)},
         "shapes": sorted({shape_key(c["shape"]) for c in published["claims"]}),
+        # Every claim needs a backend this host cannot run (a CPU): said once, instead of per claim.
+        "untestable": list(dict.fromkeys(label for r in rows for label in r.get("unavailable", [])))
+        if all(r["cause"] == "untestable here" for r in rows) else None,
+        "roles": list(dict.fromkeys(note for r in rows for note in r["roles"])),
     }

@@ -57,7 +57,10 @@ def _ranked(result: dict, metric: str) -> list[tuple[str, dict, float]]:
     """(name, entry, median) of the result's backends that ran cleanly, fastest first."""
     found = []
     for name, entry in result["backends"].items():
-        median = shown_figure(entry, metric).get("median") if entry["status"] == "ok" else None
+        # Results recorded before trials have no analysed figure: their wall mean is ranked, and
+        # the policy, finding no noise estimate, tells none of them apart.
+        figure = shown_figure(entry, metric).get("median") or (entry.get("wall_mean_ms") if metric == "wall_mean_ms" else None)
+        median = figure if entry["status"] == "ok" else None
         if median:
             found.append((name, entry, median))
     return sorted(found, key=lambda item: (item[2], item[0]))
@@ -85,9 +88,10 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
 
 
 def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
-    """One shape group's answer. `winner`: the same leaders at every shape, ahead of every other
+    """One shape group's answer. `winner`: the same leaders at every shape, ahead of the next
     backend (one, or several the policy finds the same or cannot tell apart: `untold` names
-    where and why); else `no clear winner`, with the leaders per shape (`split`)."""
+    where and why); `untold`: the policy puts no backend behind another at any shape; else `no
+    clear winner`, with the leaders per shape (`split`)."""
     shapes = [(r, shape_leaders(run, r, metric)) for r in group]
     shapes = [(r, s) for r, s in shapes if s is not None]
     label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
@@ -99,6 +103,8 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     line.update(untold=[md_text(run.shape_name(r["shape"])) for r, _ in untold],
                 reasons=[md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
                     f for _, s in untold for f in s["untold"])])
+    if all(s["beaten"] is None for _, s in shapes):
+        return {**line, "code": "untold"}  # the policy puts no backend behind another anywhere
     if len({tuple(sorted(s["leaders"])) for _, s in shapes}) > 1 or any(s["beaten"] is None for _, s in shapes):
         return {**line, "split": [{"shape": md_text(run.shape_name(r["shape"])),
                                    "leaders": [label(n) for n in s["leaders"]]} for r, s in shapes]}
@@ -191,9 +197,9 @@ def wall_time(run: Run) -> dict | None:
         return None
     span = (datetime.fromisoformat(max(finished)) - datetime.fromisoformat(min(started))).total_seconds()
     processes = sum(len(r["method"].get("process_exits") or []) for r in run.results)
-    # No time line section to link to: the precision section names the processes per job.
+    # No time line section to link to: the configuration names the trials and processes per job.
     return {"span_s": span, "workflow_s": None, "jobs": len(run.results), "processes": processes, "workers": 0,
-            "largest": None, "anchor": anchor("How precise is this run")}
+            "largest": None, "anchor": anchor("Benchmark Configuration")}
 
 
 def context(run: Run, published: dict | None) -> dict | None:
