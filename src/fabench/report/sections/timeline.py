@@ -6,8 +6,6 @@ and after the last one. None for results without time lines."""
 
 from __future__ import annotations
 
-import time
-
 from fabench.analysis.timeline import run_time_line
 from fabench.report.format import md_text
 from fabench.report.model import Run
@@ -26,9 +24,9 @@ def label(group: str, cpu: bool) -> str:
 
 
 def time_line(run: Run) -> dict | None:
-    """The run's time line (fabench.analysis.timeline.run_time_line), timed to now when the
-    workflow rendering the report recorded its start."""
-    return run_time_line(run.results, run.started_at, time.time() if run.started_at else None)
+    """The run's time line (fabench.analysis.timeline.run_time_line), up to the report's rendering
+    when the workflow rendering it recorded its start."""
+    return run_time_line(run.results, run.started_at, run.rendered_at)
 
 
 def context(run: Run, published: dict | None) -> dict | None:
