@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fabench.analysis import analyse_run
+from fabench.analysis.policy import Rule
 from fabench.report.compare_markdown import render_markdown
 from fabench.report.model import Run
 from fabench.report.render import render
@@ -158,7 +159,7 @@ def test_one_process_per_job_gives_no_interval_and_no_claim(tmp_path):
     assert found["precision"]["code"] == "one process"
     assert found["precision"]["one_process"] == found["precision"]["cells"] == 30
     assert {g["code"] for g in found["fastest"]["groups"]} == {"untold"}
-    assert found["tuning"]["claim"] == "cannot tell" and found["tuning"]["flag"] == "one process"
+    assert found["tuning"]["claim"] == "cannot tell" and found["tuning"]["reason_code"] == "one_process"
     assert found["tuning"]["counts"] == {"cannot tell": 5}
 
 
@@ -189,19 +190,19 @@ def test_a_backend_the_policy_cannot_tell_from_the_fastest_shares_the_lead(h200)
 # ---------------------------------------------------------------- compare's page
 
 def test_compare_opens_with_what_changed_between_the_newest_two_runs():
-    comparison = compare_entries(list_entries(H200))
+    comparison = compare_entries(list_entries(H200), Rule.of(None))
     found = summary.compare_context(comparison)
     assert (found["old"], found["new"]) == ("cuda-13.0/0002-7a004542", "cuda-13.0/0003-25eb76a9")
     assert found["cells"] == sum(found["counts"].values()) > 0
-    assert found["counts"].get("now available") == 10  # aiter's Triton kernel, installed for 0003
+    assert found["counts"].get("now_available") == 10  # aiter's Triton kernel, installed for 0003
     assert sum(found["untold"].values()) == found["counts"].get("cannot tell", 0)
-    assert found["largest"] is None or found["largest"]["flag"] in ("regression", "improvement")
+    assert found["largest"] is None or found["largest"]["code"] in ("regression", "improvement")
     page = render_markdown(comparison)
     assert page.index("## Summary") < page.index("## Runs")
     assert len(assert_linked_and_short(page, "## Summary")) == 2
 
 
 def test_compare_of_one_run_has_no_summary(tmp_path):
-    comparison = compare_entries(list_entries(H200)[:1])
+    comparison = compare_entries(list_entries(H200)[:1], Rule.of(None))
     assert summary.compare_context(comparison) is None
     assert "## Summary" not in render_markdown(comparison)

@@ -30,16 +30,19 @@ from pathlib import Path
 import yaml
 
 from fabench.analysis import analyse_run
+from fabench.analysis.policy import Rule
 from fabench.config_layers import replace_whole_values
 from fabench.files import write_atomic
-from fabench.report.plots import latency_png, speedup_png
+from fabench.report.latency_plot import latency_png
+from fabench.report.speedup_plot import speedup_png
 from fabench.report.render import render
 from fabench.results.archive_read import list_entries
 from fabench.results.published import load_published
 
 ROOT = Path(__file__).resolve().parent.parent
-# Figures of a report, each drawn from the results (the workflow's rule plots and render_report).
-FIGURES = (("Latency against sequence length", "plots/latency.png", latency_png),
+# Figures of a report, each drawn from the results and the config's comparison rule (the
+# workflow's rules plots and render_report).
+FIGURES = (("Latency against sequence length", "plots/latency.png", lambda collected, rule: latency_png(collected)),
            ("Speedup over native", "plots/speedup.png", speedup_png))
 # An example that is one run's results rather than an archive: the config files it was run with,
 # in the order of its README's command (--configfile ...), over config.yaml.
@@ -119,7 +122,8 @@ def render_example(example: Path) -> list[Path]:
         collected, config, sweep, source = run_of(example, stack)
     analysed = analyse_run(collected)
     published = load_published(ROOT / config["published"]) if config.get("published") else None
-    changed = [example / path for _, path, draw in FIGURES if write_if_changed(example / path, draw(analysed))]
+    rule = Rule.of(config)
+    changed = [example / path for _, path, draw in FIGURES if write_if_changed(example / path, draw(analysed, rule))]
     markdown = render(analysed, config, published, figures=[(title, path) for title, path, _ in FIGURES], sweep=sweep)
     if write_if_changed(example / "report.md", markdown):
         changed.append(example / "report.md")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
+from fabench.analysis.policy import Code
 from fabench.report.format import fmt_ms, md_text, value_text
 from fabench.report.model import Run, role_backend
 from fabench.results.published import claim_cells
@@ -25,10 +26,11 @@ OUTCOMES = ("holds", "fails", "cannot tell")
 # Why a claim cannot be told, as a code (the summary counts them): a cell's backend cannot run on
 # this host (CK or aiter on a CPU), the noise or the run's intervals hide the answer, a cell was
 # not measured (left out, failed, another variant or shape), or the run's config is not the
-# published one. Policy flags (fabench.analysis.policy.judge) map to them by UNTOLD_CAUSES.
+# published one. The policy's reason codes (fabench.analysis.policy.Code) map to them by UNTOLD_CAUSES.
 CAUSES = ("untestable here", "too noisy", "no interval", "not measured", "other config")
-UNTOLD_CAUSES = {"noisy": "too noisy", "unstable": "too noisy", "clock": "too noisy",
-                 "one process": "no interval", "not comparable": "no interval"}
+UNTOLD_CAUSES = {Code.NOISY: "too noisy", Code.UNSTABLE: "too noisy", Code.CLOCK: "too noisy",
+                 Code.ONE_PROCESS: "no interval", Code.NO_INTERVAL: "no interval", Code.NO_FIGURE: "no interval",
+                 Code.NOT_OK: "not measured", Code.MISSING: "not measured"}
 
 
 def _entry(run: Run, cell: dict, shape: dict) -> tuple[dict | None, str | None, str | None]:
@@ -132,7 +134,7 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
     judged = METRICS.get(verdict["metric"], "n/a")
     told = outcome(claim, verdict)
     cause = None if told != "cannot tell" else (
-        "not measured" if verdict["claim"] == "not measured" else UNTOLD_CAUSES.get(verdict["flag"], "too noisy"))
+        "not measured" if verdict["claim"] == "not measured" else UNTOLD_CAUSES.get(verdict["code"], "too noisy"))
     return {**row, "outcome": told, "cause": cause, "why": md_text(verdict["why"]),
             "judged_on": judged + ("; its wall clock host-bound" if bound and verdict["metric"] == "device_ms" else ""),
             "figures": figures_text(names, entries, verdict["metric"]), "host_bound": bound}

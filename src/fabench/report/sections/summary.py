@@ -69,7 +69,7 @@ def _ranked(result: dict, metric: str) -> list[tuple[str, dict, float]]:
 def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     """At one shape, in order of the judged median: the leaders (the fastest backend and each
     next one the policy does not put behind a leader: the same within its margin, or `untold`,
-    with the policy's flags), then the first backend it finds slower than a leader (`beaten`,
+    with the policy's reason codes), then the first backend it finds slower than a leader (`beaten`,
     with that factor): the fastest backend is among the leaders. `beaten` None where the
     policy puts no backend behind them."""
     ranked = _ranked(result, metric)
@@ -82,7 +82,7 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
         if behind:
             return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
                     "ratio": behind[0]["ratio"]}
-        untold += [v["flag"] or v["claim"] for v in verdicts if v["claim"] not in TIED]
+        untold += [str(v["code"] or v["claim"]) for v in verdicts if v["claim"] not in TIED]
         leaders.append((name, entry, None))
     return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None}
 
@@ -150,9 +150,9 @@ def tuning(run: Run) -> dict | None:
         kind = {"a": "slower", "b": "faster"}[c["faster"]] if c["claim"] in results.NAMES_A_WINNER else c["claim"]
         counts[kind] = counts.get(kind, 0) + 1
     return {**line, "code": "compared", "shape": md_text(run.shape_name(shape)), "gain": gain,
-            "claim": claim["claim"], "faster": claim["faster"], "flag": claim["flag"],
+            "claim": claim["claim"], "faster": claim["faster"], "reason_code": claim["code"] and str(claim["code"]),
             "metric": METRICS.get(claim["metric"], "n/a"),
-            "reason": md_text(results.UNTOLD_WORDS.get(claim["flag"], claim["flag"] or "")), "counts": counts,
+            "reason": md_text(results.UNTOLD_WORDS.get(claim["code"], claim["code"] or "")), "counts": counts,
             "shapes": len(judged)}
 
 
@@ -219,7 +219,7 @@ def line_count(summary: dict) -> int:
 
 def compare_context(comparison: dict) -> dict | None:
     """What changed between the newest two runs of a comparison (fabench.results.compare): how
-    many cells the policy calls a regression, an improvement, the same or cannot tell (by flag),
+    many cells the policy calls a regression, an improvement, the same or cannot tell (by reason code),
     and the largest change it names. None with fewer than two runs."""
     entries = [e["id"] for e in comparison["entries"]]
     if len(entries) < 2:
@@ -233,13 +233,14 @@ def compare_context(comparison: dict) -> dict | None:
         found = (cell or {}).get("vs_previous")
         if not found or found["entry"] != old:
             continue
-        kind = found["flag"] if found["verdict"] == "changed" else found["verdict"]
+        code = str(found["code"])
+        kind = code if found["verdict"] == "changed" else found["verdict"]
         counts[kind] = counts.get(kind, 0) + 1
         if found["verdict"] == "cannot tell":
-            untold[found["flag"]] = untold.get(found["flag"], 0) + 1
+            untold[code] = untold.get(code, 0) + 1
         if found["verdict"] == "changed" and found["ratio"] and (
                 largest is None or abs(math.log(found["ratio"])) > abs(math.log(largest["ratio"]))):
             largest = {"variant": md_text(row["variant"]), "shape_id": md_text(row["shape_id"]),
-                       "label": md_text(row["label"]), "ratio": found["ratio"], "flag": found["flag"]}
+                       "label": md_text(row["label"]), "ratio": found["ratio"], "code": code}
     return {"old": md_text(old), "new": md_text(new), "counts": counts, "untold": untold, "largest": largest,
             "cells": sum(counts.values()), "anchor": anchor("Flags")}
