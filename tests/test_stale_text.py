@@ -51,7 +51,7 @@ def test_the_run_that_measured_still_says_how_long_before_its_first_process(meas
     collected, config = measured
     spawned, _ = span(collected)
     text = time_line_text(render(collected, config, None, started_at=spawned - 3.0))
-    assert re.search(r"\(3\.\d s before the first measuring process\)", text), text
+    assert re.search(r"Snakemake ran 3\.\d s before the first measuring process started", text), text
 
 
 def test_config_yaml_calls_the_interval_what_the_analysis_computes(measured):

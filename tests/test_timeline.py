@@ -4,13 +4,17 @@ and ended it, and the analysis sums them by kind of work and finds processes tha
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
+from fabench.analysis import analyse_run
 from fabench.analysis.timeline import GROUP_OF, gpu_overlaps, run_time_line
+from fabench.report.render import render
+from fabench.results.archive_read import list_entries
 from test_runner import run_job
-from workflow_util import tiny_config
+from workflow_util import REPO, tiny_config
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="times the CPU path")
@@ -51,3 +55,75 @@ def test_processes_that_measured_on_one_gpu_at_the_same_time_are_named():
     assert "a process 0 and c process 0 on GPU-1: 5.00 s together" in found[1]
     # The same GPU id on two hosts is two GPUs.
     assert gpu_overlaps([process("a", 0, "GPU-1", 0, 10, "x"), process("b", 0, "GPU-1", 0, 10, "y")]) == []
+
+
+# ---------------------------------------------------------------- kinds of work, jobs, stops, the setting
+
+def job(variant: str, platform: str, phases: dict[str, float], processes: int = 1, stops: tuple = ()) -> dict:
+    """A job's result with `processes` processes, each running `phases` (name -> seconds) back to
+    back, and one backend whose GPU trials stopped for `stops`."""
+    timelines, exits, clock = [], [], 0.0
+    for index in range(processes):
+        start = clock
+        recorded = []
+        for name, seconds in phases.items():
+            recorded.append({"phase": name, "start": clock, "end": clock + seconds})
+            clock += seconds
+        timelines.append({"process": index, "spawned_at": start, "phases": recorded})
+        exits.append({"index": index, "spawned_at": start, "exited_at": clock, "gpu_uuid": None, "host": "h"})
+    trials = [{"process": 0, "index": i, "stop": {"stopped": s}} for i, s in enumerate(stops)]
+    return {"variant": variant, "shape_id": "b4-s512-h8-d256", "platform": platform, "timelines": timelines,
+            "method": {"process_exits": exits}, "backends": {"triton": {"status": "ok", "trials": trials}}}
+
+
+def seconds_of(line: dict) -> dict[str, float]:
+    return {g["group"]: round(g["seconds"], 6) for g in line["groups"]}
+
+
+def test_the_fp32_reference_is_its_own_kind_of_work_and_jobs_are_told_from_processes():
+    phases = {"imports": 1.0, "inputs and fp32 reference": 40.0, "first call and check": 3.0, "wall loop": 10.0}
+    line = run_time_line([job("default", "cuda", phases, processes=2), job("tuned", "cuda", phases, processes=2)])
+    assert (line["jobs"], line["processes"]) == (2, 4)
+    assert seconds_of(line)["start-up"] == 4.0 and seconds_of(line)["inputs and fp32 reference"] == 160.0
+    assert seconds_of(line)["compiling and the correctness check"] == 12.0
+    assert line["largest"]["group"] == "inputs and fp32 reference" and line["largest"]["setting"] == "shapes"
+
+
+def test_on_a_cpu_the_checked_first_call_is_the_warm_up():
+    phases = {"first call and check": 3.0, "warm-up": 0.0, "wall loop": 10.0}
+    line = run_time_line([job("default", "cpu", phases)])
+    assert seconds_of(line)["measuring: warm-up"] == 3.0 and "compiling and the correctness check" not in seconds_of(line)
+    assert line["measuring_s"] == 13.0
+    assert line["largest"]["setting"] == "cpu.min_trial_ms" and line["trial_stops"] is None
+    gpu = run_time_line([job("default", "cuda", phases)])
+    assert seconds_of(gpu)["compiling and the correctness check"] == 3.0
+
+
+def test_gpu_trials_are_counted_by_why_they_stopped_and_timeouts_point_at_max_trial_ms():
+    phases = {"kernel loop": 20.0}
+    timed_out = run_time_line([job("default", "cuda", phases, stops=("converged", "timeout", "timeout",
+                                                                      "noise_converged"))])
+    assert timed_out["trial_stops"] == {"converged": 1, "noise_converged": 1, "timeout": 2}
+    assert timed_out["largest"]["setting"] == "timing.max_trial_ms"
+    quiet = run_time_line([job("default", "cuda", phases, stops=("converged", "noise_converged"))])
+    assert quiet["trial_stops"]["timeout"] == 0 and quiet["largest"]["setting"] == "timing.trials"
+
+
+def test_the_report_names_jobs_processes_the_stops_and_the_setting():
+    entry = list_entries(REPO / "examples" / "h100-2026-11-25" / "archive")[-1]
+    config = json.loads((entry.path / "config.json").read_text())
+    collected = analyse_run(entry.results())
+    text = render(collected, config, None).split("### Where the run's time went", 1)[1].split("\n---", 1)[0]
+    assert text.lstrip().startswith("10 jobs, 20 measuring processes.")
+    assert "| inputs and fp32 reference |" in text
+    assert "The largest item, compiling and the correctness check" in text and "cut by `backends`" in text
+    # Its trials predate the stopping rule: no stop counts claimed.
+    assert "GPU trials, by why they stopped" not in text
+    stops = ("timeout", "converged", "noise_converged")
+    for result in collected["results"]:
+        for backend in result["backends"].values():
+            for i, trial in enumerate(backend.get("trials") or []):
+                trial["stop"] = {"stopped": stops[i % 3]}
+    text = render(collected, config, None)
+    assert re.search(r"GPU trials, by why they stopped: (\d+) converged .*, \1 with their noise settled above it, "
+                     r"\1 at `timing.max_trial_ms`", text)

@@ -12,6 +12,14 @@ discipline is one timed process per GPU, and a run on several GPUs has to show i
 A job's process measured by a measuring worker (fabench.measure.worker) records which worker and
 how many jobs it had run before: the worker's start-up (interpreter start, imports) lies in its
 first job alone, and each job has the worker's hand-over instead.
+
+On a CPU nothing compiles and the warm-up before the timed loops is empty (cpu.max_warmup_ms: 0):
+the warm-up is the checked first call, so there that phase counts as warm-up, where a GPU files it
+under compiling. The fp32 reference is a kind of work of its own: it grows with the shapes, and on
+a CPU it can take most of a process. Each kind of work names the config setting that cuts it
+(SETTINGS); the GPU trials' stop reasons (fabench.measure.stopping: converged, noise_converged,
+timeout at timing.max_trial_ms) are counted, since timed-out trials are what timing.max_trial_ms
+costs.
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ from collections import defaultdict
 
 # Phase -> the kind of work it is, in the order the report lists the kinds.
 GROUPS = {
-    "start-up": ("interpreter start", "imports", "worker hand-over", "device set-up", "aiter config read-back",
-                 "inputs and fp32 reference"),
+    "start-up": ("interpreter start", "imports", "worker hand-over", "device set-up", "aiter config read-back"),
+    "inputs and fp32 reference": ("inputs and fp32 reference",),
     "compiling and the correctness check": ("prepare", "first call and check"),
     "kernel identification": ("profiler start-up", "kernel identification", "device timer set-up"),
     "measuring: warm-up": ("warm-up",),
@@ -30,7 +38,25 @@ GROUPS = {
     "ending": ("release", "provenance", "write and exit"),
 }
 GROUP_OF = {phase: group for group, phases in GROUPS.items() for phase in phases}
+# On a CPU the checked first call is the warm-up (see the module's docstring).
+CPU_GROUP_OF = {**GROUP_OF, "first call and check": "measuring: warm-up"}
 MEASURING = ("measuring: warm-up", "measuring: timed loops")
+# The setting that cuts each kind of work, on a GPU and on a CPU (None: no setting does).
+SETTINGS = {
+    "start-up": ("measure.mode", "cpu.repeats"),
+    "inputs and fp32 reference": ("shapes", "shapes"),
+    "compiling and the correctness check": ("backends", "cpu.leave_out"),
+    "kernel identification": (None, None),
+    "measuring: warm-up": ("timing.max_warmup_ms", "shapes"),
+    "measuring: timed loops": ("timing.trials", "cpu.min_trial_ms"),
+    "independent checks": ("timing.do_bench", None),
+    "ending": (None, None),
+    "other": (None, None),
+}
+# Why a GPU trial's profiled stream stopped (fabench.measure.stopping.STOP_REASONS; the analysis
+# does not import the measuring package): its noise fell under timing.max_noise, its noise settled
+# above it, or timing.max_trial_ms ran out.
+STOP_REASONS = ("converged", "noise_converged", "timeout")
 
 
 def process_phases(timeline: dict, ended: dict | None) -> list[dict]:
@@ -50,6 +76,36 @@ def process_phases(timeline: dict, ended: dict | None) -> list[dict]:
     if exited is not None and exited >= last:
         derived.append({"phase": "write and exit", "start": last, "end": exited})
     return derived + phases
+
+
+def trial_stops(results: list[dict]) -> dict[str, int] | None:
+    """How many trials stopped for each reason (STOP_REASONS, then any other recorded); None
+    where no trial recorded one (a CPU run, or results from before the stopping rule)."""
+    counts = dict.fromkeys(STOP_REASONS, 0)
+    recorded = False
+    for result in results:
+        for backend in result["backends"].values():
+            for trial in backend.get("trials") or []:
+                stopped = (trial.get("stop") or {}).get("stopped")
+                if stopped:
+                    recorded = True
+                    counts[stopped] = counts.get(stopped, 0) + 1
+    return counts if recorded else None
+
+
+def largest_item(groups: list[dict], cpu: bool, stops: dict | None, workers: int) -> dict | None:
+    """The kind of work that took the most time, and the setting that would cut it: on a GPU,
+    timed loops whose trials ran out of time are cut by timing.max_trial_ms, and start-up that
+    measuring workers already pay once each by fewer processes per job (timing.repeats)."""
+    if not groups:
+        return None
+    top = max(groups, key=lambda g: g["seconds"])
+    setting = SETTINGS.get(top["group"], (None, None))[1 if cpu else 0]
+    if top["group"] == "measuring: timed loops" and not cpu and stops and stops.get("timeout"):
+        setting = "timing.max_trial_ms"
+    if top["group"] == "start-up" and not cpu and workers:
+        setting = "timing.repeats"
+    return {"group": top["group"], "seconds": top["seconds"], "share": top["share"], "setting": setting}
 
 
 def job_processes(result: dict) -> list[dict]:
@@ -82,18 +138,25 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
     processes = [p for r in results for p in job_processes(r)]
     if not processes:
         return None
+    cpu = all(r.get("platform") == "cpu" for r in results)
+    group_of = CPU_GROUP_OF if cpu else GROUP_OF
     by_group: dict[str, float] = defaultdict(float)
     by_phase: dict[str, float] = defaultdict(float)
     for process in processes:
         for phase in process["phases"]:
             seconds = phase["end"] - phase["start"]
             by_phase[phase["phase"]] += seconds
-            by_group[GROUP_OF.get(phase["phase"], "other")] += seconds
+            by_group[group_of.get(phase["phase"], "other")] += seconds
     in_processes = sum(p["end"] - p["start"] for p in processes)
     first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)
     groups = [{"group": g, "seconds": by_group[g], "share": by_group[g] / in_processes if in_processes else 0.0}
               for g in [*GROUPS, "other"] if by_group.get(g)]
+    workers = len({p["worker"] for p in processes if p["worker"]})
+    stops = trial_stops(results)
+    measured_here = bool(workflow_started_at) and workflow_started_at <= first
     return {
+        "cpu": cpu,
+        "jobs": len({p["job"] for p in processes}),
         "processes": len(processes),
         "in_processes_s": in_processes,
         "measuring_s": sum(by_group[g] for g in MEASURING),
@@ -101,17 +164,21 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),
         "measure_span_s": last - first,
         "workflow_s": (report_at - workflow_started_at) if workflow_started_at and report_at else None,
-        # Only when this workflow measured: a later re-render starts after the processes ran.
-        "before_first_process_s": (first - workflow_started_at)
-        if workflow_started_at and workflow_started_at <= first else None,
+        # Only when this workflow measured (a later re-render starts after the processes ran): what
+        # Snakemake did before the first process (checking the config, patching the Triton
+        # configs, an image), and from the last process's end to this report (collecting, figures).
+        "before_first_process_s": (first - workflow_started_at) if measured_here else None,
+        "after_last_process_s": (report_at - last) if measured_here and report_at else None,
         # Processes an earlier Snakemake measured: all of them when this one only rendered the
         # report, some when it measured the others again (a failed process re-run).
         "measured_before_workflow": bool(workflow_started_at and first < workflow_started_at),
         "earlier_processes": sum(1 for p in processes if workflow_started_at and p["start"] < workflow_started_at),
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
-        "workers": len({p["worker"] for p in processes if p["worker"]}),
+        "workers": workers,
         "in_workers": sum(1 for p in processes if p["worker"]),
         "overlaps": gpu_overlaps(processes),
+        "trial_stops": stops,
+        "largest": largest_item(groups, cpu, stops, workers),
     }
 
 

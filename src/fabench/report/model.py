@@ -9,6 +9,7 @@ name go last. Everything here is raw data; the sections escape text where it ent
 from __future__ import annotations
 
 import json
+import time
 from typing import Iterator
 
 from fabench.analysis import claims
@@ -76,6 +77,8 @@ class Run:
 
     def __init__(self, collected: dict, config: dict, sweep: dict | None = None, started_at: float | None = None):
         self.started_at = started_at  # when the workflow that renders this report started (epoch s), if known
+        # When this report is rendered (epoch s), read once so that every part states one time.
+        self.rendered_at = time.time() if started_at else None
         if not collected.get("results"):
             raise ValueError("nothing to report: the collected run has no results")
         self.name = collected.get("run") or config.get("run")

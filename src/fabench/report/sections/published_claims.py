@@ -16,27 +16,37 @@ from __future__ import annotations
 
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
+from fabench.analysis.policy import Code
 from fabench.report.format import fmt_ms, md_text, value_text
 from fabench.report.model import Run, role_backend
 from fabench.results.published import claim_cells
 from fabench.shapes import shape_key
 
 OUTCOMES = ("holds", "fails", "cannot tell")
+# Why a claim cannot be told, as a code (the summary counts them): a cell's backend cannot run on
+# this host (CK or aiter on a CPU), the noise or the run's intervals hide the answer, a cell was
+# not measured (left out, failed, another variant or shape), or the run's config is not the
+# published one. The policy's reason codes (fabench.analysis.policy.Code) map to them by UNTOLD_CAUSES.
+CAUSES = ("untestable here", "too noisy", "no interval", "not measured", "other config")
+UNTOLD_CAUSES = {Code.NOISY: "too noisy", Code.UNSTABLE: "too noisy", Code.CLOCK: "too noisy",
+                 Code.ONE_PROCESS: "no interval", Code.NO_INTERVAL: "no interval", Code.NO_FIGURE: "no interval",
+                 Code.NOT_OK: "not measured", Code.MISSING: "not measured"}
 
 
-def _entry(run: Run, cell: dict, shape: dict) -> tuple[dict | None, str | None]:
-    """The run's backend entry for a claim's cell (whatever its status), and why it has no time
-    to judge (None when it ran cleanly)."""
+def _entry(run: Run, cell: dict, shape: dict) -> tuple[dict | None, str | None, str | None]:
+    """The run's backend entry for a claim's cell (whatever its status), why it has no time to
+    judge and the cause's code (CAUSES; both None when it ran cleanly)."""
     if cell["variant"] not in run.variants:
-        return None, f"this run has no variant {cell['variant']!r}"
+        return None, f"this run has no variant {cell['variant']!r}", "not measured"
     result = run.find(cell["variant"], shape)
     if result is None:
-        return None, f"not measured at {run.shape_name(shape)} in {run.variant_label(cell['variant'])}"
+        return None, f"not measured at {run.shape_name(shape)} in {run.variant_label(cell['variant'])}", "not measured"
     entry = role_backend(result, cell["role"])
     if entry is None or entry["status"] != "ok":
         label = (entry or {}).get("label") or result["roles"][cell["role"]]
-        return entry, f"{label} {(entry or {}).get('status', 'not run')} there"
-    return entry, None
+        cause = "untestable here" if (entry or {}).get("status") == "unavailable" else "not measured"
+        return entry, f"{label} {(entry or {}).get('status', 'not run')} there", cause
+    return entry, None, None
 
 
 def config_differences(run: Run, published: dict, claim: dict) -> list[str]:
@@ -101,16 +111,20 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
     """One claim re-tested on this run: outcome, the figure judged, and the notes beside it."""
     shape = claim["shape"]
     found = [_entry(run, cell, shape) for cell in claim_cells(claim)]
-    entries = [entry for entry, _ in found]
+    entries = [entry for entry, _, _ in found]
     row = {"id": md_text(claim["id"]), "published": md_text(claim["published"]), "where": md_text(claim["where"]),
            "roles": roles_filled(run, published, claim, entries), "host_bound": [], "figures": "n/a",
-           "judged_on": "n/a"}
-    missing = list(dict.fromkeys(why for _, why in found if why))
+           "judged_on": "n/a", "cause": None}
+    missing = list(dict.fromkeys(why for _, why, _ in found if why))
     if missing:
-        return {**row, "outcome": "cannot tell", "why": md_text("; ".join(missing))}
+        # A backend this host cannot run makes the claim untestable here, whatever else is missing.
+        causes = {cause for _, _, cause in found if cause}
+        return {**row, "outcome": "cannot tell", "why": md_text("; ".join(missing)),
+                "cause": "untestable here" if "untestable here" in causes else "not measured",
+                "unavailable": [md_text(e.get("label") or "") for e in entries if (e or {}).get("status") == "unavailable"]}
     differs = config_differences(run, published, claim)
     if differs:
-        return {**row, "outcome": "cannot tell",
+        return {**row, "outcome": "cannot tell", "cause": "other config",
                 "why": md_text("this run's config is not the published one: " + ", ".join(differs))}
     # The policy's claim on (a, b): for "faster" claims b is the cell claimed faster.
     names = cell_names(run, claim, entries)
@@ -118,7 +132,10 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
     verdict = run.claim(entries[a], entries[b], names=(names[a], names[b]))
     bound = [h for h in (host_bound(n, e) for n, e in zip(names, entries)) if h]
     judged = METRICS.get(verdict["metric"], "n/a")
-    return {**row, "outcome": outcome(claim, verdict), "why": md_text(verdict["why"]),
+    told = outcome(claim, verdict)
+    cause = None if told != "cannot tell" else (
+        "not measured" if verdict["claim"] == "not measured" else UNTOLD_CAUSES.get(verdict["code"], "too noisy"))
+    return {**row, "outcome": told, "cause": cause, "why": md_text(verdict["why"]),
             "judged_on": judged + ("; its wall clock host-bound" if bound and verdict["metric"] == "device_ms" else ""),
             "figures": figures_text(names, entries, verdict["metric"]), "host_bound": bound}
 
@@ -133,5 +150,11 @@ def context(run: Run, published: dict | None) -> dict | None:
         "published_on": md_text(published["source"]["hardware"]["device"]),
         "rows": rows,
         "counts": {name: sum(1 for r in rows if r["outcome"] == name) for name in OUTCOMES},
+        "causes": {cause: sum(1 for r in rows if r["cause"] == cause) for cause in CAUSES
+                   if any(r["cause"] == cause for r in rows)},
         "shapes": sorted({shape_key(c["shape"]) for c in published["claims"]}),
+        # Every claim needs a backend this host cannot run (a CPU): said once, instead of per claim.
+        "untestable": list(dict.fromkeys(label for r in rows for label in r.get("unavailable", [])))
+        if all(r["cause"] == "untestable here" for r in rows) else None,
+        "roles": list(dict.fromkeys(note for r in rows for note in r["roles"])),
     }

@@ -1,39 +1,61 @@
 """Where the run's time went: the measuring processes' phases summed by kind of work
-(fabench.analysis.timeline), the span of the measure jobs and, when the workflow's start was
-recorded, the time from Snakemake's start to this report. None for results without time lines."""
+(fabench.analysis.timeline), how many jobs and processes and workers measured, the span of the
+measure jobs, why the GPU trials stopped, the setting that would cut the largest kind of work and,
+when the workflow's start was recorded, the time Snakemake spent before the first measuring process
+and after the last one. None for results without time lines."""
 
 from __future__ import annotations
-
-import time
 
 from fabench.analysis.timeline import run_time_line
 from fabench.report.format import md_text
 from fabench.report.model import Run
+
+# How a kind of work is named in the table where the words differ by platform: on a CPU the
+# warm-up is the checked first call (fabench.analysis.timeline).
+CPU_LABELS = {"measuring: warm-up": "measuring: warm-up (the checked first call)"}
 
 
 def seconds(value: float | None) -> str | None:
     return None if value is None else f"{value:.1f} s"
 
 
+def label(group: str, cpu: bool) -> str:
+    return md_text(CPU_LABELS.get(group, group) if cpu else group)
+
+
+def time_line(run: Run) -> dict | None:
+    """The run's time line (fabench.analysis.timeline.run_time_line), up to the report's rendering
+    when the workflow rendering it recorded its start."""
+    return run_time_line(run.results, run.started_at, run.rendered_at)
+
+
 def context(run: Run, published: dict | None) -> dict | None:
-    line = run_time_line(run.results, run.started_at, time.time() if run.started_at else None)
+    line = time_line(run)
     if line is None:
         return None
     total = line["in_processes_s"]
+    largest = line["largest"]
     return {
+        "jobs": line["jobs"],
         "processes": line["processes"],
+        "cpu": line["cpu"],
         "in_processes": seconds(total),
         "measuring": seconds(line["measuring_s"]),
         "measuring_share": f"{line['measuring_s'] / total:.0%}" if total else "n/a",
-        "rows": [[md_text(g["group"]), f"{g['seconds']:.1f}", f"{g['share']:.0%}"] for g in line["groups"]],
+        "rows": [[label(g["group"], line["cpu"]), f"{g['seconds']:.1f}", f"{g['share']:.0%}"] for g in line["groups"]],
         "phases": [[md_text(name), f"{value:.1f}"] for name, value in line["phases"].items()],
         "measure_span": seconds(line["measure_span_s"]),
         "workflow": seconds(line["workflow_s"]),
         "before_first_process": seconds(line["before_first_process_s"]),
+        "after_last_process": seconds(line["after_last_process_s"]),
         "measured_before_workflow": line["measured_before_workflow"],
         "earlier_processes": line["earlier_processes"],
         "gpus": len(line["gpus"]),
         "workers": line["workers"],
         "in_workers": line["in_workers"],
         "overlaps": [md_text(o) for o in line["overlaps"]],
+        "stops": line["trial_stops"],
+        "largest": largest and {"group": largest["group"], "label": label(largest["group"], line["cpu"]),
+                                "seconds": seconds(largest["seconds"]), "share": f"{largest['share']:.0%}",
+                                "setting": largest["setting"]},
     }

@@ -1,0 +1,246 @@
+"""The summary at the top of a report: at most MAX_LINES lines, each the comparison policy's answer
+to one question, each linking to the part of the report it summarises.
+
+    fastest      per shape group (the head_dim tables) of the last variant, the backend the policy
+                 finds faster than every other at every shape (tied ones: the same within its
+                 margin), on the figure it judges (device time on a GPU, wall-clock on a CPU);
+                 else no clear winner, and why
+    tuning       the last variant's Triton-role cells against the first's: the largest gain, the
+                 policy's claim on it and its claims over all shapes
+    claims       the published claims re-tested (report.sections.published_claims): held, failed,
+                 cannot tell, and why they cannot be told
+    precision    the median 95% CI half-width of the ok cells (relative to their median), the
+                 unstable cells, or that one process per job gives no interval between runs
+    time         the measure jobs' span, jobs and processes, the largest kind of work and the
+                 setting that cuts it (fabench.analysis.timeline)
+
+Every verdict is the policy's (fabench.analysis.claims over fabench.analysis.policy): this module
+sets no threshold of its own. It computes values and codes; templates/sections/summary.md.j2
+writes the words. compare_context does the same for compare's page: what changed between the
+newest two archived runs.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+import math
+import re
+
+from fabench.analysis import stats
+from fabench.analysis.figures import METRICS, run_metric, shown_figure
+from fabench.report.format import md_text
+from fabench.report.model import Run
+from fabench.report.sections import published_claims, results
+from fabench.report.sections.timeline import time_line
+
+MAX_LINES = 8
+MAX_GROUPS = 4  # shape groups with a line of their own; the fastest table covers the rest
+# Claims by which the policy separates two cells, or finds them alike (fabench.analysis.claims).
+TIED = ("same", "below margin")
+
+
+# ---------------------------------------------------------------- anchors
+
+def anchor(heading: str) -> str:
+    """The anchor a Markdown renderer gives a heading (GitHub's rule): the heading's text
+    lower-cased, punctuation dropped, spaces as hyphens. Escapes are undone first, as the
+    rendered text has none."""
+    text = html.unescape(re.sub(r"\\(.)", r"\1", heading)).strip().lower()
+    text = re.sub(r"[`*_]", "", text)
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+# ---------------------------------------------------------------- the fastest backend
+
+def _ranked(result: dict, metric: str) -> list[tuple[str, dict, float]]:
+    """(name, entry, median) of the result's backends that ran cleanly, fastest first."""
+    found = []
+    for name, entry in result["backends"].items():
+        # Results recorded before trials have no analysed figure: their wall mean is ranked, and
+        # the policy, finding no noise estimate, tells none of them apart.
+        figure = shown_figure(entry, metric).get("median") or (entry.get("wall_mean_ms") if metric == "wall_mean_ms" else None)
+        median = figure if entry["status"] == "ok" else None
+        if median:
+            found.append((name, entry, median))
+    return sorted(found, key=lambda item: (item[2], item[0]))
+
+
+def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
+    """At one shape, in order of the judged median: the leaders (the fastest backend and each
+    next one the policy does not put behind a leader: the same within its margin, or `untold`,
+    with the policy's reason codes), then the first backend it finds slower than a leader (`beaten`,
+    with that factor): the fastest backend is among the leaders. `beaten` None where the
+    policy puts no backend behind them."""
+    ranked = _ranked(result, metric)
+    if len(ranked) < 2:
+        return None
+    leaders, untold = [ranked[0]], []
+    for name, entry, _ in ranked[1:]:
+        verdicts = [run.claim(entry, lead, names=(name, lead_name)) for lead_name, lead, _ in leaders]
+        behind = [v for v in verdicts if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
+        if behind:
+            return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
+                    "ratio": behind[0]["ratio"]}
+        untold += [str(v["code"] or v["claim"]) for v in verdicts if v["claim"] not in TIED]
+        leaders.append((name, entry, None))
+    return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None}
+
+
+def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
+    """One shape group's answer. `winner`: the same leaders at every shape, ahead of the next
+    backend (one, or several the policy finds the same or cannot tell apart: `untold` names
+    where and why); `untold`: the policy puts no backend behind another at any shape; else `no
+    clear winner`, with the leaders per shape (`split`)."""
+    shapes = [(r, shape_leaders(run, r, metric)) for r in group]
+    shapes = [(r, s) for r, s in shapes if s is not None]
+    label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
+    line = {"head_dim": head_dim, "shapes": len(group), "metric": METRICS[metric], "code": "no clear winner",
+            "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": []}
+    if not shapes:
+        return {**line, "code": "not measured"}
+    untold = [(r, s) for r, s in shapes if s["untold"]]
+    line.update(untold=[md_text(run.shape_name(r["shape"])) for r, _ in untold],
+                reasons=[md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
+                    f for _, s in untold for f in s["untold"])])
+    if all(s["beaten"] is None for _, s in shapes):
+        return {**line, "code": "untold"}  # the policy puts no backend behind another anywhere
+    if len({tuple(sorted(s["leaders"])) for _, s in shapes}) > 1 or any(s["beaten"] is None for _, s in shapes):
+        return {**line, "split": [{"shape": md_text(run.shape_name(r["shape"])),
+                                   "leaders": [label(n) for n in s["leaders"]]} for r, s in shapes]}
+    ratios = [s["ratio"] for _, s in shapes]
+    return {**line, "code": "winner", "leaders": [label(n) for n in shapes[0][1]["leaders"]],
+            "ratios": [min(ratios), max(ratios)],
+            "beaten": [label(n) for n in dict.fromkeys(s["beaten"] for _, s in shapes)]}
+
+
+def fastest(run: Run) -> dict:
+    metric = run_metric(run.results)
+    last = run.variants[-1]
+    groups = [group_line(run, d, g, metric) for d, g in run.head_dim_groups(last)]
+    return {"variant": md_text(run.variant_label(last)), "groups": groups[:MAX_GROUPS],
+            "more_groups": len(groups[MAX_GROUPS:]), "main_head_dim": run.main_head_dim,
+            "anchor": anchor("All measured backends")}
+
+
+# ---------------------------------------------------------------- the tuned config
+
+def tuning(run: Run) -> dict | None:
+    """The Triton role's last variant against its first, shape by shape, by the policy: the
+    largest gain on the judged figure with its claim, and how many shapes each claim has."""
+    if len(run.variants) < 2:
+        return None
+    first, last = run.variants[0], run.variants[-1]
+    line = {"first": md_text(run.variant_label(first)), "last": md_text(run.variant_label(last)),
+            "backend": md_text(run.label("triton")), "anchor": anchor(md_text(run.title(last)))}
+    if results.same_code_variants(run):
+        return {**line, "code": "same code"}
+    names = (run.variant_label(first), run.variant_label(last))
+    judged = []
+    for shape, before, after in results.triton_pairs(run):
+        claim = run.claim(before, after, names=names)
+        medians = [shown_figure(e, claim["metric"]).get("median") for e in (before, after)] if claim["metric"] else []
+        if all(medians) and len(medians) == 2:
+            judged.append((shape, claim, medians[0] / medians[1]))  # first over last: above 1 a gain
+    if not judged:
+        return {**line, "code": "not measured"}
+    shape, claim, gain = max(judged, key=lambda j: j[2])
+    counts: dict[str, int] = {}
+    for _, c, _ in judged:
+        kind = {"a": "slower", "b": "faster"}[c["faster"]] if c["claim"] in results.NAMES_A_WINNER else c["claim"]
+        counts[kind] = counts.get(kind, 0) + 1
+    return {**line, "code": "compared", "shape": md_text(run.shape_name(shape)), "gain": gain,
+            "claim": claim["claim"], "faster": claim["faster"], "reason_code": claim["code"] and str(claim["code"]),
+            "metric": METRICS.get(claim["metric"], "n/a"),
+            "reason": md_text(results.UNTOLD_WORDS.get(claim["code"], claim["code"] or "")), "counts": counts,
+            "shapes": len(judged)}
+
+
+# ---------------------------------------------------------------- claims, precision, time
+
+def claims(run: Run, published: dict | None) -> dict | None:
+    section = published_claims.context(run, published)
+    if section is None:
+        return None
+    return {"counts": section["counts"], "causes": section["causes"], "total": len(section["rows"]),
+            "anchor": anchor("The Published Claims, Re-tested")}
+
+
+def precision(run: Run) -> dict | None:
+    """The run's precision in one figure: the median over its ok cells of their 95% CI's half
+    width relative to the median; or that its intervals are within one process."""
+    metric = run_metric(run.results)
+    cells = [b for _, _, b in run.ran_backends() if b["status"] == "ok" and b.get("stats")]
+    if not cells:
+        return None
+    figures = [shown_figure(b, metric) for b in cells]
+    widths = [(f["ci95"][1] - f["ci95"][0]) / 2 / f["median"] for f in figures if f.get("ci95") and f.get("median")]
+    one_process = sum(1 for f in figures if (f.get("noise") or {}).get("between") == "trials")
+    unstable = sum(1 for b in cells if not b["stats"].get("stable", True))
+    return {"code": "one process" if one_process == len(cells) else "intervals", "cells": len(cells),
+            "half_width": stats.median(widths) if widths else None, "one_process": one_process,
+            "unstable": unstable, "metric": METRICS[metric], "anchor": anchor("How precise is this run")}
+
+
+def wall_time(run: Run) -> dict | None:
+    """The measure jobs' span, jobs, processes and the largest kind of work from the time line;
+    for results recorded before time lines, the span from the jobs' recorded start and finish."""
+    anchor_to = anchor("Where the run's time went")
+    line = time_line(run)
+    if line is not None:
+        return {"span_s": line["measure_span_s"], "workflow_s": line["workflow_s"], "jobs": line["jobs"],
+                "processes": line["processes"], "workers": line["workers"], "largest": line["largest"],
+                "anchor": anchor_to}
+    started = [r["provenance"].get("started") for r in run.results]
+    finished = [r["provenance"].get("finished") for r in run.results]
+    if None in started or None in finished:
+        return None
+    span = (datetime.fromisoformat(max(finished)) - datetime.fromisoformat(min(started))).total_seconds()
+    processes = sum(len(r["method"].get("process_exits") or []) for r in run.results)
+    # No time line section to link to: the configuration names the trials and processes per job.
+    return {"span_s": span, "workflow_s": None, "jobs": len(run.results), "processes": processes, "workers": 0,
+            "largest": None, "anchor": anchor("Benchmark Configuration")}
+
+
+def context(run: Run, published: dict | None) -> dict | None:
+    if run.published:
+        return None  # a publication's numbers recast as a run: nothing was measured to summarise
+    return {"fastest": fastest(run), "tuning": tuning(run), "claims": claims(run, published),
+            "precision": precision(run), "time": wall_time(run)}
+
+
+def line_count(summary: dict) -> int:
+    """How many lines the summary takes (the template writes one per answer)."""
+    return (len(summary["fastest"]["groups"]) + bool(summary["fastest"]["more_groups"])
+            + sum(1 for key in ("tuning", "claims", "precision", "time") if summary[key]))
+
+
+# ---------------------------------------------------------------- compare's page
+
+def compare_context(comparison: dict) -> dict | None:
+    """What changed between the newest two runs of a comparison (fabench.results.compare): how
+    many cells the policy calls a regression, an improvement, the same or cannot tell (by reason code),
+    and the largest change it names. None with fewer than two runs."""
+    entries = [e["id"] for e in comparison["entries"]]
+    if len(entries) < 2:
+        return None
+    old, new = entries[-2], entries[-1]
+    counts: dict[str, int] = {}
+    untold: dict[str, int] = {}
+    largest = None
+    for row in comparison["rows"]:
+        cell = next((c for c in row["cells"] if c["entry"] == new), None)
+        found = (cell or {}).get("vs_previous")
+        if not found or found["entry"] != old:
+            continue
+        code = str(found["code"])
+        kind = code if found["verdict"] == "changed" else found["verdict"]
+        counts[kind] = counts.get(kind, 0) + 1
+        if found["verdict"] == "cannot tell":
+            untold[code] = untold.get(code, 0) + 1
+        if found["verdict"] == "changed" and found["ratio"] and (
+                largest is None or abs(math.log(found["ratio"])) > abs(math.log(largest["ratio"]))):
+            largest = {"variant": md_text(row["variant"]), "shape_id": md_text(row["shape_id"]),
+                       "label": md_text(row["label"]), "ratio": found["ratio"], "code": code}
+    return {"old": md_text(old), "new": md_text(new), "counts": counts, "untold": untold, "largest": largest,
+            "cells": sum(counts.values()), "anchor": anchor("Flags")}

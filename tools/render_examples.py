@@ -1,0 +1,151 @@
+"""Re-render every committed example's report with the current code: examples/<name>/report.md.
+
+    python tools/render_examples.py [--examples examples] [NAME ...]
+
+Each example's report is its NEWEST run (the highest archive entry; an example holds a series of
+runs of one experiment, and its newest is the one its README's figures come from), analysed
+again from the raw trials it archived (fabench.analysis.analyse_run, as compare reads an entry)
+and rendered by fabench.report.render, the code path of the workflow's render_report rule, with
+its figures drawn again by fabench.report.plots into examples/<name>/plots/. Archived entries are
+only read: an archive tarball (examples/h100/archive-*.tar.gz) is unpacked into a temporary
+folder. An example without an archive but with a run's results.json (examples/h200-sweep) is
+rendered from those, with the config files its README names.
+
+Deterministic and idempotent: the output depends on the archived data, the config files and the
+code only (no clock: an archived run has no Snakemake start to time from), and a file whose
+bytes would not change is not rewritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tarfile
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import yaml
+
+from fabench.analysis import analyse_run
+from fabench.analysis.policy import Rule
+from fabench.config_layers import replace_whole_values
+from fabench.files import write_atomic
+from fabench.report.latency_plot import latency_png
+from fabench.report.speedup_plot import speedup_png
+from fabench.report.render import render
+from fabench.results.archive_read import list_entries
+from fabench.results.published import load_published
+
+ROOT = Path(__file__).resolve().parent.parent
+# Figures of a report, each drawn from the results and the config's comparison rule (the
+# workflow's rules plots and render_report).
+FIGURES = (("Latency against sequence length", "plots/latency.png", lambda collected, rule: latency_png(collected)),
+           ("Speedup over native", "plots/speedup.png", speedup_png))
+# An example that is one run's results rather than an archive: the config files it was run with,
+# in the order of its README's command (--configfile ...), over config.yaml.
+RUN_CONFIGS = {"h200-sweep": ("examples/h200/h200.yaml", "examples/h200-sweep/sweep-bench.yaml",
+                              "examples/h200-sweep/tune/variants.yaml")}
+
+
+class ExampleError(ValueError):
+    """An example that cannot be rendered: the message names it and what is missing."""
+
+
+def merged_config(files: list[str]) -> dict:
+    """config.yaml with the files over it, as Snakemake merges --configfile layers (key by key,
+    the whole-value keys taken whole: fabench.config_layers)."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    layers = [yaml.safe_load((ROOT / name).read_text()) or {} for name in files]
+    for layer in layers:
+        deep_update(config, layer)
+    replace_whole_values(config, layers)
+    return config
+
+
+def deep_update(base: dict, layer: dict) -> None:
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_update(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def newest_entry(archive_root: Path):
+    entries = [e for e in list_entries(archive_root) if e.ok]
+    if not entries:
+        raise ExampleError(f"{archive_root}: no intact archive entry")
+    return entries[-1]
+
+
+def archive_of(example: Path, stack: ExitStack) -> Path | None:
+    """The example's archive folder: examples/<name>/archive, else its newest tarball unpacked
+    into a temporary folder (removed when `stack` closes), else None."""
+    if (example / "archive").is_dir():
+        return example / "archive"
+    tarballs = sorted(example.glob("archive-*.tar.gz"))
+    if not tarballs:
+        return None
+    where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fabench-example-")))
+    with tarfile.open(tarballs[-1]) as tar:
+        tar.extractall(where, filter="data")
+    return where / "archive"
+
+
+def run_of(example: Path, stack: ExitStack) -> tuple[dict, dict, dict | None, str]:
+    """(collected results, config, sweep record or None, where they came from) of an example."""
+    archive = archive_of(example, stack)
+    if archive is not None:
+        entry = newest_entry(archive)
+        config = json.loads((entry.path / "config.json").read_text())
+        return entry.results(), config, None, entry.id
+    if example.name in RUN_CONFIGS and (example / "results.json").is_file():
+        sweep = example / "tune" / "sweep.json"
+        return (json.loads((example / "results.json").read_text()), merged_config(list(RUN_CONFIGS[example.name])),
+                json.loads(sweep.read_text()) if sweep.is_file() else None, "results.json")
+    raise ExampleError(f"{example}: no archive, archive tarball or known run results to render")
+
+
+def write_if_changed(path: Path, data: bytes | str) -> bool:
+    data = data.encode() if isinstance(data, str) else data
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    write_atomic(path, data)
+    return True
+
+
+def render_example(example: Path) -> list[Path]:
+    """Render one example's report and figures; the files that changed."""
+    with ExitStack() as stack:
+        collected, config, sweep, source = run_of(example, stack)
+    analysed = analyse_run(collected)
+    published = load_published(ROOT / config["published"]) if config.get("published") else None
+    rule = Rule.of(config)
+    changed = [example / path for _, path, draw in FIGURES if write_if_changed(example / path, draw(analysed, rule))]
+    markdown = render(analysed, config, published, figures=[(title, path) for title, path, _ in FIGURES], sweep=sweep)
+    if write_if_changed(example / "report.md", markdown):
+        changed.append(example / "report.md")
+    print(f"{example.name}: rendered from {source}", file=sys.stderr)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=Path, default=ROOT / "examples", help="the examples folder")
+    parser.add_argument("names", nargs="*", help="examples to render (default: every one)")
+    args = parser.parse_args(argv)
+    names = args.names or sorted(p.name for p in args.examples.iterdir() if p.is_dir())
+    try:
+        for name in names:
+            for path in render_example(args.examples / name):
+                print(path)
+    except ExampleError as err:
+        print(f"render_examples: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
