@@ -34,7 +34,7 @@ GROUPS = {
     "kernel identification": ("profiler start-up", "kernel identification", "device timer set-up"),
     "measuring: warm-up": ("warm-up",),
     "measuring: timed loops": ("device loop", "kernel loop", "wall loop"),
-    "independent checks": ("do_bench", "profiler"),
+    "independent checks": ("do_bench", "profiler", "kernel-time check"),
     "ending": ("release", "provenance", "write and exit"),
 }
 GROUP_OF = {phase: group for group, phases in GROUPS.items() for phase in phases}

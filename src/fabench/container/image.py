@@ -307,7 +307,7 @@ def build_image(dockerfile: str | Path = "Dockerfile", context: str | Path = "."
 
 
 def _build(cli, spec: _BuildSpec, log_path: Path | None) -> tuple:
-    """Build ``spec.tag``, its output streamed to the log (or stderr); returns (image, seconds)."""
+    """Build the spec's tag, its output streamed to the log (or stderr); returns (image, seconds)."""
     t0 = time.monotonic()
     logf = open(log_path, "a") if log_path else contextlib.nullcontext(sys.stderr)
     with logf as out:
