@@ -14,7 +14,8 @@ import pytest
 import torch
 import yaml
 
-from fabench.config import ConfigError, job_spec
+from fabench.config import ConfigError
+from fabench.measure.spec import Shape, job_spec
 from fabench.plan import check_config
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)
@@ -155,7 +156,7 @@ def test_every_numeric_key_of_the_measure_stage_is_run_at_its_bounds():
 def measure_job(tmp_path: Path, worker_dir: Path, mode: str, spec_change: dict, options: list[str]):
     """The measuring job as the workflow runs it (tiny, on the CPU), with the value in its spec or
     its options: its exit code and output."""
-    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"))
+    spec = json.loads(job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32")).to_json())
     spec["settings"].update(spec_change)
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
@@ -194,5 +195,5 @@ def test_the_seed_seeds_every_generator_a_job_uses_at_its_bounds():
 
     for seed in bound_values("seed"):
         reset_between_jobs(seed)
-        q, k, v = make_inputs({"batch": 1, "seq": 8, "heads": 1, "head_dim": 8}, torch.float32, seed, "cpu")
+        q, k, v = make_inputs(Shape(batch=1, seq=8, heads=1, head_dim=8), torch.float32, seed, "cpu")
         assert q.shape == (1, 8, 1, 8)

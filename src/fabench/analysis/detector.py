@@ -58,6 +58,9 @@ def injected(results: list[dict], factor: float) -> list[dict]:
                             "period_cupti_ms"):
                     if trial.get(key):
                         trial[key] = [v * factor for v in trial[key]]
+                graph = trial.get("kernel_time_graph") or {}
+                if graph.get("per_call_ms"):  # the kernels' own time by graphs moves with them
+                    trial["kernel_time_graph"] = {**graph, "per_call_ms": [v * factor for v in graph["per_call_ms"]]}
     return analyse_run({"results": out})["results"]
 
 
