@@ -275,6 +275,6 @@ def test_the_kernels_own_time_by_graphs_confirms_cupti_on_real_cells():
 
 
 def test_a_graph_of_tiny_kernels_bounds_the_launch_gap_to_microseconds():
-    from fabench.measure.timing import graph_launch_gap_ms
+    from fabench.measure.graph_time import graph_launch_gap_ms
 
     assert 0.0 < graph_launch_gap_ms() < 0.02

@@ -301,8 +301,8 @@ def test_a_gpu_trial_and_its_analysis_fit_the_result_schema():
     jsonschema.validate(entry["cross_check"], {**defs, "$ref": "#/$defs/cross_check"})
 
 
-def test_the_report_counts_the_cells_the_second_method_judged_and_those_that_agree():
-    from fabench.report.sections.timing import second_method_counts
+def test_the_report_counts_the_cells_each_check_judged_and_those_that_agree():
+    from fabench.report.sections.timing import check_counts
 
     class Run:  # the report model's one method this count reads
         def __init__(self, entries):
@@ -320,8 +320,16 @@ def test_the_report_counts_the_cells_the_second_method_judged_and_those_that_agr
     for t in unjudged["trials"]:
         del t["period_cupti_ms"]
     unjudged = analyse_entry(unjudged, {"platform": "cuda", "flops": 1e9, "method": {}})
-    counts = second_method_counts(Run([cell(0.025, 0.0251), cell(1.0, 1.05), unjudged]))
-    assert counts == {"cells": 3, "judged": 2, "agreeing": 1}
+    cells = [cell(0.025, 0.0251), cell(1.0, 1.05), unjudged]
+    counts = check_counts(Run(cells), "second_method")
+    assert (counts["cells"], counts["judged"], counts["agreeing"]) == (3, 2, 1)
+    for entry, graph in zip(cells, ([0.0185] * 5, [0.0300] * 5, None)):  # agrees, differs, not taken
+        if graph:
+            entry["trials"][-1]["kernel_time_graph"] = {"per_call_ms": graph, "calls": 40, "replays": 5,
+                                                        "gap_ms": 0.0012, "kernels_per_call": 1}
+        analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
+    counts = check_counts(Run(cells), "kernel_time")
+    assert (counts["cells"], counts["judged"], counts["agreeing"]) == (3, 2, 1) and "graph" in counts["method"]
 
 
 # ---------------------------------------------------------------- the kernels' own time by graphs

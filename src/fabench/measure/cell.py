@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from fabench.measure import kernels, metrics, stopping, timeline, timing
+from fabench.measure import graph_time, kernels, metrics, stopping, timeline, timing
 from fabench.measure.backends import Backend, Prepared, Problem
 from fabench.measure.failures import classify_failure
 from fabench.measure.gpu_state import GpuState, slowdown
@@ -236,7 +236,7 @@ class Cell:
                 **counters, "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
 
     def _graph_check(self, stream: dict | None) -> dict:
-        """The kernels' own time by CUDA/HIP graphs (timing.graph_kernel_time): the record the
+        """The kernels' own time by CUDA/HIP graphs (graph_time.graph_kernel_time): the record the
         analysis judges the CUPTI figure by (fabench.analysis.kernel_check), or why it was not taken.
         One replay of the captured graph is profiled for the names of the kernels the captured call
         ran: under capture a library may choose other kernels than the eager call's."""
@@ -251,8 +251,8 @@ class Cell:
             return work[block - per_call: block]  # the first call's own kernels, its clear left out
 
         try:
-            out = timing.graph_kernel_time(self.prepared.fn, self.timer.cache,
-                                           timing.graph_calls(sorted(kernel_ms)[len(kernel_ms) // 2]), call_kernels)
+            calls = graph_time.graph_calls(sorted(kernel_ms)[len(kernel_ms) // 2])
+            out = graph_time.graph_kernel_time(self.prepared.fn, self.timer.cache, calls, call_kernels)
         except Exception as err:  # a call that cannot be captured: the check cannot judge, the cell stands
             return {"error": f"graph capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"}
         return {**out, "kernels_per_call": per_call}

@@ -186,6 +186,7 @@ def context(run: Run, published: dict | None) -> dict:
     return {
         "published": bool(published),
         "preview": bool(run.config.get("preview")),  # config.preview: a quick look, said first
+        "cpu_only": run.platforms() == ["cpu"],  # a CPU run judges nothing between runs: said first
         "run": md_code(run.name),
         "platforms": md_text(", ".join(run.platforms())),
         "device": md_text(", ".join(run.provenance_values("device"))),

@@ -111,15 +111,18 @@ def stopping_text(rule: dict | None) -> str | None:
             f"{rule['min_samples']} samples and {rule['min_trial_ms']:g} ms of kernel time, or {rule['max_trial_ms']:g} ms")
 
 
-def second_method_counts(run: Run) -> dict | None:
-    """Of the ok cells with a device figure: how many the second method judged, how many agreed."""
+def check_counts(run: Run, check: str) -> dict | None:
+    """Of the ok cells with a device figure: how many one independent check (`second_method`, the
+    period by two clocks; `kernel_time`, the kernels' own time by graphs) judged, how many agreed,
+    and the reasons of those that did not agree or could not be judged."""
     cells = [b for _, _, b in run.ran_backends()
              if b["status"] == "ok" and (b.get("device_ms") or {}).get("median") is not None]
-    judged = [c for c in cells if ((c.get("cross_check") or {}).get("second_method") or {}).get("agrees") is not None]
+    verdicts = [((c.get("cross_check") or {}).get(check) or {}) for c in cells]
+    judged = [v for v in verdicts if v.get("agrees") is not None]
     if not judged:
         return None
-    return {"cells": len(cells), "judged": len(judged),
-            "agreeing": sum(1 for c in judged if c["cross_check"]["second_method"]["agrees"])}
+    return {"cells": len(cells), "judged": len(judged), "agreeing": sum(1 for v in judged if v["agrees"]),
+            "method": joined(v.get("method") for v in verdicts)}
 
 
 def joined(values) -> str:
@@ -154,7 +157,8 @@ def context(run: Run, published: dict | None) -> dict:
         "wall_method": joined(r["method"]["wall"] for r in run.results),
         # Published numbers recast as results record no convention: the runner's is the contract's.
         "flop_convention": joined(r.get("flop_convention") for r in run.results) or md_text(FLOP_CONVENTION),
-        "second_method": second_method_counts(run) if device else None,
+        "second_method": check_counts(run, "second_method") if device else None,
+        "kernel_time": check_counts(run, "kernel_time") if device else None,
         "rows": role_rows(run, device),
         "all_rows": all_backend_rows(run, device),
     }
