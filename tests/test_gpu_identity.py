@@ -34,11 +34,14 @@ def test_a_cpu_result_records_gpu_as_null(validator):
     if torch.cuda.is_available():
         pytest.skip("asserts what a CPU-only host records")
     from fabench.measure.spec import job_spec
-    from fabench.measure.job import failed_result
+    from fabench.measure.job import run_job
     from workflow_util import tiny_config
 
-    spec = job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
-    result = failed_result(spec, None, "test", "nothing measured")  # the job's result, without measuring
+    spec = job_spec(tiny_config(backends=["native"]), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
+    from fabench.analysis import analyse_run
+
+    # The job's result, measured on this CPU and analysed as the collector has it.
+    result = analyse_run({"results": [run_job(spec, None, "test")]})["results"][0]
     assert "gpu" in result["provenance"] and result["provenance"]["gpu"] is None
     validator.validate(result)
 

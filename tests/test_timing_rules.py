@@ -43,9 +43,14 @@ def test_the_sleep_factor_comes_down_when_the_gpu_waited_most_of_its_sleep_for_n
 
 
 def test_the_device_loop_takes_min_samples_and_min_trial_ms_and_the_published_loop_its_count():
-    from fabench.measure.timing import device_samples, trial_iters
+    import dataclasses
 
-    timing = {"iters": 100, "min_samples": 10, "min_trial_ms": 20}
+    from fabench.measure.spec import job_spec
+    from fabench.measure.timing import device_samples, trial_iters
+    from workflow_util import tiny_config
+
+    timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
+                                 .settings.timing, iters=100, min_samples=10, min_trial_ms=20)
     assert device_samples(timing, 18.0) == 10  # native fp32 at seq 4096: 10 samples, not 100
     assert device_samples(timing, 0.03) == 667  # short kernels: min_trial_ms of device time
     assert trial_iters(timing, 18.0) == 100  # the published method keeps its published count
