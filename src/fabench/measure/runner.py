@@ -65,7 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
                         help="a measuring process still running after S seconds is killed and its job failed")
     args = parser.parse_args(argv)
-    if args.worker_idle_s is None:
+    # Read only where a worker is started: the schema is YAML, and a container's measuring process
+    # (isolate mode, the image without PyYAML: the report's dependencies stay on the host) has none.
+    if args.worker_idle_s is None and args.mode == "worker":
         args.worker_idle_s = float(schema_default("measure", "worker_idle_s"))
     return args
 
