@@ -379,12 +379,15 @@ def _cell(values_by_process, stable=False):
 
 
 def test_an_unstable_cell_beaten_by_every_trial_is_still_told_apart():
-    from fabench.analysis.claims import SEPARATED, separated
+    from fabench.analysis.claims import SEPARATED
+    from fabench.analysis.policy import trials_apart as separated
 
     rule = Rule()
     capped = _cell({0: [0.49, 0.465, 0.466], 1: [0.487, 0.47, 0.468]})  # 5% spread: unstable
     slower = _cell({0: [1.01, 1.012, 1.009], 1: [1.004, 1.007, 1.011]})
-    assert "every one of the 6 trials" in separated(capped, slower, "device_ms", rule)
+    found = separated(capped, slower, "device_ms", rule)
+    assert (found["faster"], found["slower_trials"], found["faster_trials"]) == ("a", 6, 6)
+    assert found["p"] == pytest.approx(2 / 924) and found["gap"] > 1.0
     close = _cell({0: [0.495, 0.50, 0.498], 1: [0.497, 0.499, 0.50]})  # beyond every trial, but by 1%
     assert separated(capped, close, "device_ms", rule) is None
     one_process = _cell({0: [0.49, 0.465, 0.466, 0.487, 0.47, 0.468]})

@@ -7,33 +7,26 @@ how many cells an injected change is flagged in (issue 30: +2% and +5%).
 Every time figure of every trial (the samples, the event pairs, the periods, the wall-clock means,
 do_bench, the graphs' per-call times) is multiplied by the factor (fabench.analysis.detector.injected,
 the detector check's own injection), the run analysed again, its job files written per (variant,
-shape) as the workflow writes them, its report rendered by the workflow's render path. The entry
+shape) as the merge writes them (fabench.analysis.entry.analyse_result), its report rendered by the workflow's render path. The entry
 itself is only read. With --factor 1 it is the run as archived, in a run folder's layout.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
 
 from fabench.analysis import analyse_run
 from fabench.analysis.detector import injected
+from fabench.analysis.entry import analyse_result
 from fabench.files import write_atomic, write_json
 from fabench.report.render import render
 from fabench.results.published import load_published
 
 ROOT = Path(__file__).resolve().parent.parent
-DERIVED = ("stats", "device_ms", "tflops", "host_overhead_ms", "cross_check", "wall_mean_ms")
-
-
-def raw(result: dict) -> dict:
-    """A result as its measuring job wrote it: the analysis stage's derived keys left out."""
-    out = dict(result)
-    out["backends"] = {name: {k: v for k, v in entry.items() if k not in DERIVED or entry.get("trials") is None}
-                       for name, entry in result["backends"].items()}
-    return out
 
 
 def scaled_run(entry: Path, out: Path, factor: float, run: str | None) -> None:
@@ -44,7 +37,8 @@ def scaled_run(entry: Path, out: Path, factor: float, run: str | None) -> None:
     config["run"] = run
     for result in results:
         result["run"] = run
-        write_json(out / result["variant"] / f"{result['shape_id']}.json", raw(result))
+        # A job's file as the merge writes it: each cell's own figures, no run-level interval.
+        write_json(out / result["variant"] / f"{result['shape_id']}.json", analyse_result(copy.deepcopy(result)))
     analysed = analyse_run({"run": run, "results": results})
     write_json(out / "results.json", analysed)
     write_json(out / "config.json", config)

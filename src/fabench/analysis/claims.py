@@ -17,16 +17,14 @@ any difference between them is run-to-run noise, and no claim that one variant i
 
 from __future__ import annotations
 
-import math
-
 from fabench.analysis import policy, verdict_text
-from fabench.analysis.figures import METRICS, trial_values
+from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import Code, Rule, judge
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
-# The claim's code where an unstable cell is still beaten by every trial (see separated()).
+# The claim's code where an unstable cell is still beaten by every trial (policy.trials_apart).
 SEPARATED = "separated"
 ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
 
@@ -85,10 +83,10 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
     why = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
     if verdict["verdict"] == "cannot tell" and code == Code.UNSTABLE:
-        apart = separated(a, b, metric, rule)
+        apart = policy.trials_apart(a, b, metric, rule)
         if apart is not None:
             return _claim("faster", faster, factor, f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in "
-                                                    f"{METRICS[metric]}: {apart}", metric, SEPARATED)
+                                                    f"{METRICS[metric]}: {apart_text(apart, rule)}", metric, SEPARATED)
     if verdict["verdict"] == "cannot tell":
         return _claim("cannot tell", None, factor, why, metric, code)
     if verdict["verdict"] == "changed":
@@ -98,25 +96,12 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     return _claim("same", None, factor, why, metric, code)
 
 
-def separated(a: dict, b: dict, metric: str, rule: Rule) -> str | None:
-    """Why two cells of one run are told apart although one is unstable, or None: every trial of
-    the slower lies beyond every trial of the faster by more than the policy's margin, and that
-    order is beyond chance at the policy's alpha (the exact rank test at its extreme: two-sided
-    p = 2 / C(n + m, n); 6 trials a cell give 0.002). An unstable cell's trials spread, but a
-    difference larger than all of that spread is settled by them (cuDNN at (4,4096,8,256) on an
-    H100, 7% spread, against aiter's kernel 2x slower). A cell of one process never is: its trials
-    leave the noise between processes out (fabench.analysis.policy)."""
-    values = [trial_values(entry.get("trials") or [], metric) for entry in (a, b)]
-    if any(len(set(processes)) < 2 for _, processes in values):
-        return None
-    (va, _), (vb, _) = values
-    p = 2 / math.comb(len(va) + len(vb), len(va))
-    fast, slow = (va, vb) if max(va) < min(vb) else (vb, va) if max(vb) < min(va) else (None, None)
-    if fast is None or p > rule.alpha or min(slow) <= max(fast) * (1 + rule.margin):
-        return None
-    return (f"every one of the {len(slow)} trials of the slower beyond every one of the {len(fast)} of the faster, "
-            f"by {min(slow) / max(fast) - 1:.1%} at least (more than the {rule.margin:.2%} margin; rank order "
-            f"p = {p:.3f}), though trials of a cell spread beyond stable_spread")
+def apart_text(apart: dict, rule: Rule) -> str:
+    """policy.trials_apart's finding in words."""
+    return (f"every one of the {apart['slower_trials']} trials of the slower beyond every one of the "
+            f"{apart['faster_trials']} of the faster, by {apart['gap']:.1%} at least (more than the "
+            f"{rule.margin:.2%} margin; rank order p = {apart['p']:.3f}), though trials of a cell spread beyond "
+            f"stable_spread")
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

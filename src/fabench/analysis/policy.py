@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 
 from fabench.analysis import calibration, stats
-from fabench.analysis.figures import METRICS, cell_metric
+from fabench.analysis.figures import METRICS, cell_metric, trial_values
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
     code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity, hardware_key,
@@ -315,3 +315,29 @@ def judge_published(figure: dict, published_ms: float, rule: Rule) -> dict:
     return {"flag": "matches", **fields, "why": f"{ratio - 1:+.1%}" + (
         ": published value inside our 95% prediction interval" if inside else
         f": within the {rule.published_margin:.0%} margin")}
+
+
+# ---------------------------------------------------------------- two cells of one run
+
+def trials_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
+    """Whether two cells of one run are told apart although one is unstable (the claims' exception
+    to `unstable`, fabench.analysis.claims): every trial of the slower lies beyond every trial of
+    the faster by more than the rule's margin, and that order is beyond chance at the rule's alpha
+    (the exact rank test at its extreme: two-sided p = 2 / C(n + m, n); 6 trials a cell give 0.002).
+    An unstable cell's trials spread, but a difference larger than all of that spread is settled by
+    them (cuDNN at (4,4096,8,256) on an H100, 7% spread, against aiter's kernel 2x slower). A cell
+    of one process never is: its trials leave the noise between processes out.
+
+    Returns {faster ("a" or "b"), slower_trials, faster_trials, gap (the least relative gap), p},
+    or None; the caller writes the words."""
+    values = [trial_values(entry.get("trials") or [], metric) for entry in (a, b)]
+    if any(len(set(processes)) < 2 for _, processes in values):
+        return None
+    (va, _), (vb, _) = values
+    p = 2 / math.comb(len(va) + len(vb), len(va))
+    faster = "a" if max(va) < min(vb) else "b" if max(vb) < min(va) else None
+    fast, slow = (va, vb) if faster == "a" else (vb, va)
+    if faster is None or p > rule.alpha or min(slow) <= max(fast) * (1 + rule.margin):
+        return None
+    return {"faster": faster, "slower_trials": len(slow), "faster_trials": len(fast),
+            "gap": min(slow) / max(fast) - 1, "p": p}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 import time
 
 import torch
@@ -251,7 +252,7 @@ class Cell:
             return work[block - per_call: block]  # the first call's own kernels, its clear left out
 
         try:
-            calls = graph_time.graph_calls(sorted(kernel_ms)[len(kernel_ms) // 2])
+            calls = graph_time.graph_calls(statistics.median(kernel_ms))
             out = graph_time.graph_kernel_time(self.prepared.fn, self.timer.cache, calls, call_kernels)
         except Exception as err:  # a call that cannot be captured: the check cannot judge, the cell stands
             return {"error": f"graph capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"}

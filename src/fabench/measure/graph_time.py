@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.timing import _recover_from_capture
+from fabench.measure.timing import capture_graph
 
 GRAPH_REPLAY_MS = 5.0  # each timed graph replay lasts about this long: long against the events' 0.5 us
 GRAPH_MAX_CALLS = 50
@@ -33,9 +33,10 @@ def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, call
                       names_of: Callable[[Callable[[], None]], list[str]] | None = None,
                       replays: int = GRAPH_REPLAYS) -> dict:
     """The kernels' own time per call by a method independent of CUPTI: the difference between a
-    graph of [clear, call] x calls and a graph of [clear] x calls, replayed alternately `replays`
-    times after one untimed replay of each (a graph's first replays upload it and ran 2-10% slow on
-    an H100), each replay timed by events. A graph launches its kernels back to back on the GPU,
+    graph of [clear, call] x calls and a graph of [clear] x calls (each captured by
+    timing.capture_graph, which warms it up and replays it once), replayed alternately `replays`
+    times after one more untimed replay of each (a graph's first replays ran 2-10% slow on an H100),
+    each replay timed by events. A graph launches its kernels back to back on the GPU,
     with no host between them, so what the difference holds beyond the call's kernels is the
     launch gap before each of them (gap_ms: the per-kernel time of a graph of tiny kernels, an
     upper bound of that gap). `names_of`, given, lists the device work of one replay (a profile
@@ -50,8 +51,8 @@ def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, call
                     fn()
         return run
 
-    both = _capture(body(True), fn)
-    clears = _capture(body(False), fn) if cache is not None else None
+    both = capture_graph(body(True))
+    clears = capture_graph(body(False)) if cache is not None else None
     try:
         for graph in filter(None, (both, clears)):
             _replay_ms(graph)
@@ -65,24 +66,6 @@ def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, call
         torch.cuda.synchronize()
     return {"per_call_ms": [round(v, 6) for v in per_call], "calls": calls, "replays": replays,
             "gap_ms": round(graph_launch_gap_ms(), 6), "device_work": names}
-
-
-def _capture(run: Callable[[], None], fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    """`run` captured once. One eager call on a side stream first, as torch's graph docs ask (the
-    call has already run many times in this process: its libraries' workspaces exist)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            run()
-    except Exception:
-        _recover_from_capture()
-        raise
-    return graph
 
 
 def _replay_ms(graph: torch.cuda.CUDAGraph) -> float:
@@ -107,8 +90,7 @@ def graph_launch_gap_ms() -> float:
             for _ in range(GAP_KERNELS):
                 x.add_(1)
 
-        graph = _capture(tiny, lambda: x.add_(1))
-        _replay_ms(graph)  # the first replay uploads the graph
+        graph = capture_graph(tiny)  # replayed once there: the first replay uploads the graph
         _gap_ms = statistics.median(_replay_ms(graph) for _ in range(3)) / GAP_KERNELS
         del graph
     return _gap_ms

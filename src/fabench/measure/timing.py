@@ -90,7 +90,8 @@ def l2_buffer() -> torch.Tensor:
 
 
 def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    """fn captured once; the warm-up calls on a side stream are what torch's graph docs require."""
+    """fn captured once; the warm-up calls on a side stream are what torch's graph docs require.
+    A capture that fails leaves the stream cleared as far as torch can, then raises."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -98,8 +99,12 @@ def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception:
+        _recover_from_capture()
+        raise
     graph.replay()
     torch.cuda.synchronize()
     return graph
@@ -117,7 +122,6 @@ class DeviceTimer:
                 self.graph = capture_graph(fn)
             except Exception as err:  # cuDNN, aiter, ... may refuse capture: time the eager call
                 self.fallback_reason = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
-                _recover_from_capture()
         self.kernels_per_call = kernels_per_call
         self.run = self.graph.replay if self.graph is not None else fn
         self.method = DEVICE_TIME_METHODS[method] if self.fallback_reason is None else EAGER_FALLBACK
