@@ -10,6 +10,7 @@ from __future__ import annotations
 from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
 from fabench.analysis.kernel_check import kernel_time_check
+from fabench.measure.record import EVENT_RESOLUTION_MS
 
 DEFAULT_STABLE_SPREAD = 0.03
 DEFAULT_TOLERANCE = 0.03
@@ -228,9 +229,6 @@ def judged(check: dict | None) -> dict | None:
     return None
 
 
-# The events' timestamps resolve about 0.5 us (CUDA's documented resolution); a median period can
-# be off by up to that much from quantisation alone, which no count of samples averages away.
-EVENT_RESOLUTION_MS = 0.0005
 
 
 def period_check(trials: list[dict], stream_doubts: dict[str, list[str]] | None = None) -> dict | None:

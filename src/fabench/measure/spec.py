@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fabench.config import CPU_OVERRIDES, SpecError, canonical, job_settings, quote, variant_triton
-from fabench.analysis.kernel_check import METHOD as KERNEL_TIME_METHOD
 from fabench.measure.stopping import StopRule
-from fabench.results.contract import WALL_METHOD
+from fabench.measure.record import KERNEL_TIME_METHOD, WALL_METHOD
 from fabench.shapes import shape_id
 
 
