@@ -39,7 +39,8 @@ from fabench.measure.backends.registry import BACKENDS, Backend, Problem, proces
 from fabench.measure.cell import Cell
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
-from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
+from fabench.measure.invocation import (CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, process_index,
+                                        report_failure)
 from fabench.measure.device.kernels import KERNEL_TIME, PERIOD
 from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
@@ -353,14 +354,20 @@ def main(argv: list[str] | None = None) -> int:
     """One measuring process, as the runner starts it in isolate mode (--process-index N):
     measure, write, end."""
     parser = job_arguments("python -m fabench.measure.job")
-    parser.add_argument("--process-index", type=int, required=True, help="this process's index among the repeats")
+    parser.add_argument("--process-index", type=process_index, required=True, help="this process's index among the repeats")
     args = parser.parse_args(argv)
-    code = measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
-    # os._exit skips the atexit hook that would remove this process's aiter configs folder.
+    end_now(measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out))
+
+
+def end_now(code: int) -> None:
+    """End this measuring process (a job's or a sweep's) at once, its result written: a normal exit
+    spent 5-7 s on an H200 in clean-up (Inductor's compile workers, atexit hooks), for every process
+    of every job. os._exit skips the atexit hook that removes the process's aiter configs folder,
+    so that is removed here."""
     if process_configs_dir.cache_info().currsize:
         shutil.rmtree(process_configs_dir(), ignore_errors=True)
-    # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
-    # (Inductor's compile workers, atexit hooks), for every process of every job.
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
 
 

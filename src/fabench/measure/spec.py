@@ -1,27 +1,35 @@
-"""The measure stage's one typed boundary: what a benchmark job measures (JobSpec), built once by
-the plan from the validated config, written as JSON by `to_json` (the job's params and the runner's
---spec) and read back by `from_json` in the runner, the worker and the measuring process alike.
+"""The measure stage's typed boundary: what a benchmark job measures (JobSpec) and what a sweep job
+measures (SweepSpec), built by the plan from the validated config, written as JSON (the job's params
+and the --spec of `python -m fabench.measure` or `python -m fabench.tune`) and read back by
+`from_json` in the runner, the worker, the measuring process and the sweep job alike.
 
 The JSON is the config's own spelling (the keys of config.JOB_SETTINGS_KEYS, canonical), so the
 job's params change exactly when what it measures changes. Reading it checks every key against
-the types below: a missing, unknown or mistyped key is one line naming it (SpecError), never a
-KeyError inside a GPU process. The types are the hand-written half of the schema's rules: a test
-keeps Timing's fields equal to the schema's timing keys (tests/test_spec.py).
+the types below, then every value against the config schema's rule for the same key
+(values_error): a missing, unknown or mistyped key, or a value the config would refuse, is one line
+naming it (SpecError), never a KeyError or a crash inside a GPU process. The types are dataclasses
+read by the small reader at the bottom (no library: the benchmark image has only the measuring
+process's dependencies); a test keeps Timing's fields equal to the schema's timing keys
+(tests/test_spec.py).
 
 Torch-free: the plan and the runner import it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fabench.config import CPU_OVERRIDES, SpecError, canonical, job_settings, quote, variant_triton
+from fabench.config import (CPU_OVERRIDES, SpecError, canonical, config_schema, job_settings, quote, schema_error,
+                            variant_triton)
 from fabench.measure.stopping import StopRule
 from fabench.measure.record import KERNEL_TIME_METHOD, WALL_METHOD
 from fabench.shapes import shape_id
@@ -201,18 +209,96 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, value) -> "JobSpec":
-        if not isinstance(value, dict) or "settings" not in value:
-            return parse(cls, value, "")  # the line that names what is missing
-        settings = Settings.from_dict(value["settings"])
-        return parse(cls, {**value, "settings": to_plain(settings)}, "")
+        return _with_settings(cls, value)
 
     @classmethod
     def from_json(cls, text: str) -> "JobSpec":
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
-        return cls.from_dict(value)
+        """A spec from outside (a command's --spec, a worker's request): its types, then its values."""
+        return _from_json(cls, text)
+
+    @staticmethod
+    def as_config(value: dict) -> tuple[dict, dict[str, str]]:
+        """The config this spec's values come from (the keys the job reads), and where each of its
+        keys stands in the spec."""
+        variant = value["variant"]
+        config = {**value["settings"], "run": value["run"], "shapes": [value["shape"]],
+                  "variants": {variant: {"triton": value["triton"]}}}
+        return config, {"run": "run", "shapes.0": "shape", f"variants.{variant}.triton": "triton", "variants": "variant"}
+
+
+@dataclass(frozen=True)
+class SweepTiming:
+    """The sweep's own counts per candidate (config sweep.timing); a count left out is the benchmark's."""
+
+    warmup: int | None = None
+    iters: int | None = None
+    trials: int | None = None
+    min_trial_ms: float | None = None
+    min_warmup_ms: float | None = None
+    max_warmup_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The sweep's keys a sweep job measures with (fabench.tune.settings.JOB_KEYS)."""
+
+    strategy: Literal["exhaustive", "coarse_refine"]
+    keep: int
+    space: dict[str, tuple[int | bool, ...]]
+    reference: str
+    memory_limit: int | None
+    check_pruned: bool
+    timing: SweepTiming
+    kernel_module: str | None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Everything one sweep job measures (fabench.tune.settings.sweep_job_spec), and nothing else."""
+
+    stage: Literal["sweep", "coarse", "refine"]
+    shape: Shape
+    sweep: Sweep
+    settings: Settings
+    reference_triton: dict[str, int | bool]
+
+    @classmethod
+    def from_dict(cls, value) -> "SweepSpec":
+        return _with_settings(cls, value)
+
+    @classmethod
+    def from_json(cls, text: str) -> "SweepSpec":
+        """A spec from outside (`python -m fabench.tune --spec`): its types, then its values."""
+        return _from_json(cls, text)
+
+    @staticmethod
+    def as_config(value: dict) -> tuple[dict, dict[str, str]]:
+        reference = value["sweep"]["reference"]
+        config = {**value["settings"], "shapes": [value["shape"]], "sweep": value["sweep"],
+                  "variants": {reference: {"triton": value["reference_triton"]}}}
+        return config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
+                        "variants": "sweep.reference", "sweep": "sweep"}
+
+
+def _with_settings(cls, value):
+    """A spec with a `settings` block, read into cls: the settings by Settings.from_dict (the
+    published counts at the top), the rest by their types."""
+    if not isinstance(value, dict) or "settings" not in value:
+        return parse(cls, value, "")  # the line that names what is missing
+    settings = Settings.from_dict(value["settings"])
+    return parse(cls, {**value, "settings": to_plain(settings)}, "")
+
+
+def _from_json(cls, text: str):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
+    spec = cls.from_dict(value)
+    problem = values_error(cls, value)
+    if problem:
+        raise SpecError(problem)
+    return spec
 
 
 def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None) -> JobSpec:
@@ -223,6 +309,45 @@ def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, pl
     return JobSpec.from_dict({"run": run or config["run"], "variant": variant, "shape": canonical(shape),
                               "triton": variant_triton(config, variant), "settings": job_settings(config, platform),
                               "platform": platform})
+
+
+# --- the values, checked by the config's rules ---------------------------------------------------
+
+# "docker" in a job's container (fabench.container.job sets it): its launcher read the same spec
+# and options on the host, values and all, before the container started; the image itself has
+# neither PyYAML nor jsonschema (the host's dependencies), so there the types alone are read.
+RUNTIME_ENV = "FABENCH_RUNTIME"
+
+
+def in_image() -> bool:
+    return os.environ.get(RUNTIME_ENV) == "docker"
+
+
+def values_error(cls, value: dict) -> str | None:
+    """The first value of a spec (parsed JSON whose types were read) that the config schema refuses
+    for the same key, as one line naming the spec's key: a spec is refused exactly where the config
+    it would come from is. None in the image (see RUNTIME_ENV)."""
+    if in_image():
+        return None
+    config, places = cls.as_config(value)
+
+    def place(where: str) -> str:
+        for key, spec_key in places.items():
+            if where == key or where.startswith(key + "."):
+                return spec_key + where[len(key):]
+        return "settings" if where == "(top level)" else f"settings.{where}"
+
+    return schema_error(config, _spec_schema(), place)
+
+
+@functools.cache
+def _spec_schema() -> dict:
+    """The config schema without its required keys: a spec holds only the keys its job reads (the
+    types above name a missing one)."""
+    schema = copy.deepcopy(config_schema())
+    schema.pop("required")
+    schema["properties"]["sweep"].pop("required")
+    return schema
 
 
 # --- reading JSON into the types ----------------------------------------------------------------

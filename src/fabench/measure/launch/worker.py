@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 
 from fabench.files import write_json
+from fabench.config import SpecError
+from fabench.measure.invocation import USAGE, config_bounded
 from fabench.measure.spec import JobSpec
 from fabench.measure.launch.worker_client import MARK, Address
 from fabench.places import WORKER_DIR_ENV, open_file, private_dir
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.measure.launch.worker")
     parser.add_argument("--folder", type=Path, required=True)
     parser.add_argument("--name", required=True)
-    parser.add_argument("--idle-s", type=float, required=True)
+    parser.add_argument("--idle-s", type=config_bounded("measure", "worker_idle_s"), required=True)
     parser.add_argument("--identity", type=json.loads, required=True)
     args = parser.parse_args(argv)
     where = Address(args.name, private_dir(args.folder, WORKER_DIR_ENV))
@@ -143,7 +145,12 @@ class Worker:
         worker = {"name": self.where.name, "pid": self.pid, "jobs_before": self.jobs_run,
                   "started_at": IMPORTS_BEGAN}
         conn.sendall(MARK + json.dumps(worker).encode() + b"\n")
-        spec = JobSpec.from_json(request["spec"])
+        try:
+            spec = JobSpec.from_json(request["spec"])
+        except SpecError as err:  # refused as the runner refuses it, in one line; the worker serves on
+            conn.sendall(f"python -m fabench.measure: error: {err}\n".encode()
+                         + MARK + json.dumps({"exit_code": USAGE}).encode() + b"\n")
+            return
         handed_over = max(request["sent_at"], self.imports[1])
         reset_between_jobs(spec.settings.seed)
         start_up = [{"phase": "imports", "start": self.imports[0], "end": self.imports[1]}] if not self.jobs_run else []
