@@ -109,7 +109,7 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
         if platform == "cpu":
             use_cpu_threads(settings.cpu.threads)
         job = measurement(settings, platform, shape)
-        gpu_state = plat.named(platform).state()
+        gpu_state = GpuState(platform)
     with clock.phase("aiter config read-back"):
         kernel_config = _kernel_config(spec.triton, kernel_config_path, platform, settings.dtype)
     cells = {name: Cell(backend_here(name, settings, platform), None, None, job, process)
@@ -238,7 +238,7 @@ def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: Mea
     if cell.setup():
         for index in range(job.timing.trials):
             if cell.live:
-                cell.trial(index, plat.named(problem.platform).state())
+                cell.trial(index, GpuState(problem.platform))
     cell.release()
     return cell.finish()
 

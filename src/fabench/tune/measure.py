@@ -16,7 +16,7 @@ from fabench.measure.cell import Cell
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.job import make_inputs, reference_output
-from fabench.measure.device.platform import synchronize
+from fabench.measure.device.platform import named, synchronize
 from fabench.measure.spec import Measurement, Settings, Shape
 from fabench.shapes import shape_text
 from fabench.tune.kernel import Kernel, candidate_record
@@ -43,7 +43,7 @@ def measure_candidates(candidates: list[dict], kernel: Kernel, settings: Setting
     platform = job.platform
     try:
         q, k, v = make_inputs(Shape(**shape), getattr(torch, settings.dtype), settings.seed,
-                              "cpu" if platform == "cpu" else "cuda")
+                              named(platform).device)
         reference = reference_output(q, k, v, settings.causal)
     except Exception as err:
         why = classify_failure(err)
@@ -65,8 +65,7 @@ def measure_candidates(candidates: list[dict], kernel: Kernel, settings: Setting
     for cell in cells.values():
         cell.release(collect=False)
     gc.collect()
-    if platform != "cpu":
-        torch.cuda.empty_cache()
+    named(platform).empty_cache()
     entries = analysed(cells, job)
     records = []
     for candidate in candidates:
@@ -129,6 +128,5 @@ def compile_check(kernel: Kernel, candidate: dict, problem: Problem) -> dict:
         kind, why = classify_failure(err)
         return {"compiled": False, "failure_kind": kind, "reason": why, "required_bytes": required_bytes(why)}
     finally:
-        if problem.platform != "cpu":
-            torch.cuda.empty_cache()
+        named(problem.platform).empty_cache()
     return {"compiled": True, "failure_kind": None, "reason": None, "required_bytes": None}

@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.measure.launch.devices import VISIBLE_VARS, Gpu, gpu_pool
-from fabench.measure.visibility import LEASE_ENV
+from fabench.measure.launch.devices import Gpu, gpu_pool
+from fabench.measure.visibility import LEASE_ENV, VISIBLE_VARS
 from fabench.places import LEASE_DIR_ENV, lease_folder, open_file, shared_dir
 
 SCHEDULER_ENV = "SLURM_JOB_ID"

@@ -192,11 +192,10 @@ def reset_between_jobs(seed: int) -> None:
     recompile limit), aiter's loaded config, and the random generators (seeded as the job's)."""
     import torch
 
+    from fabench.measure.device.platform import here
+
     gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+    here().release_memory()
     torch.compiler.reset()
     forget_aiter_configs()
     random.seed(seed)
@@ -210,7 +209,7 @@ def reset_between_jobs(seed: int) -> None:
 def forget_aiter_configs() -> list[str]:
     """Drop the config every loaded aiter loader module keeps (its lru_cached _get_config and the
     parsed file on it): the next job's patched file is read anew. The modules it cleared."""
-    from fabench.measure.backends.aiter_kernel import _forget_loaded_config as forget_loaded_config
+    from fabench.measure.backends.aiter_kernel import forget_loaded_config
 
     cleared = []
     for name, module in list(sys.modules.items()):

@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabench.measure.launch.devices import VISIBLE_VARS
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, measuring_environment
 from fabench.measure.launch.launcher import kill, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.measure.visibility import VISIBLE_VARS
 from fabench.places import WORKER_DIR_ENV, open_file, private_dir, worker_folder
 from fabench.watchdog import WORKFLOW_ENV
 
