@@ -11,10 +11,10 @@ from fabench.measure import stopping
 from fabench.measure.device import kernels
 from fabench.measure.backends.registry import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.analysis.entry import analyse_measured
-from fabench.measure import job as measure_job
 from fabench.measure.job import measurement, reference_output
 from fabench.measure.spec import Settings, Shape
 from workflow_util import tiny_config
+from support import one_backend
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip), reason="needs a CUDA GPU")
 
@@ -31,7 +31,7 @@ JOB = settings()
 
 def measure_backend(backend, p, reference, job) -> dict:
     """One backend measured alone, its figures derived by the analysis stage as a job's would be."""
-    return analyse_measured(measure_job.measure_backend(backend, p, reference, job), job)
+    return analyse_measured(one_backend.measure_backend(backend, p, reference, job), job)
 
 
 def problem(head_dim, kernel_config, seq=512):

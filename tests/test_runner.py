@@ -20,7 +20,8 @@ from fabench.measure.backends.registry import BACKENDS, FallbackError, Problem, 
 from fabench.measure.spec import job_spec
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
-from fabench.measure.job import classify_failure, measure_backend, measurement
+from fabench.measure.job import classify_failure, measurement
+from support.one_backend import measure_backend
 from fabench.measure.launch.launcher import no_result
 from fabench.measure.spec import Settings
 from workflow_util import REPO, tiny_config

@@ -232,17 +232,6 @@ def _trial_text(cell: Cell) -> str:
     return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
 
 
-def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: Measurement, process: int = 0) -> dict:
-    """One backend alone through the whole measurement (its trials, cross-checks): its raw entry."""
-    cell = Cell(backend, problem, reference, job, process)
-    if cell.setup():
-        for index in range(job.timing.trials):
-            if cell.live:
-                cell.trial(index, GpuState(problem.platform))
-    cell.release()
-    return cell.finish()
-
-
 def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     """How this result was measured: the published method's counts and the timing actually used."""
     timing, platform = job.timing, job.platform

@@ -153,7 +153,7 @@ class Settings:
         return parse(cls, folded, where)
 
     def to_dict(self) -> dict:
-        """The config's spelling again: from_dict(to_dict()) is the same Settings."""
+        """The config's spelling again: Settings.from_dict(settings.to_dict()) is the same Settings."""
         value = to_plain(self)
         timing = value["timing"]
         value.update({key: timing.pop(key) for key in COUNTS})
@@ -177,8 +177,33 @@ class Settings:
                            reduced=platform == "cpu" and timing != self.timing, flops=flops)
 
 
+class _Read:
+    """How both kinds of job spec are read: the settings block by Settings.from_dict (the published
+    counts at the top), the rest by their types; from outside (from_json), the values too."""
+
+    @classmethod
+    def from_dict(cls, value):
+        if not isinstance(value, dict) or "settings" not in value:
+            return parse(cls, value, "")  # the line that names what is missing
+        settings = Settings.from_dict(value["settings"])
+        return parse(cls, {**value, "settings": to_plain(settings)}, "")
+
+    @classmethod
+    def from_json(cls, text: str):
+        """A spec from outside (a command's --spec, a worker's request): its types, then its values."""
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
+        spec = cls.from_dict(value)
+        problem = values_error(cls, value)
+        if problem:
+            raise SpecError(problem)
+        return spec
+
+
 @dataclass(frozen=True)
-class JobSpec:
+class JobSpec(_Read):
     """Everything one benchmark job measures, and nothing else."""
 
     run: str
@@ -206,15 +231,6 @@ class JobSpec:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, value) -> "JobSpec":
-        return _with_settings(cls, value)
-
-    @classmethod
-    def from_json(cls, text: str) -> "JobSpec":
-        """A spec from outside (a command's --spec, a worker's request): its types, then its values."""
-        return _from_json(cls, text)
 
     @staticmethod
     def as_config(value: dict) -> tuple[dict, dict[str, str]]:
@@ -253,7 +269,7 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class SweepSpec:
+class SweepSpec(_Read):
     """Everything one sweep job measures (fabench.tune.settings.sweep_job_spec), and nothing else."""
 
     stage: Literal["sweep", "coarse", "refine"]
@@ -262,15 +278,6 @@ class SweepSpec:
     settings: Settings
     reference_triton: dict[str, int | bool]
 
-    @classmethod
-    def from_dict(cls, value) -> "SweepSpec":
-        return _with_settings(cls, value)
-
-    @classmethod
-    def from_json(cls, text: str) -> "SweepSpec":
-        """A spec from outside (`python -m fabench.tune --spec`): its types, then its values."""
-        return _from_json(cls, text)
-
     @staticmethod
     def as_config(value: dict) -> tuple[dict, dict[str, str]]:
         reference = value["sweep"]["reference"]
@@ -278,27 +285,6 @@ class SweepSpec:
                   "variants": {reference: {"triton": value["reference_triton"]}}}
         return config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
                         "variants": "sweep.reference", "sweep": "sweep"}
-
-
-def _with_settings(cls, value):
-    """A spec with a `settings` block, read into cls: the settings by Settings.from_dict (the
-    published counts at the top), the rest by their types."""
-    if not isinstance(value, dict) or "settings" not in value:
-        return parse(cls, value, "")  # the line that names what is missing
-    settings = Settings.from_dict(value["settings"])
-    return parse(cls, {**value, "settings": to_plain(settings)}, "")
-
-
-def _from_json(cls, text: str):
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
-    spec = cls.from_dict(value)
-    problem = values_error(cls, value)
-    if problem:
-        raise SpecError(problem)
-    return spec
 
 
 def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None) -> JobSpec:

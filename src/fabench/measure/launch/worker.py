@@ -22,7 +22,6 @@ IMPORTS_BEGAN = time.time()
 
 import argparse
 import contextlib
-import fcntl
 import gc
 import json
 import os
@@ -36,7 +35,7 @@ from fabench.config import SpecError
 from fabench.measure.invocation import USAGE, config_bounded
 from fabench.measure.spec import JobSpec
 from fabench.measure.launch.worker_client import MARK, Address
-from fabench.places import WORKER_DIR_ENV, open_file, private_dir
+from fabench.places import WORKER_DIR_ENV, lock_at_once, open_file, private_dir
 from fabench.watchdog import watch_workflow
 
 
@@ -68,9 +67,7 @@ def take_lock(path: Path) -> int | None:
     the lock is taken again on the file now there."""
     while True:
         fd = open_file(path, os.O_RDWR | os.O_CREAT, WORKER_DIR_ENV)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_at_once(fd):
             os.close(fd)
             return None
         try:

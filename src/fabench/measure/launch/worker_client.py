@@ -217,17 +217,6 @@ def relay(lines, out) -> dict | None:
     return None
 
 
-def live_workers(folder: Path) -> list[int]:
-    """The pids of the workers recorded in `folder` whose processes still run."""
-    pids = []
-    for record in folder.glob("w-*.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            pid = int(json.loads(record.read_text())["pid"])
-            if "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text():  # a zombie has ended
-                pids.append(pid)
-    return pids
-
-
 def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[str]:
     """Ask every worker of this user (of `workflow` only, when given) to end; their names. Workers
     end by themselves when idle too: this is the workflow's end saying so at once."""
