@@ -157,7 +157,7 @@ MEASURE_ROOMS = ("launch", "backends", "device")
 MAY_IMPORT = {
     "launch": {"spec", "invocation", "timeline", "visibility", "record", "job", "backends", "device"},
     "backends": {"device"},
-    "device": {"spec", "provenance"},
+    "device": {"spec"},
 }
 
 

@@ -46,7 +46,7 @@ from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.measure.record import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
+from fabench.measure.record import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY, method_settings
 
 IMPORTS_ENDED = time.time()
 
@@ -237,7 +237,7 @@ def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     timing, platform = job.timing, job.platform
     gpu = platform != "cpu"
     return {
-        **job.method(),
+        **method_settings(job),
         "device_timer": f"{platform}-events-{timing.device_method}" if gpu else None,
         "device_time": DEVICE_TIME_METHODS[timing.device_method] if gpu else None,
         # The device figure and the per-call period beside it (fabench.measure.device.kernels.stream_figures).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform as pyplatform
@@ -12,19 +11,12 @@ from datetime import datetime, timezone
 
 import torch
 
-from fabench.gitinfo import git_commit
+from fabench.gitinfo import git_commit, package_version
 from fabench.measure.visibility import LEASE_ENV, visible_devices
 
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def triton_version() -> str | None:

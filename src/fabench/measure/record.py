@@ -1,5 +1,6 @@
-"""What a measuring process records: the result file's version, the texts that name how it measured,
-the markers of a process file that holds no measurement, and one backend's entry.
+"""What a measuring process records: the result file's version, the texts that name how it measured
+and the settings it measured with (method_settings), the markers of a process file that holds no
+measurement, and one backend's entry.
 
 The measure stage writes these; the readers (fabench.results.contract re-exports them for the
 collector, the report, the archive and compare) rely on them. The JSON schema that checks a result
@@ -7,6 +8,9 @@ file is workflow/schemas/result.schema.json; a test keeps the two in agreement. 
 """
 
 from __future__ import annotations
+
+from fabench.measure.spec import Measurement
+from fabench.measure.stopping import StopRule
 
 # 3: process files hold raw observations only; every figure is fabench.analysis's (issue 15).
 # 2: every measured backend carries its trials, their statistics, the host overhead, the
@@ -55,3 +59,23 @@ def backend_entry(label: str, **values) -> dict:
         raise KeyError(f"not a backend entry key: {', '.join(sorted(unknown))}")
     entry.update(values)
     return entry
+
+
+def method_settings(job: Measurement) -> dict:
+    """The settings part of a result's `method`, as `job` measures with them: the published
+    method's counts and the timing used (the measuring process adds what it found: its device timer,
+    the GPU's state, ...)."""
+    timing, gpu = job.timing, job.platform != "cpu"
+    return {
+        "warmup": timing.warmup, "iters": timing.iters, "reduced": job.reduced, "wall": WALL_METHOD,
+        "stopping": StopRule.from_timing(timing).describe() if gpu else None,
+        "trials": timing.trials, "min_trial_ms": timing.min_trial_ms, "repeats": timing.repeats,
+        "clear_l2": timing.clear_l2 and gpu,
+        "warmup_settle": {"window_ms": timing.warmup_window_ms, "tolerance": timing.warmup_tolerance,
+                          "clock_tolerance": timing.warmup_clock_tolerance, "min_ms": timing.min_warmup_ms,
+                          "max_ms": timing.max_warmup_ms,
+                          "agree_on": ["window median", "SM clock"] if gpu else []},
+        "stable_spread": timing.stable_spread,
+        "cross_check": {"do_bench": timing.do_bench and gpu, "tolerance": timing.cross_check_tolerance,
+                        "kernel_time": KERNEL_TIME_METHOD if gpu else None},
+    }

@@ -30,8 +30,6 @@ from typing import Literal
 
 from fabench.config import (CPU_OVERRIDES, SpecError, canonical, config_schema, job_settings, quote, schema_error,
                             variant_triton)
-from fabench.measure.stopping import StopRule
-from fabench.measure.record import KERNEL_TIME_METHOD, WALL_METHOD
 from fabench.shapes import shape_id
 
 
@@ -101,24 +99,6 @@ class Measurement:
     tolerance: Tolerance
     reduced: bool  # the published counts replaced by the CPU's smaller ones
     flops: float | None  # None where not known (a record of a process that measured nothing)
-
-    def method(self) -> dict:
-        """The settings part of a result's `method`: the published method's counts and the timing
-        used (the measuring process adds what it found: its device timer, the GPU's state, ...)."""
-        timing, gpu = self.timing, self.platform != "cpu"
-        return {
-            "warmup": timing.warmup, "iters": timing.iters, "reduced": self.reduced, "wall": WALL_METHOD,
-            "stopping": StopRule.from_timing(timing).describe() if gpu else None,
-            "trials": timing.trials, "min_trial_ms": timing.min_trial_ms, "repeats": timing.repeats,
-            "clear_l2": timing.clear_l2 and gpu,
-            "warmup_settle": {"window_ms": timing.warmup_window_ms, "tolerance": timing.warmup_tolerance,
-                              "clock_tolerance": timing.warmup_clock_tolerance, "min_ms": timing.min_warmup_ms,
-                              "max_ms": timing.max_warmup_ms,
-                              "agree_on": ["window median", "SM clock"] if gpu else []},
-            "stable_spread": timing.stable_spread,
-            "cross_check": {"do_bench": timing.do_bench and gpu, "tolerance": timing.cross_check_tolerance,
-                            "kernel_time": KERNEL_TIME_METHOD if gpu else None},
-        }
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ def _nvml_reader():
             state["clock_event_reasons"] = None
         return state
 
-    from fabench.measure.provenance import package_version
+    from fabench.gitinfo import package_version
 
     def sm_clock() -> float:
         return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
