@@ -23,7 +23,8 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn.functional as F
 
-from fabench.measure import aiter_kernel, fa4_kernel
+from fabench.measure import fa4_kernel
+from fabench.measure import aiter_kernel
 
 
 class FallbackError(RuntimeError):

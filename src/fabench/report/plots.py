@@ -35,9 +35,10 @@ from fabench.report.versions_plot import versions_png
 def write_run_plots(collected: dict, out_dir: Path, rule: Rule) -> list[Path]:
     """latency.png, speedup.png and roofline.png of a run in out_dir; the speedup's marks follow `rule`."""
     out_dir = output_folder(out_dir)
-    paths = [out_dir / "latency.png", out_dir / "speedup.png", out_dir / "roofline.png"]
+    paths = [out_dir / "latency.png", out_dir / "speedup.png"]
     write_atomic(paths[0], latency_png(collected))
     write_atomic(paths[1], speedup_png(collected, rule))
+    paths.append(out_dir / "roofline.png")
     write_atomic(paths[2], roofline_png(collected))
     return paths
 
