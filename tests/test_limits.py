@@ -97,8 +97,9 @@ def test_a_gpu_report_shows_the_percent_table_beside_the_published_one(gpu_run):
     report = render(collected, config, PUBLISHED)
     assert report.index("### Results") < report.index(HEADING) < report.index("### Correctness")
     text = section_text(report)
-    assert "989.4 TFLOP/s dense fp16/bf16 tensor peak" in text and "Source: NVIDIA H" in text
-    rows = [line for line in text.splitlines() if line.startswith("| seq=4096 |")]
+    memory = {"h100": "3.35 TB/s HBM3 bandwidth", "h200": "4.8 TB/s HBM3e bandwidth"}[name]
+    assert f"989.4 TFLOP/s dense fp16/bf16 tensor peak and {memory}" in text and "Source: NVIDIA H" in text
+    rows = [line for line in text.splitlines() if line.startswith("| seq=4096 | 1024 |")]  # FLOP/byte: S/4
     assert len(rows) == len(collected["results"]) // 5  # a row per variant at seq 4096
     assert re.search(r"\| \d+\.\d% (\[\d+\.\d-\d+\.\d\]|\(unstable\)) · \d+\.\d% \|", rows[0]), rows[0]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fabench.analysis import roofline
 from fabench.analysis.figures import run_metric
-from fabench.report.format import backend_name, fmt_sig, md_text
+from fabench.report.format import backend_name, fmt, md_text
 from fabench.report.model import Run
 from fabench.results.contract import FLOP_CONVENTION
 
@@ -36,7 +36,7 @@ def variant_table(run: Run, variant: str, names: list[str], peak: dict) -> dict:
     for result in run.of(variant):
         cells = [percent_text(roofline.cell_limits(result, result["backends"][n], peak)
                               if n in result["backends"] else None) for n in names]
-        rows.append([md_text(run.shape_name(result["shape"])), fmt_sig(roofline.intensity(result)), *cells])
+        rows.append([md_text(run.shape_name(result["shape"])), fmt(roofline.intensity(result), ".0f"), *cells])
     return {"title": md_text(run.title(variant)), "rows": rows}
 
 
@@ -52,9 +52,10 @@ def context(run: Run, published: dict | None) -> dict | None:
     names = measured_backends(run)
     first = {name: next(e for _, n, e in run.backends() if n == name) for name in names}
     return {**found,
-            "peak": {"model": md_text(peak["model"]), "tflops": fmt_sig(peak["tflops"], 4), "memory": md_text(peak["memory"]),
-                     "tb_s": fmt_sig(peak["tb_s"]), "source": md_text(peak["source"]),
-                     "ridge": fmt_sig(peak["tflops"] / peak["tb_s"])},
+            # The peaks as the vendors print them (989.4, 4.8), the ridge to the FLOP/byte.
+            "peak": {"model": md_text(peak["model"]), "tflops": f"{peak['tflops']:g}", "memory": md_text(peak["memory"]),
+                     "tb_s": f"{peak['tb_s']:g}", "source": md_text(peak["source"]),
+                     "ridge": fmt(peak["tflops"] / peak["tb_s"], ".0f")},
             "columns": ["Shape", "FLOP/byte"] + [backend_name(name, first[name]) for name in names],
             "tables": [variant_table(run, variant, names, peak) for variant in run.variants],
             "flop_convention": md_text(FLOP_CONVENTION)}
