@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 
-from fabench.measure import fa4_kernel
-from fabench.measure.backends import BACKENDS
+from fabench.measure.backends import fa4_kernel
+from fabench.measure.backends.registry import BACKENDS
 from fabench.measure.invocation import CACHE_ENV, COMPILE_CACHE, MEASURING_ENV, measuring_environment
 from workflow_util import REPO
 
@@ -77,8 +77,8 @@ def test_a_cpu_job_with_flash_attention_installed_never_imports_it(tmp_path):
     script = textwrap.dedent("""
         import json, sys
         import torch
-        from fabench.measure import fa4_kernel
-        from fabench.measure.backends import BACKENDS, Problem
+        from fabench.measure.backends import fa4_kernel
+        from fabench.measure.backends.registry import BACKENDS, Problem
         from fabench.measure.job import measure_backend, reference_output
         from fabench.measure.job import measurement
         from workflow_util import tiny_config
