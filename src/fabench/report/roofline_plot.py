@@ -13,6 +13,8 @@ from fabench.report.plot_common import (
     backend_label, backend_order, colors_for, device_of, draw_unstable, legend_outside, message_figure, plt,
     png_bytes, unstable_proxy, variants_of)
 
+NUDGE = 0.05  # log2 units between neighbouring backends' points at one intensity (3.5% apart)
+
 
 def roofline_png(collected: dict) -> bytes:
     return png_bytes(roofline_figure(collected))
@@ -37,16 +39,21 @@ def roofline_figure(collected: dict):
     intensities = [x for x in (roofline.intensity(r) for r in results) if x]
     for ax, variant in zip(axes[0], variants):
         draw_limits(ax, peak, min(intensities) / 2, max(intensities) * 2)
-        for name in names:
-            drawn = draw_backend(ax, [r for r in results if r["variant"] == variant], name, peak, colors[name], marks)
+        for i, name in enumerate(names):
+            # Every backend's cell of one shape has the same intensity: each backend's points are
+            # moved sideways by its own small factor (NUDGE per place) so that none hides another.
+            nudge = 2 ** ((i - (len(names) - 1) / 2) * NUDGE)
+            drawn = draw_backend(ax, [r for r in results if r["variant"] == variant], name, peak, colors[name], marks,
+                                 nudge)
             if drawn is not None:
                 handles.setdefault(name, drawn)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel("arithmetic intensity (FLOP per byte of Q, K, V, O)")
         ax.set_title(variant, fontsize=10)
     axes[0][0].set_ylabel("achieved TFLOP/s (device time)")
+    fig.supxlabel("arithmetic intensity: FLOP per byte of Q, K, V read and O written (backends nudged apart)",
+                  fontsize=10)
     for name, handle in handles.items():
         handle.set_label(backend_label(results, name))
     fig.suptitle(f"Roofline: {collected.get('run', '')}, {device_of(results)} ({peak['model']}: {peak['tflops']:g} "
@@ -65,7 +72,7 @@ def draw_limits(ax, peak: dict, low: float, high: float) -> None:
     ax.text(high, peak["tflops"], f"{peak['tflops']:g} TFLOP/s peak", ha="right", va="bottom", fontsize=8)
 
 
-def draw_backend(ax, results: list[dict], name: str, peak: dict, color: str, marks: set):
+def draw_backend(ax, results: list[dict], name: str, peak: dict, color: str, marks: set, nudge: float = 1.0):
     """One backend's cells of one variant; its handle, None when none ran cleanly with a device time."""
     points = []
     for result in results:
@@ -78,10 +85,10 @@ def draw_backend(ax, results: list[dict], name: str, peak: dict, color: str, mar
     drawn = None
     for p in points:
         if p["unstable"]:
-            draw_unstable(ax, p["intensity"], p["tflops"], color)
+            draw_unstable(ax, p["intensity"] * nudge, p["tflops"], color)
             marks.add("unstable")
             continue
         low, high = p["tflops_ci95"]
-        drawn = ax.errorbar([p["intensity"]], [p["tflops"]], yerr=[[p["tflops"] - low], [high - p["tflops"]]],
+        drawn = ax.errorbar([p["intensity"] * nudge], [p["tflops"]], yerr=[[p["tflops"] - low], [high - p["tflops"]]],
                             marker="o", markersize=5, capsize=3, linestyle="none", color=color)
     return drawn or ax.plot([], [], marker="o", linestyle="none", color=color)[0]
