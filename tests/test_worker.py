@@ -241,6 +241,7 @@ def results_of(directory: Path, config: dict) -> list[dict]:
             if p.parent.name != "aiter-config"]
 
 
+@pytest.mark.gpu_workflow
 def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worker_dir):
     config = tiny_config(measure={"mode": "isolate"})
     proc = subprocess.run(workflow_command(tmp_path, config), capture_output=True, text=True, timeout=900,
@@ -256,6 +257,7 @@ def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worke
     assert "measuring worker" not in report
 
 
+@pytest.mark.gpu_workflow
 def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_the_rest(tmp_path, worker_dir):
     config = tiny_config()  # measure.mode: worker, the default
     logs = tmp_path / "logs" / config["run"]

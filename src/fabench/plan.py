@@ -309,7 +309,16 @@ class Plan:
 
     def job_spec_json(self, run: str, variant: str, shape: str) -> str:
         """What the job measures, as its params: it re-runs when this changes, and only then."""
-        return job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform).to_json()
+        return job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform,
+                        shared_from=self.shared_from(variant)).to_json()
+
+    def shared_from(self, variant: str) -> str | None:
+        """The variant whose jobs measure the backends that read no variant config, once per shape
+        (the config's first: the reference state), for every other variant's job; None for its own.
+        Which backends those are each backend says in its registration (reads_variant_config); the
+        job decides, so the plan needs no torch (fabench.results.shared)."""
+        first = self.variants[0]
+        return None if variant == first else first
 
     def launcher(self, run: str, manifest: str, kernel_config: str, module: str = "fabench.measure") -> str:
         """The command that the runner's arguments follow: this Python, or the job's container.

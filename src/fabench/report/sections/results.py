@@ -303,8 +303,18 @@ def same_code_backends(run: Run) -> list[str]:
             same = entry["status"] == "ok" and (code_identity(entry) or {}).get("implementation") is not None and all(
                 o is not None and same_code(entry, o["backends"].get(name)) for o in others)
             names[name] = names.get(name, True) and same
+    once = {name for names in run.measured_once.values() for name in names}
     return [backend_name(name, run.first["backends"][name]) for name, same in names.items()
-            if same and name in run.first["backends"]]
+            if same and name in run.first["backends"] and name not in once]
+
+
+def measured_once(run: Run) -> list[dict]:
+    """Per measuring variant, the backends measured once per shape in its jobs and shown in every
+    variant's table (fabench.results.shared): the report says so under the tables."""
+    return [{"variant": md_text(run.variant_label(variant)),
+             "backends": [backend_name(name, run.first["backends"][name]) for name in names
+                          if name in run.first["backends"]]}
+            for variant, names in run.measured_once.items()]
 
 
 def judged_on(run: Run) -> str | None:
@@ -334,6 +344,7 @@ def context(run: Run, published: dict | None) -> dict:
         "judged_on": judged_on(run),
         "same_code_triton": len(run.variants) > 1 and same_code_variants(run),
         "same_code": same_code_backends(run),
+        "measured_once": measured_once(run),
         "unstable_mark": UNSTABLE_MARK,
         "any_unstable": any(unstable(b) for _, _, b in run.backends()),
     }
