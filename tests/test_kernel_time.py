@@ -414,3 +414,15 @@ def test_a_chunk_queued_behind_a_busy_gpu_is_proven_fed_from_the_chunk_before_it
     anchored, end = reached_after_began(0.001, first_end, from_marker, 12.85)
     assert not _fed(queued, naive) and _fed(queued, anchored)
     assert end == pytest.approx(first_end + 0.01285)
+
+
+def test_do_bench_takes_the_calls_its_judgement_needs_and_never_more_than_its_default():
+    """269 calls at the default 3% tolerance: a short call's repetitions shrink from do_bench's
+    100 ms to what they take; a long call keeps the default (do_bench then takes fewer calls, as it
+    does by itself); no estimate, the default. A wider tolerance needs fewer calls."""
+    from fabench.measure.timing import DO_BENCH_MAX_REP_MS, do_bench_calls, do_bench_rep_ms
+
+    assert do_bench_calls(0.03) == 269 and do_bench_calls(0.06) < do_bench_calls(0.03) / 3
+    assert do_bench_rep_ms(0.02, 0.03) == pytest.approx(269 * 0.12)
+    assert do_bench_rep_ms(17.0, 0.03) == DO_BENCH_MAX_REP_MS and do_bench_rep_ms(None, 0.03) == DO_BENCH_MAX_REP_MS
+    assert do_bench_rep_ms(0.001, 0.5) == 5.0  # the floor: do_bench's own estimate needs a few calls

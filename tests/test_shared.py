@@ -129,3 +129,18 @@ def test_the_report_counts_each_trials_stop_once():
     counts = trial_stops(view)
     assert counts["timeout"] == len(default["backends"]["native"]["trials"])
     assert counts["timeout_settle_out_of_reach"] == counts["timeout"]
+
+
+def test_the_report_names_only_shared_backends_that_ran(tmp_path):
+    """SDPA (`sdpa`) is unavailable in this fixture (not a role on cuda): shared, but never measured,
+    so the sentence leaves it to the list of unavailable backends."""
+    paths = shared_run(tmp_path)
+    for path in paths:
+        result = json.loads(path.read_text())
+        if SHARED_KEY in result:
+            del result["backends"]["sdpa"]
+            result[SHARED_KEY]["backends"].append("sdpa")
+            path.write_text(json.dumps(result))
+    text = render(collect(paths, ["default", "tuned"]), config_for("h200", SHAPES, ["default", "tuned"]))
+    line = next(line for line in text.splitlines() if line.startswith("**Measured once per shape**"))
+    assert "Native (`native`), SDPA (cuDNN) (`sdpa_cudnn`) read" in line and "(`sdpa`)" not in line

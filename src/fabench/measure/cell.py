@@ -144,7 +144,7 @@ class Cell:
                 # cell's figure, and per trial they would cost more than the trial.
                 if index == settings.trials - 1 and self.gpu:
                     with self._phase("do_bench", index):
-                        checks = self._cross_check_trial()
+                        checks = self._cross_check_trial(_kernel_median(stream))
                     with self._phase("kernel-time check", index):
                         checks["kernel_time_graph"] = self._graph_check(stream)
                 end = gpu_state.read()  # the state the device figures were taken in
@@ -258,7 +258,7 @@ class Cell:
             return {"error": f"graph capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"}
         return {**out, "kernels_per_call": per_call}
 
-    def _cross_check_trial(self) -> dict:
+    def _cross_check_trial(self, estimate_ms: float | None = None) -> dict:
         """triton.testing.do_bench on the eager call right after each trial (so both see the GPU in
         the same state), and how long a call takes on the host: where that exceeds the kernels'
         time, do_bench's per-call events time the host and its figure cannot judge ours."""
@@ -271,7 +271,8 @@ class Cell:
             self.do_bench_reason = f"Triton is not installed ({err})"
             return none
         try:
-            return {"do_bench_ms": timing.do_bench_ms(self.prepared.fn),
+            return {"do_bench_ms": timing.do_bench_ms(self.prepared.fn, estimate_ms,
+                                                      self.job.timing.cross_check_tolerance),
                     "host_call_ms": timing.host_call_ms(self.prepared.fn)}
         except Exception as err:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
@@ -297,6 +298,12 @@ class Cell:
             gc.collect()
             if self.gpu:
                 torch.cuda.empty_cache()
+
+
+def _kernel_median(stream: dict | None) -> float | None:
+    """The trial's kernel-time median (sizes do_bench's repetitions); None without samples."""
+    samples = (stream or {}).get("kernel_samples_ms") or (stream or {}).get("device_samples_ms")
+    return statistics.median(samples) if samples else None
 
 
 def _rounded(values: list[float]) -> list[float]:

@@ -21,7 +21,7 @@ from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import Code, code_identity, same_code
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
-from fabench.report.model import ROLES, Run, role_backend, role_ms, speedup
+from fabench.report.model import RAN, ROLES, Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
 NAMES_A_WINNER = claims.NAMES_A_WINNER
@@ -311,10 +311,13 @@ def same_code_backends(run: Run) -> list[str]:
 def measured_once(run: Run) -> list[dict]:
     """Per measuring variant, the backends measured once per shape in its jobs and shown in every
     variant's table (fabench.results.shared): the report says so under the tables."""
-    return [{"variant": md_text(run.variant_label(variant)),
-             "backends": [backend_name(name, run.first["backends"][name]) for name in names
-                          if name in run.first["backends"]]}
-            for variant, names in run.measured_once.items()]
+    said = []
+    for variant, names in run.measured_once.items():
+        ran = [backend_name(name, run.first["backends"][name]) for name in names
+               if (run.first["backends"].get(name) or {}).get("status") in RAN]  # unavailable: listed apart
+        if ran:
+            said.append({"variant": md_text(run.variant_label(variant)), "backends": ran})
+    return said
 
 
 def judged_on(run: Run) -> str | None:
