@@ -17,8 +17,9 @@ nvbench's minimum time and timeout, split per call length. `min_trial_ms` counts
 time, the timeout host time; a call of 0.02 ms costs the host about 0.33 ms a sample under the
 profiler (H200), so 20 ms of kernel time needed more host time than the whole 250 ms budget and a
 quiet kernel ran to the timeout (most of the 74 timeouts of an H200 default run). So the minimum
-time also counts as met once `min_time_share` of the timeout has passed: the noise clauses always
-have the rest of the budget. The settled clause needs the early, wildly varying noise values to
+time also counts as met once `min_time_share` (a fifth) of the timeout has passed: the noise
+clauses always have the rest of the budget, as nvbench's 0.5 s minimum leaves them most of its 15 s
+timeout. The settled clause needs the early, wildly varying noise values to
 leave the 512-value history: on seeded lognormal noise of 0.5-3% a sample it first held at a
 median of about 500 samples, by SETTLE_SAMPLES in 90% of trials (tests/test_stopping.py). A trial
 whose samples cost the host more than max_trial_ms / SETTLE_SAMPLES each is not assured of it; its
@@ -55,8 +56,9 @@ class StopRule:
     min_samples: int
     min_trial_ms: float  # measured time (the samples' sum) before the noise may stop it
     max_trial_ms: float  # host time after which the trial stops, quiet or not
-    # The share of max_trial_ms of host time after which the minimum time counts as met (see above).
-    min_time_share: float = 0.5
+    # The share of max_trial_ms of host time after which the minimum time counts as met (see above);
+    # the profiled batches are sized to it too (fabench.measure.cell._batch_size).
+    min_time_share: float = 0.2
     # nvbench's convergence clause, with its constants: the noise history is a trailing window of
     # `history_window` values, judged once it holds more than `history_min`, every `check_every`
     # samples; settled when its spread about the current noise is under `settled_spread` of it.
