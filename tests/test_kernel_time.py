@@ -439,3 +439,36 @@ def test_do_bench_takes_the_calls_its_judgement_needs_and_never_more_than_its_de
     assert do_bench_rep_ms(0.02, 0.03) == pytest.approx(269 * 0.12)
     assert do_bench_rep_ms(17.0, 0.03) == DO_BENCH_MAX_REP_MS and do_bench_rep_ms(None, 0.03) == DO_BENCH_MAX_REP_MS
     assert do_bench_rep_ms(0.001, 0.5) == 5.0  # the floor: do_bench's own estimate needs a few calls
+
+
+class SteppedTimer:
+    """A stand-in for DeviceTimer's samples (a CPU has none): `per_call_ms` a call, each window's
+    samples taking that long of host time, so warm_up's clock runs as a GPU's would."""
+
+    def __init__(self, per_call_ms: float):
+        self.per_call_ms = per_call_ms
+
+    def samples(self, count: int) -> list[float]:
+        time.sleep(self.per_call_ms * count / 1000.0)
+        return [self.per_call_ms] * count
+
+
+def test_a_first_trials_warm_up_lasts_until_the_clock_holds_in_full_windows():
+    """A power cap setting in: the SM clock falls 40 MHz (2%) per read for 5 windows, then holds.
+    The warm-up goes on while it falls and stops at the first two full windows that agree; a GPU
+    whose clock holds from the start stops after two full windows, never on the short 4-call one.
+    Blind side: the stand-in's times never move; only the clock check is exercised here."""
+    import dataclasses
+
+    from fabench.measure.timing import warm_up
+
+    timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
+                                 .settings.timing, warmup_window_ms=2, min_warmup_ms=0, max_warmup_ms=5000)
+    clocks = iter([1965 - 40 * min(i, 5) for i in range(100)])
+    falling = warm_up(lambda: None, "cuda", SteppedTimer(0.5), timing, 0, lambda: next(clocks), full_windows=True)
+    assert falling["settled"] and falling["sm_clock_mhz"] == 1765
+    steady = warm_up(lambda: None, "cuda", SteppedTimer(0.5), timing, 0, lambda: 1965.0, full_windows=True)
+    # 4 calls, then two windows of 8 ms (16 calls each at 0.5 ms): the 4-call window is not compared.
+    assert steady["settled"] and steady["iters"] == 4 + 16 + 16
+    later = warm_up(lambda: None, "cuda", SteppedTimer(0.5), timing, 0, lambda: 1965.0)
+    assert later["iters"] == 4 + 4  # a later trial: the first window may agree with the next

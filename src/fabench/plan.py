@@ -313,10 +313,8 @@ class Plan:
                         shared_from=self.shared_from(variant)).to_json()
 
     def shared_from(self, variant: str) -> str | None:
-        """The variant whose jobs measure the backends that read no variant config, once per shape
-        (the config's first: the reference state), for every other variant's job; None for its own.
-        Which backends those are each backend says in its registration (reads_variant_config); the
-        job decides, so the plan needs no torch (fabench.results.shared)."""
+        """The config's first variant, whose jobs measure the backends that read no variant config
+        (each says so in its registration; the job picks them: fabench.results.shared); None for it."""
         first = self.variants[0]
         return None if variant == first else first
 

@@ -336,7 +336,7 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
 
 
 def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: Timing,
-            calls: int, sm_clock: Callable[[], float | None] = lambda: None) -> dict:
+            calls: int, sm_clock: Callable[[], float | None] = lambda: None, full_windows: bool = False) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
     before the others), then windows of device time, growing from `warmup_window_ms` to four times
     that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
@@ -344,6 +344,12 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     after each (or `max_warmup_ms` has passed). The clock check catches a power cap setting in: on
     an H200 it lowered the clock from 1965 to 1710 MHz over ~300 ms of cuDNN at (4,4096,8,256),
     30-50 MHz per 40 ms window, while the windows' times still agreed within 2%.
+
+    `full_windows` (a process's first trial of a backend, and every trial of one held at its power
+    cap before): the windows are four times `warmup_window_ms` from the first sized one on, and a
+    first 4-call window shorter than that is never one of the two that agree: a cap setting in moves the clock 30-50
+    MHz per 40 ms window (1.5-2.5%), beyond `warmup_clock_tolerance`, so the warm-up goes on until
+    the clock is steady, with no fixed minimum beyond `min_warmup_ms` (0 by default).
 
     Returns {iters, settled, estimate_ms, sm_clock_mhz}: estimate_ms is the per-iteration time the
     trial's iteration count is sized by (the last window's median; the wall time per call without
@@ -357,7 +363,8 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
     if timer is None or timing.max_warmup_ms <= 0:
         return {"iters": iters, "settled": True, "estimate_ms": estimate, "sm_clock_mhz": None}
-    tolerance, window_ms = timing.warmup_tolerance, timing.warmup_window_ms
+    tolerance = timing.warmup_tolerance
+    window_ms = timing.warmup_window_ms * (4 if full_windows else 1)
     previous, count = None, 4
     while True:
         current = (statistics.median(timer.samples(count)), sm_clock())
@@ -369,22 +376,24 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
             return {"iters": iters, "settled": True, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
         if elapsed > timing.max_warmup_ms:
             return {"iters": iters, "settled": False, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
-        previous = current
+        # With full windows, a first 4-call window shorter than a full one is no window to agree with.
+        short_first = full_windows and iters - calls == 4 and 4 * current[0] < window_ms
+        previous = None if short_first else current
         count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
         window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
 
 
 def trial_warmup_settings(timing: Timing, first: bool, capped: bool = False) -> Timing:
-    """A process's first trial of a backend warms up for at least min_warmup_ms (so a power cap has
-    set in); a later one only until two consecutive windows agree in time and SM clock: the GPU has
-    been busy with the job's trials since (they are interleaved), and where the clock still moves
-    the clock check goes on as long as it moves. This cut ~0.1 s per later trial.
+    """A process's first trial of a backend warms up for at least min_warmup_ms (0 by default: until
+    steady in full windows, see warm_up); a later one only until two consecutive windows agree in
+    time and SM clock: the GPU has been busy with the job's trials since (they are interleaved), and
+    where the clock still moves the clock check goes on as long as it moves.
 
     Not for a kernel that drew the GPU to its power cap in an earlier trial (`capped`): after another
     backend's trial the GPU starts it uncapped, two short windows agree before the cap sets in, and
     its later trials read 5-6% faster than its first (cuDNN at (4,4096,8,256) on an H100: 0.465 ms at
     1980 MHz against 0.49 ms at 1740-1800 MHz, 4-9% spread within a process, the cell unstable).
-    Every trial of such a kernel warms up as long as the first, and is taken at the capped clock."""
+    Every trial of such a kernel warms up as the first does, and is taken at the capped clock."""
     return timing if first or capped else dataclasses.replace(timing, min_warmup_ms=0)
 
 
