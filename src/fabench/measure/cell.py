@@ -131,7 +131,8 @@ class Cell:
                 with self._phase("warm-up", index):
                     warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
                                           timing.trial_warmup_settings(settings, first, capped), calls,
-                                          gpu_state.sm_clock, full_windows=first or capped)
+                                          gpu_state.sm_clock,
+                                          full_windows=(first or capped) and not settings.min_warmup_ms)
                 iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
                 samples = timing.device_samples(settings, warm["estimate_ms"])
                 with self._phase("kernel loop", index):

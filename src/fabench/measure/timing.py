@@ -349,7 +349,8 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     cap before): the windows are four times `warmup_window_ms` from the first sized one on, and a
     first 4-call window shorter than that is never one of the two that agree: a cap setting in moves the clock 30-50
     MHz per 40 ms window (1.5-2.5%), beyond `warmup_clock_tolerance`, so the warm-up goes on until
-    the clock is steady, with no fixed minimum beyond `min_warmup_ms` (0 by default).
+    the clock is steady, with no fixed minimum. A configured `min_warmup_ms` (the sweep's 20 ms)
+    replaces the full windows: then at least that long, in growing windows (Cell.trial decides).
 
     Returns {iters, settled, estimate_ms, sm_clock_mhz}: estimate_ms is the per-iteration time the
     trial's iteration count is sized by (the last window's median; the wall time per call without
