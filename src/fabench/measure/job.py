@@ -45,8 +45,7 @@ from fabench.measure.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
-from fabench.results.shared import SHARED_KEY
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SHARED_KEY, SKIPPED_KEY
 
 IMPORTS_ENDED = time.time()
 

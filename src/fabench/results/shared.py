@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 
-SHARED_KEY = "shared_backends"  # {"measured_in": variant, "backends": [names]} on a result that shares
+from fabench.results.contract import SHARED_KEY
 
 
 def shared_problems(results: list[dict]) -> list[str]:
