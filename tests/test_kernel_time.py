@@ -433,7 +433,7 @@ def test_do_bench_takes_the_calls_its_judgement_needs_and_never_more_than_its_de
     """269 calls at the default 3% tolerance: a short call's repetitions shrink from do_bench's
     100 ms to what they take; a long call keeps the default (do_bench then takes fewer calls, as it
     does by itself); no estimate, the default. A wider tolerance needs fewer calls."""
-    from fabench.measure.timing import DO_BENCH_MAX_REP_MS, do_bench_calls, do_bench_rep_ms
+    from fabench.measure.device.timing import DO_BENCH_MAX_REP_MS, do_bench_calls, do_bench_rep_ms
 
     assert do_bench_calls(0.03) == 269 and do_bench_calls(0.06) < do_bench_calls(0.03) / 3
     assert do_bench_rep_ms(0.02, 0.03) == pytest.approx(269 * 0.12)
@@ -460,7 +460,7 @@ def test_a_first_trials_warm_up_lasts_until_the_clock_holds_in_full_windows():
     Blind side: the stand-in's times never move; only the clock check is exercised here."""
     import dataclasses
 
-    from fabench.measure.timing import warm_up
+    from fabench.measure.device.timing import warm_up
 
     timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
                                  .settings.timing, warmup_window_ms=2, min_warmup_ms=0, max_warmup_ms=5000)

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from fabench.measure import timeline
-from fabench.measure.backends import BACKENDS
+from fabench.measure.backends.registry import BACKENDS
 from fabench.measure.job import run_job, shared_here
 from fabench.measure.spec import job_spec
 from fabench.report.model import Run

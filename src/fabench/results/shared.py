@@ -1,5 +1,5 @@
 """Backends measured once per shape: those whose kernel reads no variant config (native fp32, SDPA
-and its pinned backends; a backend says so in its registration, fabench.measure.backends'
+and its pinned backends; a backend says so in its registration, fabench.measure.backends.registry's
 `reads_variant_config`). The jobs of the run's first variant measure them; every other variant's
 job leaves them out and records where they were measured (`shared_backends`).
 
