@@ -421,11 +421,8 @@ def device_samples(timing: Timing, estimate_ms: float | None) -> int:
     return max(timing.min_samples, math.ceil(timing.min_trial_ms / estimate_ms))
 
 
-# do_bench's per-call spread where it can judge (the host keeps ahead) is at most ~10% (H100/H200:
-# 10-40% only where host-bound, where it cannot judge anyway).
-DO_BENCH_SPREAD = 0.10
-DO_BENCH_MAX_REP_MS = 100.0  # do_bench's own default: never more than it takes by itself
-DO_BENCH_MIN_REP_MS = 5.0
+DO_BENCH_SPREAD = 0.10  # do_bench's per-call spread where it can judge (10-40% only where host-bound)
+DO_BENCH_MAX_REP_MS, DO_BENCH_MIN_REP_MS = 100.0, 5.0  # its own default at most: never more than by itself
 L2_CLEAR_MS = 0.1  # about what do_bench's L2 clear adds to each call (as graph_time sizes by)
 
 
@@ -439,9 +436,7 @@ def do_bench_calls(tolerance: float) -> int:
 def do_bench_rep_ms(estimate_ms: float | None, tolerance: float) -> float:
     """do_bench's repetition time for do_bench_calls calls of `estimate_ms` (plus its L2 clear),
     within [DO_BENCH_MIN_REP_MS, DO_BENCH_MAX_REP_MS]; its default 100 ms without an estimate."""
-    if not estimate_ms:
-        return DO_BENCH_MAX_REP_MS
-    wanted = do_bench_calls(tolerance) * (estimate_ms + L2_CLEAR_MS)
+    wanted = do_bench_calls(tolerance) * (estimate_ms + L2_CLEAR_MS) if estimate_ms else DO_BENCH_MAX_REP_MS
     return min(DO_BENCH_MAX_REP_MS, max(DO_BENCH_MIN_REP_MS, wanted))
 
 
