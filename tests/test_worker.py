@@ -17,10 +17,10 @@ import torch
 from fabench.measure.spec import job_spec
 from fabench.measure.backends import aiter_kernel
 from fabench.measure.launch import worker
-from fabench.measure.launch.worker_client import live_workers, stop_workers
+from fabench.measure.launch.worker_client import stop_workers
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
-from support.workers import worker_dir  # noqa: F401 (a fixture)
+from support.workers import live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
 from workflow_util import REPO, snakemake, tiny_config, write_config
 
 SHAPE = "b1-s64-h2-d32"

@@ -19,9 +19,9 @@ from fabench.measure.device import graph_time, kernels, timing
 from fabench.measure.backends.registry import Backend, Prepared, Problem
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState, slowdown
-from fabench.measure.device.platform import synchronize
+from fabench.measure.device.platform import named, synchronize
 from fabench.measure.spec import Measurement
-from fabench.results.contract import backend_entry
+from fabench.measure.record import backend_entry
 
 
 # Kernels per call assumed by the device loop's chunking where no profile counted them (the
@@ -303,8 +303,7 @@ class Cell:
         self.prepared = self.timer = None
         if collect:
             gc.collect()
-            if self.gpu:
-                torch.cuda.empty_cache()
+            named(self.job.platform).empty_cache()
 
 
 def _kernel_median(stream: dict | None) -> float | None:

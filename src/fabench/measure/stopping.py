@@ -126,14 +126,6 @@ class Tracker:
         return spread / current < self.rule.settled_spread
 
 
-def relative_noise(samples: list[float]) -> float:
-    """Standard deviation over mean of samples; infinite with fewer than two."""
-    tracker = Tracker(StopRule(0.0, 0, 0.0, 0.0))
-    for sample in samples:
-        tracker.add(sample)
-    return tracker.noise
-
-
 def collect(rule: StopRule, take: Callable[[], list[float]],
             clock: Callable[[], float] = time.perf_counter) -> tuple[list[float], dict]:
     """Batches from `take` (each a list of samples in ms) until the rule stops; the samples and

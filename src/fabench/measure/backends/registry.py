@@ -23,7 +23,7 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn.functional as F
 
-from fabench.measure.backends import aiter_kernel
+from fabench.measure.backends import aiter_kernel, fa4_kernel
 
 
 class FallbackError(RuntimeError):
@@ -290,6 +290,24 @@ def process_configs_dir() -> str:
     return directory
 
 
+# --- FlashAttention-4 (flash-attn-4, NVIDIA's CuTe DSL), NVIDIA sm90 and later ----------------------
+
+def _prepare_fa4(p: Problem) -> Prepared:
+    """flash_attn_func on the job's own (batch, seq, heads, dim) fp16 inputs. Its first call compiles
+    (the package's JIT), so it is timed as compile_s; on a GPU the profiled call must show the
+    package's own forward kernel."""
+    fn = fa4_kernel.forward(p.q, p.k, p.v, p.causal)
+    return Prepared(fn=fn, verify=lambda: _require_fa4_kernel(fn), implementation=fa4_kernel.implementation())
+
+
+def _require_fa4_kernel(fn: Callable[[], torch.Tensor]) -> None:
+    from fabench.measure.device.kernels import kernel_names, profile_call
+
+    why = fa4_kernel.not_its_kernel(kernel_names(profile_call(fn)))
+    if why:
+        raise FallbackError(why)
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
@@ -302,5 +320,8 @@ BACKENDS: dict[str, Backend] = {
         Backend("sdpa_flash", "SDPA (flash)", _gpu_only, lambda p: _prepare_sdpa(p, "FLASH_ATTENTION"),
                 reads_variant_config=False),
         Backend("flex", "FlexAttention", _flex, _prepare_flex, compiled=True),
+        # Reads no variant config: the same kernel in every variant, measured once per shape.
+        Backend("fa4", "FlashAttention-4", fa4_kernel.unavailable_reason, _prepare_fa4, compiled=True,
+                reads_variant_config=False),
     )
 }

@@ -3,7 +3,7 @@
 Device time. Per-iteration events measure the GPU waiting for the CPU whenever a call's kernels
 are shorter than its host launch overhead (compiled FlexAttention at (4,512,8,256): 0.100 ms by
 events behind nothing, 0.041 ms by do_bench). So the calls are queued in chunks behind a short
-GPU sleep (torch.cuda._sleep), and every iteration is proven fed: the host had queued all of it
+GPU sleep (Platform.sleep: torch.cuda._sleep), and every iteration is proven fed: the host had queued all of it
 before the GPU could have reached it (see `_fed`). A chunk with an iteration the GPU may have
 waited for is measured again with a longer sleep. The sleep is only as long as the host needs to
 stay ahead: an idle GPU between chunks would run cooler than under sustained load, and a
@@ -41,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.device.platform import synchronize
+from fabench.measure.device.platform import Event, Graph, here, synchronize
 from fabench.measure.spec import Timing
 
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2
@@ -68,14 +68,14 @@ _l2_buffer: torch.Tensor | None = None
 
 
 def sleep_cycles_per_ms() -> float:
-    """GPU clock cycles per ms of torch.cuda._sleep, measured once per process."""
+    """GPU clock cycles per ms of the platform's GPU sleep, measured once per process."""
     global _cycles_per_ms
     if _cycles_per_ms is None:
         cycles = 2_000_000
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(cycles)  # the first sleep may run at idle clocks: measure the second
+        start, end = here().event(), here().event()
+        here().sleep(cycles)  # the first sleep may run at idle clocks: measure the second
         start.record()
-        torch.cuda._sleep(cycles)
+        here().sleep(cycles)
         end.record()
         end.synchronize()
         _cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
@@ -89,24 +89,25 @@ def l2_buffer() -> torch.Tensor:
     return _l2_buffer
 
 
-def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+def capture_graph(fn: Callable[[], object]) -> Graph:
     """fn captured once; the warm-up calls on a side stream are what torch's graph docs require.
     A capture that fails leaves the stream cleared as far as torch can, then raises."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    device = here()
+    stream = device.stream()
+    stream.wait_stream(device.current_stream())
+    with device.on_stream(stream):
         for _ in range(2):
             fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
+    device.current_stream().wait_stream(stream)
+    graph = device.graph()
     try:
-        with torch.cuda.graph(graph):
+        with device.capture(graph):
             fn()
     except Exception:
         _recover_from_capture()
         raise
     graph.replay()
-    torch.cuda.synchronize()
+    device.synchronize()
     return graph
 
 
@@ -127,7 +128,7 @@ class DeviceTimer:
         self.method = DEVICE_TIME_METHODS[method] if self.fallback_reason is None else EAGER_FALLBACK
         ops_per_iter = 3 + (1 if self.graph is not None else max(kernels_per_call, 1)) + (1 if clear_l2 else 0)
         self.chunk = max(1, MAX_QUEUED_OPS // 2 // ops_per_iter)  # two chunks in flight (run_chunks)
-        self.last_end: torch.cuda.Event | None = None  # the last timed call's end event
+        self.last_end: Event | None = None  # the last timed call's end event
         self.cache = l2_buffer() if clear_l2 else None
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
@@ -207,7 +208,7 @@ class DeviceTimer:
 
     def sleep_ahead(self, count: int) -> None:
         """Queue the GPU sleep that lets the host queue `count` iterations before the GPU reaches them."""
-        torch.cuda._sleep(int(self._sleep_ms(count) * sleep_cycles_per_ms()))
+        here().sleep(int(self._sleep_ms(count) * sleep_cycles_per_ms()))
 
     def clear_cache(self) -> None:
         """Clear the L2 (when configured), as before every timed iteration."""
@@ -217,9 +218,10 @@ class DeviceTimer:
     def _queue(self, count: int) -> dict:
         """Queue one chunk: a marker event, the sleep, then per call the L2 clear (when configured)
         and the call between its two events; the host time by which each call was queued."""
-        marker = torch.cuda.Event(enable_timing=True)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        device = here()
+        marker = device.event()
+        starts = [device.event() for _ in range(count)]
+        ends = [device.event() for _ in range(count)]
         began = time.perf_counter()
         marker.record()
         self.sleep_ahead(count)
@@ -307,21 +309,21 @@ def host_call_ms(fn: Callable[[], object], calls: int = 5) -> float:
     host needs to queue a call (its launch overhead), whatever the kernels then take."""
     times = []
     for _ in range(calls):
-        torch.cuda.synchronize()
+        here().synchronize()
         began = time.perf_counter()
         fn()
         times.append((time.perf_counter() - began) * 1000.0)
-    torch.cuda.synchronize()
+    here().synchronize()
     return statistics.median(times)
 
 
 def _recover_from_capture() -> None:
     """A failed capture can leave the stream in capture mode's error state: clear what torch can."""
     try:
-        torch.cuda.synchronize()
+        here().synchronize()
     except Exception:
         pass
-    torch.cuda.empty_cache()
+    here().empty_cache()
 
 
 def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
