@@ -1,4 +1,4 @@
-# Keep every finished run, compare the archived versions, draw the pictures.
+# Keep every finished run, compare the archived versions.
 #   snakemake --cores 1 archive    each finished results/<run> not yet archived stored as
 #                                  archive/<platform-version>/<run-id>/
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
@@ -11,57 +11,16 @@ from fabench.analysis.policy import (
 )
 
 
-rule plots:
-    input:
-        results="results/{run}/results.json",
-    output:
-        latency=report(
-            "results/{run}/plots/latency.png",
-            caption="../report/latency.rst",
-            category="Run {run}",
-            labels={"figure": "latency vs sequence length"},
-        ),
-        speedup=report(
-            "results/{run}/plots/speedup.png",
-            caption="../report/speedup.rst",
-            category="Run {run}",
-            labels={"figure": "speedup before vs after tuning"},
-        ),
-        # A GPU run's cells against its GPU's limits; a run without them (a CPU) gets a figure that
-        # says why, which its report does not show.
-        roofline=report(
-            "results/{run}/plots/roofline.png",
-            caption="../report/roofline.rst",
-            category="Run {run}",
-            labels={"figure": "roofline"},
-        ),
-    log:
-        "logs/{run}/plots.log",
-    params:
-        # The speedup's marks are the comparison policy's claims: a change of `comparison:` redraws them.
-        # (A function: COMPARISON is set further down, where the compare rule reads it too.)
-        rule=lambda wildcards: COMPARISON,
-    script:
-        "../scripts/plots.py"
-
-
-rule resolved_config:
-    output:
-        "results/{run}/config.json",
-    log:
-        "logs/{run}/resolved_config.log",
-    params:
-        config=lambda wildcards: config,
-    script:
-        "../scripts/resolved_config.py"
-
-
 rule archive_run:
     input:
         results="results/{run}/results.json",
         report="results/{run}/report.md",
         config="results/{run}/config.json",
-        plots=rules.plots.output,
+        plots=[
+            rules.write_report.output.latency,
+            rules.write_report.output.speedup,
+            rules.write_report.output.roofline,
+        ],
         kernel_configs=expand(
             "results/{{run}}/aiter-config/{variant}.{kind}",
             variant=VARIANTS,

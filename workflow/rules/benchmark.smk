@@ -1,6 +1,6 @@
 # One result per (variant, shape), from `repeats` measuring processes, each a job of its own:
-# one process, one GPU, one JSON file. The job's spec is its params: a job re-runs when what it
-# measures changes, and only then.
+# one process, one GPU, one JSON file, which rule write_report (report.smk) merges. The job's spec
+# is its params: a job re-runs when what it measures changes, and only then.
 #
 # The processes run in rounds across the run (priority: process 0 of every job first, then
 # process 1, ...), so the processes of one cell lie minutes apart. Back to back, both processes
@@ -33,17 +33,3 @@ rule measure:
     shell:
         "PYTHONUNBUFFERED=1 {params.launch} {params.measure} --spec {params.spec:q} --process {wildcards.process:q} "
         "--out {output:q} --project-commit {params.commit:q} 2>&1 | tee {log:q}"
-
-
-rule merge:
-    input:
-        process_paths,
-    output:
-        "results/{run}/{variant}/{shape}.json",
-    log:
-        "logs/{run}/{variant}/{shape}/merge.log",
-    localrule: True
-    params:
-        python=PYTHON,
-    shell:
-        "{params.python:q} -m fabench.results.merge --out {output:q} {input:q} > {log:q} 2>&1"

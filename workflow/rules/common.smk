@@ -87,13 +87,14 @@ def result_paths(run):
     )
 
 
-def process_paths(wildcards):
-    """The process files a job's result is merged from."""
+def run_process_paths(wildcards):
+    """Every measuring process file of the run, one per (variant, shape, process): the files rule
+    write_report merges, each cell's from the folder named as its result."""
     return expand(
         rules.measure.output[0],
         run=wildcards.run,
-        variant=wildcards.variant,
-        shape=wildcards.shape,
+        variant=VARIANTS,
+        shape=list(SHAPES),
         process=range(PROCESSES),
     )
 

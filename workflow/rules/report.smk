@@ -1,38 +1,48 @@
-# Collect the job results, check them against the result schema and the config, render the report.
+# From the measuring processes' files to the report, in one host job (rule write_report): each
+# (variant, shape)'s processes merged into its result, the results checked against the result
+# schema and the config and collected, the plots drawn, the report rendered and the resolved config
+# written, all in one Python process. As separate jobs (merge per cell, collect, plots, render,
+# config) the chain cost ~12 s on a CPU host and ~14 s on an H200 after the last measuring process
+# ended, most of it Snakemake's per-job start and each job's Python and library start-up; in one
+# process the work itself takes a few seconds. Every file stays a declared output.
 
 
-rule collect:
+rule write_report:
     input:
-        results=lambda wildcards: result_paths(wildcards.run),
+        processes=run_process_paths,
+        templates=REPORT_TEMPLATES,
+        published=published_numbers(),
+        sweep=sweep_summary,
     output:
+        # per (variant, shape): its processes merged (fabench.results.merge)
+        cells=expand(
+            "results/{{run}}/{variant}/{shape}.json",
+            variant=VARIANTS,
+            shape=list(SHAPES),
+        ),
         json="results/{run}/results.json",
         # one row per (variant, shape, backend) cell, for pandas
         csv="results/{run}/results.csv",
-    log:
-        "logs/{run}/collect.log",
-    params:
-        schema=SCHEMA_DIR / "result.schema.json",
-        variants=VARIANTS,
-        expected=expected_jobs,
-    script:
-        "../scripts/collect.py"
-
-
-rule render_report:
-    input:
-        results="results/{run}/results.json",
-        templates=REPORT_TEMPLATES,
-        published=published_numbers(),
-        plots=[
+        latency=report(
             "results/{run}/plots/latency.png",
+            caption="../report/latency.rst",
+            category="Run {run}",
+            labels={"figure": "latency vs sequence length"},
+        ),
+        speedup=report(
             "results/{run}/plots/speedup.png",
+            caption="../report/speedup.rst",
+            category="Run {run}",
+            labels={"figure": "speedup before vs after tuning"},
+        ),
+        # A GPU run's cells against its GPU's limits; a run without them (a CPU) gets a figure that
+        # says why, which its report does not show.
+        roofline=report(
             "results/{run}/plots/roofline.png",
-        ],
-        sweep=sweep_summary,
-        # Not read here: the run's resolved config is written with its report, so that a run made by
-        # the report target alone is complete for `fabench archive store` (rule resolved_config).
-        config="results/{run}/config.json",
-    output:
+            caption="../report/roofline.rst",
+            category="Run {run}",
+            labels={"figure": "roofline"},
+        ),
         markdown="results/{run}/report.md",
         # The same report as a page of its own, pictures embedded: the HTML report shows it.
         html=report(
@@ -41,12 +51,21 @@ rule render_report:
             category="Run {run}",
             labels={"figure": "report"},
         ),
+        # The run's resolved config, defaults filled in, written with its report, so that a run
+        # made by the report target alone is complete for `fabench archive store`.
+        config="results/{run}/config.json",
     log:
         "logs/{run}/report.log",
     params:
+        schema=SCHEMA_DIR / "result.schema.json",
+        variants=VARIANTS,
+        expected=expected_jobs,
         # What the report reads of the config: a change (a title, the order) re-renders it.
         config=lambda wildcards: config,
+        # The speedup's marks are the comparison policy's claims: a change of `comparison:` redraws
+        # them. (A function: COMPARISON is set in archive.smk, where the compare rule reads it too.)
+        rule=lambda wildcards: COMPARISON,
         template_dir=TEMPLATE_DIR,
         workflow_started=WORKFLOW_STARTED,
     script:
-        "../scripts/render_report.py"
+        "../scripts/write_report.py"
