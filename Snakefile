@@ -20,10 +20,7 @@ include: "workflow/rules/tune.smk"
 localrules:
     build_image,
     patch_config,
-    collect,
-    plots,
-    render_report,
-    resolved_config,
+    write_report,
     archive_run,
     compare,
 

@@ -174,7 +174,7 @@ def test_snakemake_stops_before_any_job_with_the_one_line(tmp_path):
     assert proc.returncode != 0
     errors = [line for line in output.splitlines() if line.startswith("invalid config:")]
     assert errors == ["invalid config: shapes.0.batch: 2.0 is not of type 'integer' (expected type integer and minimum 1)"], output
-    assert "rule merge" not in output and "rule measure" not in output  # nothing was scheduled
+    assert "rule write_report" not in output and "rule measure" not in output  # nothing was scheduled
     assert not (tmp_path / "results").exists()
 
 
@@ -185,7 +185,7 @@ def test_default_config_plans_exactly_its_platforms_processes(tmp_path, platform
     proc = snakemake(tmp_path, "-n", "report", timeout=120, env={"FABENCH_PLATFORM": platform})
     assert proc.returncode == 0, proc.stderr
     counts = planned_jobs(proc)
-    assert counts["merge"] == 10 and counts["collect"] == 1 and counts["render_report"] == 1
+    assert counts["write_report"] == 1
     block, key = repeats
     assert counts["measure"] == 10 * default_config()[block][key]
 

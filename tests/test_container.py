@@ -315,7 +315,7 @@ def test_run_job_with_relative_paths_and_the_runner(cpu_image, tmp_path, monkeyp
     config = results / "aiter-config" / "tuned.json"
     patch(cpu_image["manifest"], cfg["variants"]["tuned"]["triton"], config)
     shape = cfg["shapes"][0]
-    # As rule measure, then rule merge: process 0 into the folder Snakemake makes, then the merge.
+    # As rule measure, then rule write_report's merge: process 0 into the folder Snakemake makes, then the merge.
     process = results / "tuned" / shape_id(shape) / "process-0.json"
     process.parent.mkdir(parents=True)
     out = results / "tuned" / f"{shape_id(shape)}.json"

@@ -93,8 +93,8 @@ def test_a_title_change_rerenders_without_rerunning_benchmarks(tiny_run):
     config["variants"]["tuned"]["title"] = "After tuning, renamed"
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
-    # the plots read results only; the resolved config written with the report holds the title
-    assert planned_jobs(proc) == {"render_report": 1, "report": 1, "resolved_config": 1}
+    # One host job re-renders (rule write_report: merge, collect, plots, report, resolved config).
+    assert planned_jobs(proc) == {"write_report": 1, "report": 1}
 
 
 def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
@@ -104,8 +104,7 @@ def test_adding_a_shape_plans_exactly_the_new_jobs(tiny_run):
     proc = snakemake(directory, "-n", "report", config=config)
     assert proc.returncode == 0, proc.stderr
     # One measuring process per job on this CPU (cpu.repeats 1); the resolved config lists the shape.
-    assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "merge": 2, "collect": 1, "plots": 1,
-                                  "render_report": 1, "report": 1, "resolved_config": 1}
+    assert planned_jobs(proc) == {"measure": 2 * config["cpu"]["repeats"], "write_report": 1, "report": 1}
     new = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("output: results/")}
     assert {p for p in new if p.endswith("b1-s96-h2-d32.json")} == {
         f"results/tiny/{v}/b1-s96-h2-d32.json" for v in ("default", "tuned")}
@@ -129,13 +128,12 @@ def test_a_deleted_result_is_merged_again_and_a_deleted_process_measured_again(t
         result.unlink()
         proc = snakemake(directory, "-n", "report", config=config)
         assert proc.returncode == 0, proc.stderr
-        # The processes' measurements are kept: only the merge, and what reads its result, re-run.
-        assert planned_jobs(proc) == {"merge": 1, "collect": 1, "plots": 1, "render_report": 1, "report": 1}
+        # The processes' measurements are kept: only the host job that merges them re-runs.
+        assert planned_jobs(proc) == {"write_report": 1, "report": 1}
         process.unlink()
         proc = snakemake(directory, "-n", "report", config=config)
         assert proc.returncode == 0, proc.stderr
-        assert planned_jobs(proc) == {"measure": 1, "merge": 1, "collect": 1, "plots": 1, "render_report": 1,
-                                      "report": 1}
+        assert planned_jobs(proc) == {"measure": 1, "write_report": 1, "report": 1}
     finally:
         for path, data in kept.items():
             path.write_bytes(data)  # the module's later tests need the finished run

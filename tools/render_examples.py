@@ -5,7 +5,7 @@
 Each example's report is its NEWEST run (the highest archive entry; an example holds a series of
 runs of one experiment, and its newest is the one its README's figures come from), analysed
 again from the raw trials it archived (fabench.analysis.analyse_run, as compare reads an entry)
-and rendered by fabench.report.render, the code path of the workflow's render_report rule, with
+and rendered by fabench.report.render, the code path of the workflow's write_report rule, with
 its figures drawn again by fabench.report.plots into examples/<name>/plots/. Archived entries are
 only read: an archive tarball (examples/h100/archive-*.tar.gz) is unpacked into a temporary
 folder. An example without an archive but with a run's results.json (examples/h200-sweep) is
@@ -41,7 +41,7 @@ from fabench.results.published import load_published
 
 ROOT = Path(__file__).resolve().parent.parent
 # Figures of a report, each drawn from the results and the config's comparison rule (the
-# workflow's rules plots and render_report).
+# workflow's rule write_report).
 FIGURES = (("Latency against sequence length", "plots/latency.png", lambda collected, rule: latency_png(collected)),
            ("Speedup over native", "plots/speedup.png", speedup_png))
 # An example that is one run's results rather than an archive: the config files it was run with,

@@ -18,7 +18,7 @@ from fabench.results.results_csv import results_csv
 from fabench.results.shared import shown
 
 sm = snakemake  # noqa: F821
-sys.stderr = open(sm.log[0], "w")
+sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 # A cell's process files lie in the folder named as its result: results/<run>/<variant>/<shape>/.
 processes = {}
 for path in map(Path, sm.input.processes):
