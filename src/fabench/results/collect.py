@@ -44,6 +44,26 @@ def json_path(parts: Iterable) -> str:
     return text
 
 
+def result_validator(schema: dict) -> jsonschema.Validator:
+    """The schema's validator, an array of plain numbers checked in one pass: jsonschema checks
+    each item on its own (~1 us each), and a GPU result holds ~40,000 samples per cell, 2 of a
+    default run's 3 s of collecting on a CPU host. Items that fail get jsonschema's own error."""
+    base = jsonschema.validators.validator_for(schema)
+    each_item = base.VALIDATORS["items"]
+
+    def items(validator, item_schema, instance, parent):
+        if (isinstance(item_schema, dict) and item_schema.get("type") == "number"
+                and set(item_schema) <= {"type", "minimum"} and validator.is_type(instance, "array")):
+            low = item_schema.get("minimum", float("-inf"))
+            for index, item in enumerate(instance):
+                if isinstance(item, bool) or not isinstance(item, (int, float)) or not item >= low:
+                    yield from validator.descend(item, item_schema, path=index)
+            return
+        yield from each_item(validator, item_schema, instance, parent)
+
+    return jsonschema.validators.extend(base, {"items": items})(schema)
+
+
 def schema_problems(result: object, validator: jsonschema.Validator) -> list[str]:
     # JSON Schema cannot say "finite": NaN passes any minimum. Nor what a measurement can be (a
     # trial of 1e308 ms passes "minimum: 0"): fabench.results.bounds. Checked first, also for a
@@ -162,7 +182,7 @@ def collect(
     Raises ResultError listing every problem, each as "<file>: <JSON path>: <message>".
     """
     schema = schema or result_schema()
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator = result_validator(schema)
     loaded, problems = [], []
     for path in map(Path, paths):
         result, file_problems = load_result(path, validator, expected)
