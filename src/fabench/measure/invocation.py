@@ -20,12 +20,14 @@ from fabench.config import SpecError, config_schema, option_error
 from fabench.files import output_file_arg
 from fabench.measure.spec import JobSpec, SweepSpec, in_image
 
-MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-# Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel) are cached across
-# processes, jobs and runs in one directory the user can see and delete (the docker runtime has
-# its own, build/container-cache/); a value set by the caller wins.
+# FlashAttention-4 keeps its compiled kernels on disk only when asked to (its cache is off by default).
+MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
+# Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel, FlashAttention-4's
+# CuTe DSL builds) are cached across processes, jobs and runs in one directory the user can see and
+# delete (the docker runtime has its own, build/container-cache/); a value set by the caller wins.
 COMPILE_CACHE = Path("build") / "compile-cache"
-CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+             "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "flash-attn-cute"}
 USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
 
 
