@@ -98,6 +98,7 @@ def test_a_spec_is_refused_where_its_config_is_and_only_there(key):
     ("settings.tolerance.min_cosine", 2.0, "settings.tolerance.min_cosine: 2.0 is greater than the maximum"),
     ("settings.timing.max_noise", 0, "settings.timing.max_noise: 0 is less than or equal to the minimum"),
     ("settings.backends", [], "settings.backends: [] should be non-empty"),
+    ("shared_from", "../default", "shared_from: the name '../default' does not match"),
 ])
 def test_a_value_the_config_refuses_is_one_line_naming_the_specs_key(place, bad, expected):
     """An unknown backend among them: once a KeyError traceback inside the measuring process."""
