@@ -9,9 +9,11 @@ from fabench.files import write_atomic
 from fabench.report.latency_plot import latency_png
 from fabench.report.roofline_plot import roofline_png
 from fabench.report.speedup_plot import speedup_png
+from fabench.results.shared import shown
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s")  # noqa: F821
-collected = json.loads(Path(snakemake.input.results).read_text())  # noqa: F821
+# Backends measured once per shape appear in every variant's lines, as in the report's tables.
+collected = shown(json.loads(Path(snakemake.input.results).read_text()))  # noqa: F821
 rule = Rule.of({"comparison": snakemake.params.rule})  # noqa: F821
 write_atomic(snakemake.output.latency, latency_png(collected))  # noqa: F821
 write_atomic(snakemake.output.speedup, speedup_png(collected, rule))  # noqa: F821

@@ -46,7 +46,7 @@ from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.measure.record import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY, method_settings
+from fabench.measure.record import FLOP_CONVENTION, SCHEMA_VERSION, SHARED_KEY, SKIPPED_KEY, method_settings
 
 IMPORTS_ENDED = time.time()
 
@@ -112,27 +112,45 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
         gpu_state = GpuState(platform)
     with clock.phase("aiter config read-back"):
         kernel_config = _kernel_config(spec.triton, kernel_config_path, platform, settings.dtype)
+    shared = shared_here(spec)
     cells = {name: Cell(backend_here(name, settings, platform), None, None, job, process)
-             for name in settings.backends}
-    with clock.phase("inputs and fp32 reference"):
-        inputs, reference_status = _inputs_and_reference(shape, settings, platform)
-    if inputs is None:
+             for name in settings.backends if name not in shared}
+    reference_status = {"status": "ok", "failure_kind": None, "reason": None}
+    if not any(cell.backend.unavailable(platform) is None for cell in cells.values()):
+        # Nothing to time here (every backend shared or unavailable): no inputs, no fp32 reference.
         _fail_all(cells, platform, reference_status)
     else:
-        problem = Problem(*inputs[:3], settings.causal, platform, kernel_config["values"],
-                          Path(kernel_config["path"]) if kernel_config["path"] else None)
-        _measure(cells, problem, inputs[3], job, f"{variant} {spec.shape_id}", gpu_state)
-    del inputs
+        with clock.phase("inputs and fp32 reference"):
+            inputs, reference_status = _inputs_and_reference(shape, settings, platform)
+        if inputs is None:
+            _fail_all(cells, platform, reference_status)
+        else:
+            problem = Problem(*inputs[:3], settings.causal, platform, kernel_config["values"],
+                              Path(kernel_config["path"]) if kernel_config["path"] else None)
+            _measure(cells, problem, inputs[3], job, f"{variant} {spec.shape_id}", gpu_state)
+        del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
     with clock.phase("provenance"):
         result = _result(spec, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                          {"started": started, "process": process,
                           **provenance.collect(plat.named(platform), sha256_json(settings.to_dict()), project_commit)})
+    if shared:
+        result[SHARED_KEY] = {"measured_in": spec.shared_from, "backends": shared}
     # The figures are the analysis stage's (the merge prints them); a process says what it recorded.
     for name, entry in results.items():
         progress(f"{variant} {spec.shape_id} process {process} {name}: {_summary(entry)}")
     return result
+
+
+def shared_here(spec: JobSpec) -> list[str]:
+    """The configured backends this job leaves to the job of spec.shared_from (same shape): those
+    whose registration says their kernel reads no variant config. A name not registered here stays
+    (its job reports it unknown, as before)."""
+    if not spec.shared_from:
+        return []
+    return [name for name in spec.settings.backends
+            if name in BACKENDS and not BACKENDS[name].reads_variant_config]
 
 
 def backend_here(name: str, settings: Settings, platform: str) -> Backend:

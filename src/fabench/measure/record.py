@@ -23,6 +23,9 @@ SKIPPED_KEY = "_skipped"
 # A process file made for a process that wrote no result (killed, crashed): every backend failed
 # with why. Kept only when no process of the job measured; otherwise only its exit is recorded.
 PROCESS_FAILED_KEY = "_process_failed"
+# On a result whose job left the backends that read no variant config to another variant's job of
+# the same shape: {"measured_in": variant, "backends": [names]} (fabench.results.shared).
+SHARED_KEY = "shared_backends"
 
 FAILURE_KINDS = ("oom", "out_of_resources", "unsupported", "correctness", "fallback", "config_mismatch", "error")
 

@@ -194,6 +194,9 @@ class JobSpec(_Read):
     # The platform the plan planned the job for (fabench.run_platform; None: a spec written by hand).
     # The job measures on the one it finds; this names the job's result when no process wrote one.
     platform: Literal["rocm", "cuda", "cpu"] | None = None
+    # The variant whose job of this shape measures the backends that read no variant config (a
+    # backend's reads_variant_config); None: this job measures them itself (fabench.results.shared).
+    shared_from: str | None = None
     shape_id: str = field(default="", compare=False)  # derived; written for the logs' sake
 
     def __post_init__(self) -> None:
@@ -267,14 +270,16 @@ class SweepSpec(_Read):
                         "variants": "sweep.reference", "sweep": "sweep"}
 
 
-def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None) -> JobSpec:
+def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None,
+             shared_from: str | None = None) -> JobSpec:
     """The job of (variant, shape): its variant's Triton config, its shape and the run's shared
     settings as they reach the measurement on `platform` (config.job_settings), all canonical.
     The workflow passes it to the runner and keeps it as the job's params, so a job re-runs exactly
-    when what it measures changes. `run` names the run when the config makes several."""
+    when what it measures changes. `run` names the run when the config makes several;
+    `shared_from` the variant whose job measures this shape's config-independent backends."""
     return JobSpec.from_dict({"run": run or config["run"], "variant": variant, "shape": canonical(shape),
                               "triton": variant_triton(config, variant), "settings": job_settings(config, platform),
-                              "platform": platform})
+                              "platform": platform, "shared_from": shared_from})
 
 
 # --- the values, checked by the config's rules ---------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Sequence
 
 from fabench.analysis.policy import Rule, RuleError
 from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic
+from fabench.results.shared import shown
 from fabench.report.latency_plot import latency_png
 from fabench.report.roofline_plot import roofline_png
 from fabench.report.speedup_plot import speedup_png
@@ -36,6 +37,7 @@ def write_run_plots(collected: dict, out_dir: Path, rule: Rule) -> list[Path]:
     """latency.png, speedup.png and roofline.png of a run in out_dir; the speedup's marks follow `rule`."""
     out_dir = output_folder(out_dir)
     paths = [out_dir / "latency.png", out_dir / "speedup.png"]
+    collected = shown(collected)  # backends measured once per shape, in every variant's lines
     write_atomic(paths[0], latency_png(collected))
     write_atomic(paths[1], speedup_png(collected, rule))
     paths.append(out_dir / "roofline.png")

@@ -8,7 +8,8 @@ two in agreement). Importing this module needs no torch, so the host-side stages
 from __future__ import annotations
 
 from fabench.measure.record import (  # noqa: F401 (handed on to the readers)
-    FAILURE_KINDS, FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, SKIPPED_KEY, WALL_METHOD, backend_entry)
+    FAILURE_KINDS, FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, SHARED_KEY, SKIPPED_KEY,
+    WALL_METHOD, backend_entry)
 from fabench.resources import SCHEMA_DIR
 
 SCHEMA_PATH = SCHEMA_DIR / "result.schema.json"

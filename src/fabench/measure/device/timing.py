@@ -338,7 +338,7 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
 
 
 def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: Timing,
-            calls: int, sm_clock: Callable[[], float | None] = lambda: None) -> dict:
+            calls: int, sm_clock: Callable[[], float | None] = lambda: None, full_windows: bool = False) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
     before the others), then windows of device time, growing from `warmup_window_ms` to four times
     that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
@@ -346,6 +346,13 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     after each (or `max_warmup_ms` has passed). The clock check catches a power cap setting in: on
     an H200 it lowered the clock from 1965 to 1710 MHz over ~300 ms of cuDNN at (4,4096,8,256),
     30-50 MHz per 40 ms window, while the windows' times still agreed within 2%.
+
+    `full_windows` (a process's first trial of a backend, and every trial of one held at its power
+    cap before): the windows are four times `warmup_window_ms` from the first sized one on, and a
+    first 4-call window shorter than that is never one of the two that agree: a cap setting in moves the clock 30-50
+    MHz per 40 ms window (1.5-2.5%), beyond `warmup_clock_tolerance`, so the warm-up goes on until
+    the clock is steady, with no fixed minimum. A configured `min_warmup_ms` (the sweep's 20 ms)
+    replaces the full windows: then at least that long, in growing windows (Cell.trial decides).
 
     Returns {iters, settled, estimate_ms, sm_clock_mhz}: estimate_ms is the per-iteration time the
     trial's iteration count is sized by (the last window's median; the wall time per call without
@@ -359,7 +366,8 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
     if timer is None or timing.max_warmup_ms <= 0:
         return {"iters": iters, "settled": True, "estimate_ms": estimate, "sm_clock_mhz": None}
-    tolerance, window_ms = timing.warmup_tolerance, timing.warmup_window_ms
+    tolerance = timing.warmup_tolerance
+    window_ms = timing.warmup_window_ms * (4 if full_windows else 1)
     previous, count = None, 4
     while True:
         current = (statistics.median(timer.samples(count)), sm_clock())
@@ -371,22 +379,24 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
             return {"iters": iters, "settled": True, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
         if elapsed > timing.max_warmup_ms:
             return {"iters": iters, "settled": False, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
-        previous = current
+        # With full windows, a first 4-call window shorter than a full one is no window to agree with.
+        short_first = full_windows and iters - calls == 4 and 4 * current[0] < window_ms
+        previous = None if short_first else current
         count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
         window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
 
 
 def trial_warmup_settings(timing: Timing, first: bool, capped: bool = False) -> Timing:
-    """A process's first trial of a backend warms up for at least min_warmup_ms (so a power cap has
-    set in); a later one only until two consecutive windows agree in time and SM clock: the GPU has
-    been busy with the job's trials since (they are interleaved), and where the clock still moves
-    the clock check goes on as long as it moves. This cut ~0.1 s per later trial.
+    """A process's first trial of a backend warms up for at least min_warmup_ms (0 by default: until
+    steady in full windows, see warm_up); a later one only until two consecutive windows agree in
+    time and SM clock: the GPU has been busy with the job's trials since (they are interleaved), and
+    where the clock still moves the clock check goes on as long as it moves.
 
     Not for a kernel that drew the GPU to its power cap in an earlier trial (`capped`): after another
     backend's trial the GPU starts it uncapped, two short windows agree before the cap sets in, and
     its later trials read 5-6% faster than its first (cuDNN at (4,4096,8,256) on an H100: 0.465 ms at
     1980 MHz against 0.49 ms at 1740-1800 MHz, 4-9% spread within a process, the cell unstable).
-    Every trial of such a kernel warms up as long as the first, and is taken at the capped clock."""
+    Every trial of such a kernel warms up as the first does, and is taken at the capped clock."""
     return timing if first or capped else dataclasses.replace(timing, min_warmup_ms=0)
 
 
@@ -413,9 +423,31 @@ def device_samples(timing: Timing, estimate_ms: float | None) -> int:
     return max(timing.min_samples, math.ceil(timing.min_trial_ms / estimate_ms))
 
 
-def do_bench_ms(fn: Callable[[], object]) -> float:
-    """triton.testing.do_bench's median (its defaults: 25 ms warm-up, 100 ms of repetitions, L2
-    cleared before every call): an independent measurement to compare ours with."""
+DO_BENCH_SPREAD = 0.10  # do_bench's per-call spread where it can judge (10-40% only where host-bound)
+DO_BENCH_MAX_REP_MS, DO_BENCH_MIN_REP_MS = 100.0, 5.0  # its own default at most: never more than by itself
+L2_CLEAR_MS = 0.1  # about what do_bench's L2 clear adds to each call (as graph_time sizes by)
+
+
+def do_bench_calls(tolerance: float) -> int:
+    """The calls do_bench needs for its median's 95% half-width to be at most half the cross-check
+    tolerance at a per-call spread of DO_BENCH_SPREAD (a median's standard error is about 1.2533
+    sigma / sqrt(n)): 269 at the default 3%."""
+    return math.ceil((1.96 * 1.2533 * DO_BENCH_SPREAD / (tolerance / 2)) ** 2)
+
+
+def do_bench_rep_ms(estimate_ms: float | None, tolerance: float) -> float:
+    """do_bench's repetition time for do_bench_calls calls of `estimate_ms` (plus its L2 clear),
+    within [DO_BENCH_MIN_REP_MS, DO_BENCH_MAX_REP_MS]; its default 100 ms without an estimate."""
+    wanted = do_bench_calls(tolerance) * (estimate_ms + L2_CLEAR_MS) if estimate_ms else DO_BENCH_MAX_REP_MS
+    return min(DO_BENCH_MAX_REP_MS, max(DO_BENCH_MIN_REP_MS, wanted))
+
+
+def do_bench_ms(fn: Callable[[], object], estimate_ms: float | None = None, tolerance: float = 0.03) -> float:
+    """triton.testing.do_bench's median (L2 cleared before every call): an independent measurement
+    to compare ours with. Its warm-up is its default 25 ms; its repetitions take the calls its
+    judgement needs (do_bench_rep_ms; its default 100 ms at most): for a 0.02 ms call 32 ms
+    instead of 100 (about 270 calls instead of about 800), for calls over ~0.3 ms its default."""
     import triton.testing
 
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    rep = do_bench_rep_ms(estimate_ms, tolerance)
+    return float(triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median"))
