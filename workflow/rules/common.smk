@@ -158,7 +158,9 @@ def expected_jobs(wildcards):
 
 
 def archive_receipt(run):
-    return f"results/{run}/archived.json"
+    # A preview is never archived (the store refuses it: fabench.results.archive_run_check), so
+    # `snakemake archive` and `compare` with config/preview.yaml wait for no receipt of it.
+    return [] if config.get("preview") else f"results/{run}/archived.json"
 
 
 def archive_state(wildcards):
