@@ -95,8 +95,9 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="counts the processes a CPU measures in")
 def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tmp_path):
     """The workflow's path: each process its own `--process N` run, then the merge. A process that
-    wrote no result leaves its exit in the job's method and the other processes' figures stand; a
-    process beyond the CPU's count (cpu.repeats 1) writes a marker the merge skips."""
+    wrote no result leaves its exit in the job's method, and the cells the other processes measured
+    are failed with why, their trials kept; a process beyond the CPU's count (cpu.repeats 1) writes
+    a marker the merge skips."""
     config = tiny_config(backends=["native", "sdpa"], roles={p: {"baseline": "native", "vendor": "sdpa",
                                                                  "triton": "native"} for p in ("cpu", "cuda", "rocm")})
     measured, kernel_config = run_job(tmp_path, config, extra=["--process", "0"], name="process-0.json")
@@ -114,7 +115,10 @@ def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tm
     jsonschema.validate(job, RESULT_SCHEMA)
     assert [(p["index"], p["wrote_result"]) for p in job["method"]["process_exits"]] == [(0, True), (2, False)]
     native = job["backends"]["native"]
-    assert native["status"] == "ok" and {t["process"] for t in native["trials"]} == {0} and native["stats"]["wall_mean_ms"]["n"] == 2
+    # Not "ok" from the process that was left: failed, saying which process was lost and why.
+    assert native["status"] == "failed" and native["reason"].startswith("process 2 was killed by SIGKILL")
+    assert "figures are of process 0 alone" in native["reason"]
+    assert {t["process"] for t in native["trials"]} == {0} and native["stats"]["wall_mean_ms"]["n"] == 2
 
     alone = merge.merge_files([tmp_path / "process-2.json"])
     jsonschema.validate(alone, RESULT_SCHEMA)

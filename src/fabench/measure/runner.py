@@ -51,6 +51,7 @@ from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
 MODES = ("isolate", "worker")
+MEASURED_AGAIN_MAX = 1000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,12 +65,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(default: the config's measure.worker_idle_s default)")
     parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
                         help="a measuring process still running after S seconds is killed and its job failed")
+    parser.add_argument("--measured-again", type=times_lost, default=0,
+                        metavar="N", help="this process of the job was lost N times before (the workflow says so: "
+                        "fabench.plan.measured_again); recorded with how it ended")
     args = parser.parse_args(argv)
     # Read only where a worker is started: the schema is YAML, and a container's measuring process
     # (isolate mode, the image without PyYAML: the report's dependencies stay on the host) has none.
     if args.worker_idle_s is None and args.mode == "worker":
         args.worker_idle_s = float(schema_default("measure", "worker_idle_s"))
     return args
+
+
+def times_lost(text: str) -> int:
+    """argparse type of --measured-again: a count, 0 to MEASURED_AGAIN_MAX."""
+    if not text.isdigit() or int(text) > MEASURED_AGAIN_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count from 0 to {MEASURED_AGAIN_MAX}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +137,8 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
         else:
             ended = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
-    return result, {"index": index, **ended, "wrote_result": result is not None}
+    again = {"measured_again": args.measured_again} if args.measured_again else {}
+    return result, {"index": index, **ended, "wrote_result": result is not None, **again}
 
 
 def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:

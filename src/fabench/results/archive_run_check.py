@@ -121,9 +121,21 @@ def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[t
         reasons.append("report.md missing")
     if not reasons:
         reasons += missing_jobs(run_dir, collected, expected_jobs_from_config(config) | set(expected_jobs))
+        reasons += lost_processes(collected)
     if reasons:
         raise IncompleteRun(run_dir, reasons)
     return collected
+
+
+def lost_processes(collected: dict) -> list[str]:
+    """A job one of whose measuring processes wrote no result (killed, crashed, timed out) is not
+    finished: the workflow's next run measures that process again (fabench.plan.Plan.measured_again)."""
+    lost = [f"{r['variant']}/{r['shape_id']} process {e.get('index')}" for r in collected["results"]
+            for e in (r["method"].get("process_exits") or []) if isinstance(e, dict) and e.get("wrote_result") is False]
+    if not lost:
+        return []
+    return [f"{len(lost)} measuring process(es) lost, their cells failed: {', '.join(lost)} (the next snakemake "
+            "run measures them again)"]
 
 
 def missing_jobs(run_dir: Path, collected: dict, expected: set[tuple[str, str]]) -> list[str]:
