@@ -270,3 +270,31 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     assert native["status"] == "failed" and native["reason"].endswith(
         f"no process of the job wrote a result: process 0 timed out after {timeout_s} s (measure.job_timeout_s): its measuring "
         "process was killed")
+
+
+def test_a_measuring_process_killed_at_its_timeout_leaves_no_temporary_folder(tmp_path):
+    """The process's own folder of aiter configs (fabench.places.process_scratch) is there while it
+    measures; killed at its timeout it cannot remove it, and its launcher does. Blind side: a
+    launcher killed too leaves the folder to the next measuring process's sweep, not run here."""
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"), platform=planned_platform(docker=False))
+    kernel_config = tmp_path / "aiter.json"
+    kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(tmp_path / "process-0.json"),
+           "--aiter-config", str(kernel_config), "--process", "0", "--mode", "isolate",
+           "--timeout-s", "4" if spec.platform == "cpu" else "45"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    for line in runner.stdout:
+        if "native: setting up" in line:
+            break
+    [measuring] = subprocess.run(["pgrep", "-P", str(runner.pid)], capture_output=True, text=True).stdout.split()
+    os.kill(int(measuring), signal.SIGSTOP)
+    [folder] = scratch.glob("fabench-aiter-configs-*")  # aiter's loader read the variant's config from it
+    assert f"-{measuring}-" in folder.name
+    runner.communicate(timeout=120)
+    assert runner.returncode == 0
+    assert "timed out" in json.loads((tmp_path / "process-0.json").read_text())["method"]["process_exits"][0]["reason"]
+    assert not list(scratch.iterdir())

@@ -47,6 +47,7 @@ from fabench.measure.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.worker_client import run_in_worker
 from fabench.results.contract import SKIPPED_KEY
+from fabench.places import remove_orphaned_scratch
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -137,6 +138,8 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
         else:
             ended = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
+    if result is None:  # killed, crashed or timed out: what it could not remove itself
+        remove_orphaned_scratch((ended.get("worker") or {}).get("pid"))
     again = {"measured_again": args.measured_again} if args.measured_again else {}
     return result, {"index": index, **ended, "wrote_result": result is not None, **again}
 
