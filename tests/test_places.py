@@ -7,6 +7,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import pytest
 from fabench import places
 from fabench.measure import lease as device_lease
 from fabench.measure import worker_client
+from fabench.measure.spec import job_spec
 from fabench.places import LEASE_DIR_ENV, WORKER_DIR_ENV, PlaceError, check_env_places
+from fabench.shapes import parse_shape_id
+from workflow_util import REPO, tiny_config
 
 NOBODY = 65534
 
@@ -143,3 +148,35 @@ def test_a_link_planted_at_a_gpu_lock_never_changes_its_target(tmp_path):
     with pytest.raises(PlaceError, match="is a symbolic link"):
         device_lease.try_lock(gpu, folder, "test", print)
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+
+
+def read_only_mount_works() -> bool:
+    """Whether this host lets an unprivileged user namespace bind-mount a folder read-only."""
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            "mount --bind /tmp /tmp && mount -o remount,ro,bind /tmp /tmp"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or not read_only_mount_works(),
+                    reason="needs user namespaces to mount a folder read-only without root")
+def test_a_workers_folder_on_a_read_only_file_system_is_one_line_naming_the_variable(short):
+    """A real read-only file system (a bind mount made read-only in a user namespace of its own):
+    the plan's check and a job in worker mode each say so in one line naming FABENCH_WORKER_DIR,
+    no OSError traceback. Blind side: a folder read-only by its mode is not tried (root here writes
+    anyway)."""
+    short.chmod(0o700)
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"), platform="cpu")
+    read_only = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                 f'mount --bind {short} {short} && mount -o remount,ro,bind {short} {short} && exec "$@"', "sh"]
+    env = {**os.environ, WORKER_DIR_ENV: str(short),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    expected = (f"{WORKER_DIR_ENV}: {short} is not writable by you (or is on a read-only file system); "
+                f"set {WORKER_DIR_ENV} to a folder you can write")
+    plan = subprocess.run([*read_only, sys.executable, "-c", "import os; from fabench.places import check_env_places; "
+                           "print(check_env_places(os.environ))"], capture_output=True, text=True, env=env)
+    assert plan.stdout.strip() == repr([expected]), plan.stderr
+    job = subprocess.run([*read_only, sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out",
+                          str(short / "process-0.json"), "--process", "0", "--mode", "worker", "--worker-idle-s", "5"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert job.returncode == 1 and "Traceback" not in job.stdout + job.stderr, job.stderr
+    assert job.stderr.strip().splitlines()[-1] == f"[fabench] job failed: tuned b1-s64-h2-d32 process 0: {expected}"

@@ -92,7 +92,8 @@ def open_file(path: Path, flags: int, variable: str, mode: int = 0o600) -> int:
                              f"or set {variable} to a folder of your own") from None
         if err.errno == errno.ENXIO:  # a FIFO or socket no one reads: no regular file either
             raise _not_regular(path, variable) from None
-        raise
+        raise PlaceError(f"{variable}: {path} cannot be opened ({err.strerror}); set {variable} to a folder "
+                         "you can write") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _not_regular(path, variable)
@@ -149,6 +150,9 @@ def _problem(path: Path, variable: str, shared: bool) -> str | None:
         return f"{variable}: {path} is a symbolic link (to {target}), which fabench does not follow; {fix}"
     if not stat.S_ISDIR(info.st_mode):
         return f"{variable}: {path} is not a folder; remove it or {fix}"
+    if not os.access(path, os.W_OK | os.X_OK):  # access() says EROFS for a read-only file system
+        return (f"{variable}: {path} is not writable by you (or is on a read-only file system); "
+                f"set {variable} to a folder you can write")
     mine = info.st_uid == os.getuid()
     others_write = info.st_mode & 0o022
     if not shared:
