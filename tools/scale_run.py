@@ -29,6 +29,7 @@ import yaml
 from fabench.analysis import analyse_run
 from fabench.analysis.detector import injected
 from fabench.analysis.entry import analyse_result
+from fabench.cli import USAGE, Parser
 from fabench.config import ConfigError, schema_error
 from fabench.files import DataPathError, archive_entry_of, confined_path, read_json, write_atomic, write_json
 from fabench.report.render import render
@@ -42,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # An injected change of at most half or twice every time: what a detector's acceptance injects
 # (+2%, +5%), with room to spare, and far from a factor that makes no timing (0, negative, NaN).
 FACTOR_RANGE = (0.5, 2.0)
-USAGE = 2
 
 
 class ScaleError(ValueError):
@@ -132,7 +132,7 @@ def run_name_arg(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tools/scale_run.py", description=__doc__.splitlines()[0])
+    parser = Parser(prog="tools/scale_run.py", description=__doc__.splitlines()[0])
     parser.add_argument("entry", type=Path, help="an archive entry (archive/<label>/<run-id>/)")
     parser.add_argument("out", type=Path, help="the run folder to write (results/<run>/ layout): new or empty")
     parser.add_argument("--factor", type=factor_arg, required=True,
