@@ -1,6 +1,7 @@
 """A measuring process lost mid-job (its worker killed by a real SIGKILL, on this CPU): the run
 still ends with its report, the cell is failed with why, not "ok" from the process that was left,
-and the next run measures the lost process again, once.
+and the next run measures the lost process again, once; the killed worker's temporary folder is
+not left behind.
 
 Blind side: a GPU's measuring process is lost the same way (the launcher and the merge are
 torch-free and the same on every platform), but only a CPU is killed here; Slurm's and docker's
@@ -39,6 +40,8 @@ def test_a_killed_worker_fails_its_cell_with_why_and_the_next_run_measures_that_
     config = tiny_config(shapes=[{"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}])
     config["cpu"] = {**config["cpu"], "repeats": 2}
     env = environment(worker_dir)
+    env["TMPDIR"] = str(tmp_path / "tmp")  # where the measuring processes make their folders
+    (tmp_path / "tmp").mkdir()
     logs = tmp_path / "logs" / config["run"]
     workflow = subprocess.Popen(command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)
@@ -52,10 +55,13 @@ def test_a_killed_worker_fails_its_cell_with_why_and_the_next_run_measures_that_
         time.sleep(0.05)
     killed_log = measuring_log()
     [pid] = live_workers(worker_dir)
+    assert list((tmp_path / "tmp").glob(f"fabench-aiter-configs-*-{pid}-*"))  # its folder, for the variant's config
     os.kill(pid, signal.SIGSTOP)  # frozen mid-job, so that the kill lands before the job could finish
     os.kill(pid, signal.SIGKILL)
     output, _ = workflow.communicate(timeout=600)
     assert workflow.returncode == 0, output[-3000:]
+    # The killed worker's own folder (aiter's configs) was removed by its launcher, not left behind.
+    assert not [p.name for p in (tmp_path / "tmp").glob(f"fabench-aiter-configs-*-{pid}-*")]
 
     variant, shape = killed_log.parent.parent.name, killed_log.parent.name
     run_dir = tmp_path / "results" / config["run"]
