@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import jsonschema
 import pytest
@@ -276,25 +277,26 @@ def test_a_measuring_process_killed_at_its_timeout_leaves_no_temporary_folder(tm
     """The process's own folder of aiter configs (fabench.places.process_scratch) is there while it
     measures; killed at its timeout it cannot remove it, and its launcher does. Blind side: a
     launcher killed too leaves the folder to the next measuring process's sweep, not run here."""
-    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"), platform=planned_platform(docker=False))
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s512-h2-d64"), platform=planned_platform(docker=False))
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(tmp_path / "process-0.json"),
            "--aiter-config", str(kernel_config), "--process", "0", "--mode", "isolate",
-           "--timeout-s", "4" if spec.platform == "cpu" else "45"]
+           "--timeout-s", "15" if spec.platform == "cpu" else "60"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    for line in runner.stdout:
-        if "native: setting up" in line:
-            break
+    runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    # Frozen as soon as its folder is there (aiter's loader reads the variant's config from it, before
+    # any backend is set up), so that no load on this host lets the job finish first.
+    deadline = time.monotonic() + 120
+    while not (folders := list(scratch.glob("fabench-aiter-configs-*"))):
+        assert time.monotonic() < deadline and runner.poll() is None, "the measuring process made no folder"
+        time.sleep(0.01)
     [measuring] = subprocess.run(["pgrep", "-P", str(runner.pid)], capture_output=True, text=True).stdout.split()
     os.kill(int(measuring), signal.SIGSTOP)
-    [folder] = scratch.glob("fabench-aiter-configs-*")  # aiter's loader read the variant's config from it
-    assert f"-{measuring}-" in folder.name
-    runner.communicate(timeout=120)
-    assert runner.returncode == 0
+    assert [f"-{measuring}-" in folder.name for folder in folders] == [True]
+    assert runner.wait(timeout=180) == 0
     assert "timed out" in json.loads((tmp_path / "process-0.json").read_text())["method"]["process_exits"][0]["reason"]
     assert not list(scratch.iterdir())

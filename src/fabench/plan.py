@@ -30,7 +30,7 @@ from fabench.measure.devices import DECLARED_ENV, DeviceError
 from fabench.measure.runner import MEASURED_AGAIN_MAX
 from fabench.measure.spec import job_spec
 from fabench.resources import SCHEMA_DIR
-from fabench.results.contract import PROCESS_FAILED_KEY
+from fabench.results.merge import times_lost
 from fabench.results.published import PublishedError, load_published
 from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
 from fabench.shapes import shape_id
@@ -344,18 +344,10 @@ class Plan:
 
     @staticmethod
     def measured_again(process_file: str) -> str:
-        """The runner's --measured-again for a job's process file: a process that was lost (killed,
-        crashed, timed out: its file is the launcher's record of no result) is measured again by the
-        next run. Snakemake re-runs a job whose params changed, so the count a lost record implies (one
-        more than it was run with) differs from the one its job ran with, and the result measured
-        then records that count, which no longer differs: measured again once per loss, not forever.
-        Nothing ("") for a process never lost, so that its params stay as they were."""
-        try:
-            record = json.loads(Path(process_file).read_bytes())
-            ended = record["method"]["process_exits"][0]
-            count = int(ended.get("measured_again", 0)) + (1 if record.get(PROCESS_FAILED_KEY) else 0)
-        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-            return ""  # no file yet, or one the merge names as broken
+        """The runner's --measured-again for a job's process file (fabench.results.merge.times_lost):
+        a count once the process was lost, so that the job's params change and Snakemake measures it
+        again; nothing for a process never lost, whose params stay as they were."""
+        count = times_lost(Path(process_file))
         return f" --measured-again {count}" if 0 < count <= MEASURED_AGAIN_MAX else ""
 
     def stop_measuring_workers(self, cluster: bool) -> str | None:

@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a measuring process still running after S seconds is killed and its job failed")
     parser.add_argument("--measured-again", type=times_lost, default=0,
                         metavar="N", help="this process of the job was lost N times before (the workflow says so: "
-                        "fabench.plan.measured_again); recorded with how it ended")
+                        "fabench.results.merge.times_lost); recorded with how it ended")
     args = parser.parse_args(argv)
     # Read only where a worker is started: the schema is YAML, and a container's measuring process
     # (isolate mode, the image without PyYAML: the report's dependencies stay on the host) has none.

@@ -129,7 +129,7 @@ def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[t
 
 def lost_processes(collected: dict) -> list[str]:
     """A job one of whose measuring processes wrote no result (killed, crashed, timed out) is not
-    finished: the workflow's next run measures that process again (fabench.plan.Plan.measured_again)."""
+    finished: the workflow's next run measures that process again (fabench.results.merge.times_lost)."""
     lost = [f"{r['variant']}/{r['shape_id']} process {e.get('index')}" for r in collected["results"]
             for e in (r["method"].get("process_exits") or []) if isinstance(e, dict) and e.get("wrote_result") is False]
     if not lost:

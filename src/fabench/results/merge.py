@@ -62,7 +62,7 @@ def merge(results: list[dict], processes: list[dict], lost: list[dict] = ()) -> 
 def lost_reason(lost: list[dict], measured: list[int]) -> str:
     """Why a cell whose other processes measured is failed: a process of it was lost (killed, crashed,
     timed out), so its figures are of fewer processes than the method asks; the next run of the
-    workflow measures the lost process again (fabench.plan.measured_again)."""
+    workflow measures the lost process again (times_lost)."""
     said = "; ".join(str(record["reference"].get("reason") or "a process wrote no result").removeprefix(
         "no process of the job wrote a result: ") for record in lost)
     ids = ", ".join(str(i) for i in measured)
@@ -81,6 +81,21 @@ def _where(results: list[dict], index: int) -> dict:
             return {"host": prov.get("host"), "gpu_uuid": gpu.get("uuid"), "gpu_lease": lease.get("gpu"),
                     "started": prov.get("started"), "finished": prov.get("finished")}
     return {}
+
+
+def times_lost(process_file: Path) -> int:
+    """How many times this process of a job was lost (killed, crashed, timed out), as its process
+    file tells: the count its launcher was run with (--measured-again, recorded with how it
+    ended), one more when the file is the record of a process that wrote no result. Snakemake
+    re-runs a job whose params changed: a lost record's count differs from the one its job ran
+    with, so the next run measures it again, and the result then recorded keeps that count, so
+    the run after does not (once per loss, not forever). 0 for no file or one the merge refuses."""
+    try:
+        record = json.loads(Path(process_file).read_bytes())
+        count = int(record["method"]["process_exits"][0].get("measured_again", 0))
+        return count + (1 if record.get(PROCESS_FAILED_KEY) else 0)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return 0
 
 
 class ProcessFileError(ValueError):
