@@ -17,7 +17,7 @@ import time
 import jsonschema
 import pytest
 
-from fabench.measure.worker_client import live_workers
+from fabench.measure.launch.worker_client import live_workers
 from support.workers import worker_dir  # noqa: F401 (a fixture)
 from workflow_util import REPO, tiny_config, write_config
 

@@ -11,7 +11,7 @@ A job's file holds each cell's own figures only (medians, spread, stability): th
 the noise of the run's other cells and exist only in the collected results.json, derived there
 once (fabench.analysis.noise), so no two files hold different intervals for one cell.
 
-Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU, and the
+Torch-free: the coordinating process (fabench.measure.launch.runner) never touches the GPU, and the
 workflow merges the process files of a job on the host:
 
     python -m fabench.results.merge --out JOB.json PROCESS-0.json PROCESS-1.json ...
@@ -36,7 +36,7 @@ from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F4
 
 def merge(results: list[dict], processes: list[dict], lost: list[dict] = ()) -> dict:
     """The job's result from its processes' results (in process order) and how each process ended.
-    `lost`: the records of the job's processes that wrote no result (fabench.measure.launcher's
+    `lost`: the records of the job's processes that wrote no result (fabench.measure.launch.launcher's
     no_result); each backend measured ok by the others is failed with why (lost_reason)."""
     merged = copy.deepcopy(results[0])
     method = merged["method"]
