@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(default: the config's measure.worker_idle_s default)")
     parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
                         help="a measuring process still running after S seconds is killed and its job failed")
-    parser.add_argument("--measured-again", type=times_lost, default=0,
+    parser.add_argument("--measured-again", type=lost_count_arg, default=0,
                         metavar="N", help="this process of the job was lost N times before (the workflow says so: "
                         "fabench.results.merge.times_lost); recorded with how it ended")
     args = parser.parse_args(argv)
@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def times_lost(text: str) -> int:
+def lost_count_arg(text: str) -> int:
     """argparse type of --measured-again: a count, 0 to MEASURED_AGAIN_MAX."""
     if not text.isdigit() or int(text) > MEASURED_AGAIN_MAX:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count from 0 to {MEASURED_AGAIN_MAX}")
