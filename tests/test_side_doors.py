@@ -20,7 +20,7 @@ from fabench.files import DataPathError, OutputPathError, confined_path, write_a
 from fabench.results.archive_layout import RECORD, SUMS, content_sha256, sha256_hex, sums_text
 from fabench.results.archive_read import list_entries, verify_entry
 from support.runs import CUDA_13_0, make_run, read_results, write_results
-from workflow_util import REPO
+from workflow_util import REPO, planned_jobs, snakemake
 
 ENTRY = REPO / "examples/h200/archive/cuda-13.0/0003-25eb76a9"  # a real run's entry, intact (format 2)
 
@@ -226,3 +226,18 @@ def test_the_store_refuses_a_run_with_a_lost_measuring_process(tmp_path, capsys)
     code, err = store(run_dir, tmp_path / "archive", capsys)
     assert code == 1 and f"1 measuring process(es) lost, their cells failed: {first['variant']}/{first['shape_id']} " \
         "process 1 (the next snakemake run measures them again)" in err
+
+
+def test_snakemake_archive_with_the_preview_config_plans_no_store_of_it(tmp_path):
+    """`snakemake archive --configfile config/preview.yaml` stored the preview through the config's
+    own-run rule (archive_run); now that rule is not planned (the store would refuse it), and
+    the archive rule says the preview is left out. Blind side: a dry run, the rule's line is not run."""
+    proc = snakemake(tmp_path, "-n", "--cores", "1", "archive", "--configfile", str(REPO / "config" / "preview.yaml"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert planned_jobs(proc) == {"archive": 1}
+
+
+def test_scale_run_takes_a_run_name_the_config_would_take_only(tmp_path):
+    proc = tool("scale_run.py", ENTRY, tmp_path / "out", "--factor", "1", "--run", "../up")
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert one_line(proc).startswith("tools/scale_run.py: error: argument --run: '../up' does not match")

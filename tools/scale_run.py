@@ -127,7 +127,7 @@ def run_name_arg(text: str) -> str:
     schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
     problem = schema_error(text, schema["definitions"]["name"])
     if problem:
-        raise argparse.ArgumentTypeError(f"{text!r}: {problem.split(': ', 1)[-1]}")
+        raise argparse.ArgumentTypeError(problem.split(': ', 1)[-1])
     return text
 
 
