@@ -175,7 +175,7 @@ def store(run_dir: Path, root: Path, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("plant", ["plots dir", "plot file", "report"])
+@pytest.mark.parametrize("plant", ["plots dir", "plot file", "report", "run folder"])
 def test_the_store_refuses_a_link_among_the_runs_files(tmp_path, capsys, plant):
     run_dir = make_run(tmp_path / "results", "r", versions=CUDA_13_0)
     system = tmp_path / "system"
@@ -186,11 +186,15 @@ def test_the_store_refuses_a_link_among_the_runs_files(tmp_path, capsys, plant):
     elif plant == "plot file":
         (run_dir / "plots").mkdir()
         (run_dir / "plots" / "latency.png").symlink_to(system / "secret.png")
-    else:
+    elif plant == "report":
         (run_dir / "report.md").unlink()
         (run_dir / "report.md").symlink_to(system / "secret.png")
+    else:  # results/<run> itself a link, as `snakemake archive` finds every folder under results/
+        run_dir = run_dir.rename(tmp_path / "elsewhere")
+        (tmp_path / "results" / "r").symlink_to(run_dir)
+        run_dir = tmp_path / "results" / "r"
     code, err = store(run_dir, tmp_path / "archive", capsys)
-    assert code == 1 and "is a symbolic link, which fabench does not follow" in err and "not archived" in err
+    assert code == 1 and "a symbolic link, which fabench does not follow" in err
     assert len(err.strip().splitlines()) == 1 and not list_entries(tmp_path / "archive")
 
 

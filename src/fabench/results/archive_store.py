@@ -280,7 +280,9 @@ def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
     if label is not None:
         check_label(label)
     extra_files = dict(extra_files or {})
-    # A link among the run's files refuses the run before any of them is read.
+    # A link among the run's files (or the run folder a link) refuses the run before any is read.
+    if run_dir.is_symlink():
+        raise ArchiveError(f"{run_dir}: a symbolic link, which fabench does not follow; give the run folder itself")
     own_files(run_dir, [name for name in CONFIG_SOURCES if os.path.lexists(run_dir / name)])
     run_files(run_dir)
     if "config.json" not in extra_files:
