@@ -139,7 +139,9 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
             ended = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
     if result is None:  # killed, crashed or timed out: what it could not remove itself
-        remove_orphaned_scratch((ended.get("worker") or {}).get("pid"))
+        # A worker that ended mid-job (no exit code) is not this launcher's child: wait for its end.
+        lost_worker = (ended.get("worker") or {}).get("pid") if ended.get("exit_code") is None else None
+        remove_orphaned_scratch(lost_worker)
     again = {"measured_again": args.measured_again} if args.measured_again else {}
     return result, {"index": index, **ended, "wrote_result": result is not None, **again}
 
