@@ -180,3 +180,39 @@ def test_a_workers_folder_on_a_read_only_file_system_is_one_line_naming_the_vari
                          capture_output=True, text=True, env=env, timeout=300)
     assert job.returncode == 1 and "Traceback" not in job.stdout + job.stderr, job.stderr
     assert job.stderr.strip().splitlines()[-1] == f"[fabench] job failed: tuned b1-s64-h2-d32 process 0: {expected}"
+
+
+def test_the_next_measuring_process_removes_the_folders_of_ended_ones_only(tmp_path, monkeypatch):
+    """A measuring process killed with its launcher leaves its folder; the next process_scratch
+    (the next measuring process) removes it: a real process's, started and killed here. A live
+    process's folder, another user's, a link and an older fabench's folder stay."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # read TMPDIR again
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "from fabench.places import process_scratch; "
+                                  "print(process_scratch(), flush=True); import time; time.sleep(60)"],
+                                 stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+        killed = Path(child.stdout.readline().strip())
+        live_child = subprocess.Popen([sys.executable, "-c", "from fabench.places import process_scratch; "
+                                       "print(process_scratch(), flush=True); import time; time.sleep(60)"],
+                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+        live = Path(live_child.stdout.readline().strip())
+        child.kill()
+        child.wait()
+        others = tmp_path / f"{places.SCRATCH_PREFIX}{killed.name.split('-')[3]}-1-1-x"  # no such process
+        others.mkdir()
+        if os.getuid() == 0:
+            os.chown(others, NOBODY, NOBODY)
+        older = tmp_path / f"{places.SCRATCH_PREFIX}abc123"
+        older.mkdir()
+        link = tmp_path / f"{places.SCRATCH_PREFIX}{killed.name.split('-')[3]}-2-2-y"
+        link.symlink_to(tmp_path)
+        assert killed.is_dir() and live.is_dir()
+        mine = Path(places.process_scratch())
+        assert not killed.exists()
+        assert live.is_dir() and older.is_dir() and link.is_symlink() and mine.is_dir()
+        assert others.is_dir() or os.getuid() != 0  # another user's, kept (only root can make one here)
+        live_child.kill()
+        live_child.wait()
+    finally:
+        tempfile.tempdir = None
