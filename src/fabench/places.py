@@ -150,9 +150,11 @@ def _problem(path: Path, variable: str, shared: bool) -> str | None:
         return f"{variable}: {path} is a symbolic link (to {target}), which fabench does not follow; {fix}"
     if not stat.S_ISDIR(info.st_mode):
         return f"{variable}: {path} is not a folder; remove it or {fix}"
-    if not os.access(path, os.W_OK | os.X_OK):  # access() says EROFS for a read-only file system
-        return (f"{variable}: {path} is not writable by you (or is on a read-only file system); "
-                f"set {variable} to a folder you can write")
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        return f"{variable}: {path} is on a read-only file system; set {variable} to a folder you can write"
+    # A shared folder may be another's with lock files made for all; a private one is written here.
+    if not shared and not os.access(path, os.W_OK | os.X_OK):
+        return f"{variable}: {path} is not writable by you; set {variable} to a folder you can write"
     mine = info.st_uid == os.getuid()
     others_write = info.st_mode & 0o022
     if not shared:
