@@ -17,8 +17,7 @@ import time
 import jsonschema
 import pytest
 
-from fabench.measure.launch.worker_client import live_workers
-from support.workers import worker_dir  # noqa: F401 (a fixture)
+from support.workers import live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
 from workflow_util import REPO, tiny_config, write_config
 
 RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
