@@ -30,7 +30,7 @@ SHAPES = [{"batch": 4, "seq": 512, "heads": 8, "head_dim": 256}, {"batch": 4, "s
 
 def test_the_registration_says_which_backends_read_the_variant_config():
     reads = {name: backend.reads_variant_config for name, backend in BACKENDS.items()}
-    assert not any(reads[n] for n in ("native", "sdpa", "sdpa_cudnn", "sdpa_flash"))
+    assert not any(reads[n] for n in ("native", "sdpa", "sdpa_cudnn", "sdpa_flash", "fa4"))
     assert reads["triton"] and reads["flex"]  # aiter's patched file; FlexAttention's kernel_options
 
 

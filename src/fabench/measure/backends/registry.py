@@ -313,7 +313,8 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("native", "Native", _anywhere, _prepare_native, reads_variant_config=False),
-        Backend("ck", "CK", _aiter_ck, _prepare_ck),
+        # aiter's CK kernels read none of the Triton config the variants patch.
+        Backend("ck", "CK", _aiter_ck, _prepare_ck, reads_variant_config=False),
         Backend("triton", "Triton", _aiter_triton, _prepare_aiter_triton, compiled=True),
         Backend("sdpa", "SDPA", _anywhere, _prepare_sdpa, reads_variant_config=False),
         Backend("sdpa_cudnn", "SDPA (cuDNN)", _cuda_only, lambda p: _prepare_sdpa(p, "CUDNN_ATTENTION"),
@@ -321,7 +322,7 @@ BACKENDS: dict[str, Backend] = {
         Backend("sdpa_flash", "SDPA (flash)", _gpu_only, lambda p: _prepare_sdpa(p, "FLASH_ATTENTION"),
                 reads_variant_config=False),
         Backend("flex", "FlexAttention", _flex, _prepare_flex, compiled=True),
-        # Reads no variant config: the same kernel in every variant.
-        Backend("fa4", "FlashAttention-4", fa4_kernel.unavailable_reason, _prepare_fa4, compiled=True),
+        Backend("fa4", "FlashAttention-4", fa4_kernel.unavailable_reason, _prepare_fa4, compiled=True,
+                reads_variant_config=False),
     )
 }
