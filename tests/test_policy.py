@@ -207,15 +207,17 @@ def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
     flags = [f["code"] for f in cli["flags"]]
     assert "regression" not in flags and "improvement" not in flags  # no speed-up from a backend newly available
     assert flags.count("now_available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
-    # Every judgement of a cell measured stable in both runs (vs previous and vs baseline) answers
-    # but the two whose change is the SM clock's (0003 is another card, held at another clock) and
-    # two on that other card whose noise, never below what each cell's two processes show
-    # (fabench.analysis.noise.cell_sigma), hides 1.4-1.6%, more than the 1.35% margin.
+    # Judgements of cells measured stable in both runs (vs previous and vs baseline): those on one
+    # card answer; 0003 ran on another card, and the calibration's between-card noise (0.31%, the
+    # fit's: calibrations.yaml) widens every judgement against it, so 32 of its cells are noisy,
+    # and two more are the SM clock's. Measured, not chosen: the price of the between-card noise
+    # (docs/archive.md, "The trade-off").
     judged = [c[kind] for row in cli["rows"] for c in row["cells"] for kind in ("vs_previous", "vs_baseline")
               if c.get(kind) and c[kind]["code"] not in ("unstable", "now_available", "not_ok")]
     answered = [v for v in judged if v["verdict"] in ("same", "changed")]
-    assert len(answered) >= 0.9 * len(judged)
-    assert sorted(v["code"] for v in judged if v not in answered) == ["clock"] * 2 + ["noisy"] * 2
+    missed = [v for v in judged if v not in answered]
+    assert missed and all("cuda-13.0/0003-25eb76a9" in v["values"]["runs"] for v in missed)  # every one against the other card
+    assert sorted({v["code"] for v in missed}) == ["clock", "noisy"]
 
 
 @pytest.mark.parametrize("key, value, expected", [

@@ -84,7 +84,11 @@ def hardware_identity(results: list[dict]) -> dict:
     if platform == "cpu":
         cards = sorted({f"host {r['provenance'].get('host')}" for r in results if r["provenance"].get("host")})
     else:
-        cards = sorted({(r["provenance"].get("gpu") or {}).get("uuid") for r in results} - {None})
+        # The card of each measuring process where its exit recorded it (a job may spread its
+        # processes over the cards of a host), else the run's.
+        cards = sorted(({(r["provenance"].get("gpu") or {}).get("uuid") for r in results}
+                        | {e.get("gpu_uuid") for r in results for e in (r.get("method") or {}).get("process_exits") or []})
+                       - {None})
     return {"platform": platform, "device": gpu.get("name") or first.get("device"), "arch": first.get("arch"),
             "cards": cards}
 

@@ -126,9 +126,39 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
 
     Broken and schema-v1 entries are listed under left_out, with their problems, and take no
     part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order."""
-    ordered = sorted(entries, key=lambda e: e.sort_key)
+    used, left_out = _load(entries)
+    baseline = _baseline(baseline, [e.id for e, _ in used], left_out)
+    experiments = experiment_differences({entry.id: results for entry, results in used})
+    hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
+    rows, flags = _rows(used, baseline, lambda old, new: judge(old, new, rule, hardware, experiments))
+    comparison = {
+        "format": COMPARE_FORMAT,
+        "steps": steps(rows, hardware, rule, experiments),
+        "rule": {**rule.values(), "text": rule_text(rule)},
+        "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
+        "baseline": baseline,
+        "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
+        "experiments": experiments.differences,
+        "left_out": left_out,
+        "rows": rows,
+        "flags": flags,
+        "answers": answers(rows),
+        "published": None,
+    }
+    if published is not None:
+        comparison["published"] = {
+            "source": published.get("source", {}).get("document") or published.get("source", {}).get("title"),
+            "tolerance": rule.published_margin,
+            "rule": published_rule_text(rule),
+            "entries": [published_section(e, results, published, rule) for e, results in used],
+        }
+    return comparison
+
+
+def _load(entries: Iterable[Entry]) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
+    """The usable entries in order, each with its results analysed again, and those left out."""
     used, left_out = [], []
-    for entry in ordered:
+    for entry in sorted(entries, key=lambda e: e.sort_key):
         results, problems = usable_results(entry)
         if results is None:
             left_out.append({"id": entry.id, "path": str(entry.path), "problems": problems})
@@ -137,16 +167,23 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
     if not used:
         raise NothingToCompare("no entry left to compare: " + "; ".join(
             f"{x['id']}: {', '.join(x['problems'])}" for x in left_out) if left_out else "no entries given")
-    ids = [e.id for e, _ in used]
+    return used, left_out
+
+
+def _baseline(baseline: str | None, ids: list[str], left_out: list[dict]) -> str:
     if baseline is None:
-        baseline = ids[0]
-    elif baseline not in ids:
+        return ids[0]
+    if baseline not in ids:
         why = next((x["problems"] for x in left_out if x["id"] == baseline), None)
         raise CompareError(f"baseline {baseline}: " + (f"left out ({'; '.join(why)})" if why
                                                        else "not among the compared entries"))
-    experiments = experiment_differences({entry.id: results for entry, results in used})
+    return baseline
+
+
+def _rows(used: list[tuple[Entry, list[dict]]], baseline: str, verdict) -> tuple[list[dict], list[dict]]:
+    """One row per cell measured in some entry, each entry's cell judged against the previous entry
+    that has it and against the baseline by `verdict(old, new)`; and the flags among those verdicts."""
     tables = {entry.id: {(r["variant"], r["shape_id"]): r for r in results} for entry, results in used}
-    hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
     rows, flags = [], []
     for variant, sid, shape, backend in _row_order([results for _, results in used]):
         cells = []
@@ -158,47 +195,49 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
             continue  # never measured in any entry (another platform's backend)
         label = next(r["backends"][backend]["label"] for _, results in used for r in results
                      if r["variant"] == variant and r["shape_id"] == sid and backend in r["backends"])
-        base_cell = next((c for c in cells if c["entry"] == baseline and c["status"] is not None), None)
-        previous = None
-        for cell in cells:
-            cell["vs_previous"] = cell["vs_baseline"] = None
-            if cell["status"] is None:
-                continue
-            if previous is not None:
-                cell["vs_previous"] = {"entry": previous["entry"],
-                                       **judge(previous, cell, rule, hardware, experiments)}
-            if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
-                cell["vs_baseline"] = {"entry": baseline, **judge(base_cell, cell, rule, hardware, experiments)}
-            for kind in ("vs_previous", "vs_baseline"):
-                found = cell[kind]
-                if found and found["code"] in FLAGGED:
-                    flags.append({"code": found["code"], "variant": variant, "shape_id": sid, "backend": backend,
-                                  "label": label, "entry": cell["entry"], "against": found["entry"],
-                                  "against_kind": kind[3:], "ratio": found["ratio"], "why": found["why"]})
-            previous = cell
-        rows.append({"variant": variant, "shape_id": sid, "shape": shape, "backend": backend, "label": label,
-                     "cells": cells})
-    comparison = {
-        "format": COMPARE_FORMAT,
-        "steps": steps(rows, hardware, rule, experiments),
-        "rule": {**rule.as_dict(), "text": rule_text(rule)},
-        "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
-        "baseline": baseline,
-        "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
-        "experiments": experiments.differences,
-        "left_out": left_out,
-        "rows": rows,
-        "flags": flags,
-        "published": None,
-    }
-    if published is not None:
-        comparison["published"] = {
-            "source": published.get("source", {}).get("document") or published.get("source", {}).get("title"),
-            "tolerance": rule.published_margin,
-            "rule": published_rule_text(rule),
-            "entries": [published_section(e, results, published, rule) for e, results in used],
-        }
-    return comparison
+        row = {"variant": variant, "shape_id": sid, "shape": shape, "backend": backend, "label": label,
+               "cells": cells}
+        _judge_row(cells, baseline, verdict)
+        flags += _flags(row)
+        rows.append(row)
+    return rows, flags
+
+
+def _judge_row(cells: list[dict], baseline: str, verdict) -> None:
+    """Each present cell's vs_previous and vs_baseline verdicts (in place); the baseline is not
+    judged twice where it is the previous entry."""
+    base_cell = next((c for c in cells if c["entry"] == baseline and c["status"] is not None), None)
+    previous = None
+    for cell in cells:
+        cell["vs_previous"] = cell["vs_baseline"] = None
+        if cell["status"] is None:
+            continue
+        if previous is not None:
+            cell["vs_previous"] = {"entry": previous["entry"], **verdict(previous, cell)}
+        if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
+            cell["vs_baseline"] = {"entry": baseline, **verdict(base_cell, cell)}
+        previous = cell
+
+
+def _flags(row: dict) -> list[dict]:
+    found = []
+    for cell in row["cells"]:
+        for kind in ("vs_previous", "vs_baseline"):
+            verdict = cell.get(kind)
+            if verdict and verdict["code"] in FLAGGED:
+                found.append({"code": verdict["code"], "variant": row["variant"], "shape_id": row["shape_id"],
+                              "backend": row["backend"], "label": row["label"], "entry": cell["entry"],
+                              "against": verdict["entry"], "against_kind": kind[3:], "ratio": verdict["ratio"],
+                              "why": verdict["why"]})
+    return found
+
+
+def answers(rows: list[dict]) -> dict:
+    """How many cells compared with the previous entry got an answer (same or changed), the share
+    `fabench compare --min-answered` gates on: {judged, answered, share (None without any)}."""
+    verdicts = [c["vs_previous"] for row in rows for c in row["cells"] if c.get("vs_previous")]
+    answered = sum(v["verdict"] in ("same", "changed") for v in verdicts)
+    return {"judged": len(verdicts), "answered": answered, "share": answered / len(verdicts) if verdicts else None}
 
 
 class experiment_differences:
@@ -233,7 +272,8 @@ def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> lis
                     same_model.append(cell)
         for cells in series.values():
             metric = cell_metric(*cells) if len(cells) >= 3 else None
-            step = policy.find_step([(c["entry"], c[metric]) for c in cells], rule) if metric else None
+            model_rule = rule.on(hardware[cells[0]["entry"]])
+            step = policy.find_step([(c["entry"], c[metric]) for c in cells], model_rule) if metric else None
             if step:
                 cards = [hardware[step[side]]["cards"] for side in ("before", "after")]
                 found.append({"variant": row["variant"], "shape_id": row["shape_id"], "backend": row["backend"],
