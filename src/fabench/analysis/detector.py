@@ -48,7 +48,7 @@ DONE_WHEN = {"answered": (">=", 0.90), "flagged": ("<=", 0), "unstable_per_run":
              "+2%": (">=", 0.90), "+5%": (">=", 0.95), "+5% stable": (">=", 1.0), "pi_misses": ("<=", None)}
 # Designs of the rule the trade-off judges the same pairs by: margins, with and without the noise
 # a run cannot see by itself (the fit's between-run and between-card components).
-TRADE_OFF_MARGINS = (0.0135, 0.015, 0.0175, 0.02)
+TRADE_OFF_MARGINS = (0.015, 0.0175, 0.02)
 
 
 def cells_of(results: list[dict]) -> dict[tuple, dict]:
