@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fabench.analysis import analyse_run, calibration, policy, verdict_text
+from fabench.analysis import analyse_run, calibration, components, policy, verdict_text
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import Code, Rule
 from fabench.results.archive_read import Entry, EntryChanged
@@ -130,11 +130,13 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
     baseline = _baseline(baseline, [e.id for e, _ in used], left_out)
     experiments = experiment_differences({entry.id: results for entry, results in used})
     hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
-    rows, flags = _rows(used, baseline, lambda old, new: judge(old, new, rule, hardware, experiments))
+    rules, noise = noise_rules(used, rule, hardware)
+    rows, flags = _rows(used, baseline, lambda old, new: judge(old, new, rules[old["entry"]], hardware, experiments))
     comparison = {
         "format": COMPARE_FORMAT,
-        "steps": steps(rows, hardware, rule, experiments),
+        "steps": steps(rows, hardware, rules, experiments),
         "rule": {**rule.values(), "text": rule_text(rule)},
+        "noise": noise,  # per GPU model: the between-run and between-card noise judged by, and whence
         "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
         "baseline": baseline,
         "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
@@ -153,6 +155,56 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
             "entries": [published_section(e, results, published, rule) for e, results in used],
         }
     return comparison
+
+
+def noise_rules(used: list[tuple[Entry, list[dict]]], rule: Rule, hardware: dict) -> tuple[dict, list[dict]]:
+    """The rule each entry's cells are judged by (entry id -> Rule) and, per hardware key, the
+    between-run and between-card noise it holds and where they came from. On hardware with a fit
+    of its own, the fit's (so its verdicts are the calibration's); on hardware without, the
+    estimate from this archive's repeats (entries of one experiment, cells of the same code) where
+    it has a pair of that kind, else the fallback fit's; a value the config set, always. The
+    archive's own estimate is stated beside the value used wherever there is one."""
+    by_key: dict[tuple, list] = {}
+    for entry, results in used:
+        by_key.setdefault(policy.hardware_key(hardware[entry.id]), []).append((entry.id, results))
+    rules, noise = {}, []
+    for key, runs in by_key.items():
+        identity = hardware[runs[0][0]]
+        own = components.between_runs(runs) if len(runs) > 1 else {"between_run": None, "between_card": None}
+        estimated = {name: own[name] for name in ("between_run", "between_card")
+                     if own[name] is not None and name not in rule.chosen}
+        base = rule.on(identity)
+        if estimated and calibration.calibration_for(identity) is None:
+            used_rule = Rule.of({policy.CONFIG_KEY: {**rule.as_dict(), **estimated}}, identity)
+            source = {name: "this archive's repeats" if name in estimated else _source(base, name)
+                      for name in ("between_run", "between_card")}
+        else:
+            used_rule = base
+            source = {name: _source(base, name) for name in ("between_run", "between_card")}
+        rules.update(dict.fromkeys((run_id for run_id, _ in runs), used_rule))
+        noise.append({"hardware": policy.hardware_text(identity), "between_run": used_rule.between_run,
+                      "between_card": used_rule.between_card, "source": source,
+                      "archive_estimate": {name: own[name] for name in ("between_run", "between_card")},
+                      "archive_pairs": own.get("pairs")})
+    return rules, noise
+
+
+def _source(rule: Rule, name: str) -> str:
+    return "the config" if name in rule.chosen else f"calibration {rule.fit}"
+
+
+def noise_line(noise: list[dict]) -> str | None:
+    """One line: the noise a run cannot see by itself, per GPU model, as judged by, and whence."""
+    def pct(value):
+        return "n/a" if value is None else f"{value:.2%}"
+    parts = [f"{n['hardware']}: between runs {pct(n['between_run'])} ({n['source']['between_run']}), between "
+             f"cards {pct(n['between_card'])} ({n['source']['between_card']})" +
+             (f"; this archive's repeats show {pct(n['archive_estimate']['between_run'])} and "
+              f"{pct(n['archive_estimate']['between_card'])}" if any(v is not None for v in n["archive_estimate"].values()) and
+              "this archive's repeats" not in n["source"].values() else "")
+             for n in noise]
+    return ("Noise no run sees by itself (added to two runs' noise; between cards where their cards differ): "
+            + "; ".join(parts) + ".") if parts else None
 
 
 def _load(entries: Iterable[Entry]) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
@@ -256,11 +308,12 @@ class experiment_differences:
         return self.found[(old, new)]
 
 
-def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> list[dict]:
+def steps(rows: list[dict], hardware: dict, rules: dict, experiments=None) -> list[dict]:
     """Cells whose series over the archived entries (one GPU model's and one experiment's, in
     archive order, three stable runs or more) steps somewhere beyond the noise and the margin
     (analysis.policy.find_step): where, by how much, and whether the card changed there (two cards
-    of one model differ by up to a few percent under a power cap)."""
+    of one model differ by up to a few percent under a power cap); `rules`: entry id -> the rule
+    its cells are judged by (noise_rules)."""
     found = []
     for row in rows:
         series: dict[tuple, list] = {}
@@ -272,8 +325,8 @@ def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> lis
                     same_model.append(cell)
         for cells in series.values():
             metric = cell_metric(*cells) if len(cells) >= 3 else None
-            model_rule = rule.on(hardware[cells[0]["entry"]])
-            step = policy.find_step([(c["entry"], c[metric]) for c in cells], model_rule) if metric else None
+            step = (policy.find_step([(c["entry"], c[metric]) for c in cells], rules[cells[0]["entry"]])
+                    if metric else None)
             if step:
                 cards = [hardware[step[side]]["cards"] for side in ("before", "after")]
                 found.append({"variant": row["variant"], "shape_id": row["shape_id"], "backend": row["backend"],
