@@ -113,6 +113,23 @@ def test_every_calibration_names_real_runs_and_at_least_one_of_its_own_hardware(
         assert any(own), key  # a calibration fitted on other hardware only would be none
 
 
+def test_the_held_out_runs_are_in_their_archives_and_held_out_until_a_fit_names_them(tmp_path, monkeypatch):
+    import tarfile
+
+    (fit,) = {fit["name"]: fit for fit in calibration.calibrations().values()}.values()
+    for run in fit["held_out"]:
+        with tarfile.open(REPO / run["archive"]) as tar:
+            assert f"archive/{run['entry']}/results.json" in tar.getnames(), run
+    held = {run["entry"].split("/")[-1] for run in fit["held_out"]}
+    assert len(held) == 7 and {calibration.held_out_runs()[r] for r in held} == {"held out"}
+    # A fit that names one of them among its runs makes it in-sample (and may not also hold it out).
+    def name_one(data):
+        chosen = data["fits"][data["fallback"]]
+        chosen["runs"].append(chosen["held_out"].pop())
+    yaml_with(tmp_path, monkeypatch, name_one)
+    assert sorted(calibration.held_out_runs().values()).count("fitted") == 6
+
+
 def test_a_verdict_by_the_rule_says_whether_its_hardware_is_calibrated():
     old, new = analysed("cuda-13.0/0001-d37d7e44"), analysed("cuda-13.0/0002-7a004542")
     h200 = hardware_identity(old)

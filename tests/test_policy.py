@@ -257,3 +257,34 @@ def test_a_run_of_one_process_per_job_predicts_nothing_and_compare_cannot_tell()
              for b in a["backends"] if a["backends"][b]["status"] == "ok" == n["backends"][b]["status"]]
     verdicts = [policy.judge(a, b, DEFAULTS)["code"] for a, b in pairs if a["stats"].get("stable") and b["stats"].get("stable")]
     assert verdicts and set(verdicts) == {Code.ONE_PROCESS}
+
+
+def compare_cli(tmp_path, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "fabench.cli", "compare", *args, "--out-md", str(tmp_path / "c.md")],
+                          env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_a_ci_gate_fails_where_it_judged_too_few_cells(tmp_path):
+    """`--fail-on regression` on two runs of which no cell could be judged (another experiment:
+    every cell `other_experiment`) exits 4, not 0; `--min-answered` sets the share, alone too."""
+    import tarfile
+
+    with tarfile.open(REPO / "examples" / "h200-x2-2026-11-27" / "archive.tgz") as tar:
+        for name in tar.getnames():
+            if name.startswith("archive/cuda-13.0/0001-3878ea69/"):
+                tar.extract(name, tmp_path, filter="data")
+    other = tmp_path / "archive" / "cuda-13.0" / "0001-3878ea69"
+    pair = [str(H200 / "cuda-13.0" / "0002-7a004542"), str(other)]
+    gated = compare_cli(tmp_path, *pair, "--fail-on", "regression", "--out-json", str(tmp_path / "c.json"))
+    answers = json.loads((tmp_path / "c.json").read_text())["answers"]
+    assert answers["answered"] == 0 and answers["judged"] >= 20
+    assert gated.returncode == 4, gated.stderr
+    assert gated.stderr.strip().splitlines()[-1] == (
+        f"fabench compare: 0 of {answers['judged']} cells compared got an answer (0%), fewer than --min-answered 90%")
+    assert compare_cli(tmp_path, *pair).returncode == 0  # a report, no gate asked for
+    # The committed H200 runs: 89 of 120 answered vs previous (74%).
+    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "0.7").returncode == 0
+    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "80%").returncode == 4
+    refused = compare_cli(tmp_path, "--root", str(H200), "--min-answered", "1.5")
+    assert refused.returncode == 2 and "--min-answered: '1.5': give a share between 0 and 1" in refused.stderr

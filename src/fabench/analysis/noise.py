@@ -148,7 +148,12 @@ def add_intervals(results: list[dict], metric: str) -> None:
         # One process per job cannot see the noise from process to process, the largest part of
         # what separates two runs (two CPU runs in a row: 6 of 20 medians inside such an interval):
         # no prediction interval is given rather than one that does not predict.
-        figure["pi95"] = (interval(figure["median"], t * math.sqrt(2.0 * sigma**2 / replicates + unseen))
+        # The between-run and between-card parts are known from many cells: stats.welch_df.
+        pi_df = stats.welch_df([(2.0 * sigma**2 / replicates, df), (unseen, math.inf)])
+        pi_t = stats.t_quantile(stats.two_sided(LEVEL), pi_df)
+        # Never narrower than the process part alone at the run's own t (as before the components).
+        reach = max(pi_t * math.sqrt(2.0 * sigma**2 / replicates + unseen), t * sigma * math.sqrt(2.0 / replicates))
+        figure["pi95"] = (interval(figure["median"], reach)
                           if cell["between"] == "processes" else None)
         figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
                            "between": cell["between"]}

@@ -4,8 +4,10 @@ be compared at all. compare, step detection, the report's claims, published vs r
 detector-check, the merge and tools/ all ask here.
 
 A cell's change is d = log(new median / old median); its noise is the two runs' pooled noise
-(fabench.analysis.noise): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new), with df degrees of
-freedom. Two tests on it, as asv and nvbench do (docs/archive.md compares them):
+(fabench.analysis.noise) and what no run sees by itself (fabench.analysis.components):
+sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new + 2 between_run^2 [+ 2 between_card^2 where the
+runs' cards differ]), the components the rule's (the calibration's), with the degrees of freedom
+of that sum (stats.welch_df). Two tests on it, as asv and nvbench do (docs/archive.md compares them):
   beyond the noise   |d| > t(1 - alpha/2, df) * sd: at most `alpha` of the cells of two runs of one
                      experiment on one card are beyond the noise by chance;
   within the margin  the change's (1 - 2 * equivalence_alpha) interval, d +- t(1 - equivalence_alpha,
@@ -130,8 +132,8 @@ class Rule:
         return {**{k: getattr(self, k) for k in self.keys()}, "fit": self.fit, "chosen": list(self.chosen)}
 
     def text(self) -> str:
-        return (f"changed (a regression or an improvement) when the median moved beyond the two runs' noise "
-                f"(their process noise, and the between-run noise of {self.between_run:.2%} and, where their cards "
+        return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
+                f"(between their processes, and the between-run noise of {self.between_run:.2%} and, where their cards "
                 f"differ, the between-card noise of {self.between_card:.2%}: at most {self.alpha:.1%} of the cells of "
                 f"two runs of one experiment lie beyond it by chance) AND by "
                 f"more than the margin of {self.margin:.2%}; same when the change's "
@@ -185,17 +187,20 @@ def _noise(figure: dict) -> tuple[float, int, int] | None:
     return noise["sigma"], noise["df"], noise["replicates"]
 
 
-def change_noise(old: dict, new: dict, rule: "Rule | None" = None, other_cards: bool = False) -> tuple[float, int] | None:
+def change_noise(old: dict, new: dict, rule: "Rule | None" = None, other_cards: bool = False) -> tuple[float, float] | None:
     """(sd of the log change, degrees of freedom): both runs' process noise, and, with a rule, the
     noise a run cannot see by itself (fabench.analysis.components): twice the between-run variance,
-    and twice the between-card variance where the two runs' cards differ."""
+    and twice the between-card variance where the two runs' cards differ. Those come from many
+    cells of other runs (calibrations.yaml): they count as known, and the degrees of freedom are
+    the sum's (stats.welch_df)."""
     a, b = _noise(old), _noise(new)
     if a is None or b is None:
         return None
-    variance = a[0] ** 2 / a[2] + b[0] ** 2 / b[2]
+    process = a[0] ** 2 / a[2] + b[0] ** 2 / b[2]
+    unseen = 0.0
     if rule is not None:
-        variance += 2 * rule.between_run ** 2 + (2 * rule.between_card ** 2 if other_cards else 0.0)
-    return math.sqrt(variance), min(a[1], b[1])
+        unseen = 2 * rule.between_run ** 2 + (2 * rule.between_card ** 2 if other_cards else 0.0)
+    return math.sqrt(process + unseen), stats.welch_df([(process, min(a[1], b[1])), (unseen, math.inf)])
 
 
 def noise_limit(sd: float, df: int, rule: Rule) -> float:
