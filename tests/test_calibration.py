@@ -188,3 +188,30 @@ def test_the_command_says_a_broken_calibration_file_in_one_line(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         "fabench compare: error: calibrations.yaml: fits.h200-h100-2026-11-25: 'floor' is a required property"]
+
+
+def test_compare_takes_the_unseen_noise_from_the_fit_else_from_the_archives_repeats(tmp_path, monkeypatch):
+    """On calibrated hardware the fit's between-run and between-card noise (the archive's own
+    estimate stated beside it); with the H200's calibration removed, the archive's repeats."""
+    from fabench.analysis.components import between_runs
+
+    fitted = compare_entries(list_entries(H200), Rule.of({}))
+    (noise,) = fitted["noise"]
+    fit = calibration.fallback()
+    assert (noise["between_run"], noise["between_card"]) == (fit["between_run"], fit["between_card"])
+    assert set(noise["source"].values()) == {f"calibration {fit['name']}"}
+    runs = [(e.id, analyse_run({"results": e.results()["results"]})["results"]) for e in list_entries(H200)]
+    own = between_runs(runs)
+    assert noise["archive_estimate"] == {"between_run": own["between_run"], "between_card": own["between_card"]}
+    assert "this archive's repeats show" in render_markdown(fitted)
+
+    yaml_with(tmp_path, monkeypatch, lambda d: d["calibrations"].pop(0))  # the H200 has no fit now
+    alone = compare_entries(list_entries(H200), Rule.of({}))
+    (noise,) = alone["noise"]
+    assert set(noise["source"].values()) == {"this archive's repeats"}
+    assert noise["between_card"] == own["between_card"] and own["between_card"] != fit["between_card"]
+    verdicts = [c["vs_previous"] for row in alone["rows"] for c in row["cells"] if c.get("vs_previous")]
+    assert {v.get("calibrated") for v in verdicts if "calibrated" in v} == {False}
+    # A value the config sets is the config's, on any hardware.
+    chosen = compare_entries(list_entries(H200), Rule.of({"comparison": {"between_card": 0.01}}))
+    assert chosen["noise"][0]["between_card"] == 0.01 and chosen["noise"][0]["source"]["between_card"] == "the config"
