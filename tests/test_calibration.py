@@ -215,3 +215,20 @@ def test_compare_takes_the_unseen_noise_from_the_fit_else_from_the_archives_repe
     # A value the config sets is the config's, on any hardware.
     chosen = compare_entries(list_entries(H200), Rule.of({"comparison": {"between_card": 0.01}}))
     assert chosen["noise"][0]["between_card"] == 0.01 and chosen["noise"][0]["source"]["between_card"] == "the config"
+
+
+def test_fabench_compare_with_a_margin_by_hand_is_not_calibrated(tmp_path):
+    """`--margin 0.2` on the calibrated H200: every verdict by the rule says calibrated false; the
+    same comparison without it, true."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    marks = []
+    for extra in ([], ["--margin", "0.2"]):
+        out = tmp_path / f"c{len(extra)}.json"
+        done = subprocess.run([sys.executable, "-m", "fabench.cli", "compare", "--root", str(H200), "--out-json",
+                               str(out), "--out-md", str(tmp_path / "c.md"), *extra], env=env, capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr
+        verdicts = [c["vs_previous"] for row in json.loads(out.read_text())["rows"] for c in row["cells"]
+                    if c.get("vs_previous") and c["vs_previous"].get("calibrated") is not None]
+        marks.append({v["calibrated"] for v in verdicts})
+    assert marks == [{True}, {False}]
