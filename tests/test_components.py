@@ -94,3 +94,19 @@ def test_a_whole_run_shift_is_no_regression_once_the_rule_carries_the_between_ru
     blind = Rule.of({"comparison": {"between_run": 0.0, "between_card": 0.0, "margin": 0.005}})
     aware = Rule.of({"comparison": {"between_run": 0.01, "between_card": 0.0, "margin": 0.005}})
     assert changed(blind) >= 10 and changed(aware) <= 1
+
+
+def test_the_report_states_the_components_of_its_run_and_the_calibrations():
+    from pathlib import Path
+
+    from fabench.analysis import calibration
+    from fabench.report.model import Run
+    from fabench.report.sections import precision
+
+    entry = Path(__file__).resolve().parents[1] / "examples" / "h200" / "archive" / "cuda-13.0" / "0003-25eb76a9"
+    collected = analyse_run(json.loads((entry / "results.json").read_text()))
+    found = precision.context(Run(collected, json.loads((entry / "config.json").read_text())), None)["components"]
+    own, fit = run_components(collected["results"]), calibration.fallback()
+    assert found == {"within": f"{own['within_process']:.2%}", "between": f"{own['between_process']:.2%}",
+                     "cards": None, "run": f"{fit['between_run']:.2%}", "card": f"{fit['between_card']:.2%}",
+                     "fit": fit["name"], "calibrated": True}
