@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from fabench.analysis import analyse_run, calibration, noise, policy
+from fabench.analysis import analyse_run, calibration, policy
 from fabench.analysis.identity import hardware_identity, hardware_key
 from fabench.analysis.policy import Rule
 from fabench.report.compare_markdown import render_markdown

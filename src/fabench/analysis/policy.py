@@ -30,11 +30,11 @@ runs on one card and on two cards of one GPU model (docs/archive.md, "The compar
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from fabench.analysis import calibration, stats
-from fabench.analysis.figures import METRICS, cell_metric, trial_values
+from fabench.analysis.figures import cell_metric, trial_values
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
     code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity, hardware_key,
