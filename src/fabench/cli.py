@@ -19,7 +19,7 @@ Exit status: 0 done; 1 an integrity problem (a changed or missing archived file,
 out of a comparison, a run refused as incomplete or as already archived) or an entry that could
 not be written (a full disk: nothing is left of it); 2 a usage error (bad option or --label, no
 such entry); 3 a regression, with `compare --fail-on regression`; 4 too few cells judged: the
-share of cells compared with the previous entry that got same or changed is below
+share of ok cells compared with the previous entry that got same or changed is below
 `compare --min-answered` (with `--fail-on regression` its default is 0.9, else it is asked for
 alone), so a CI gate fails where it has no evidence (a regression, 3, is reported first); 130 interrupted (SIGINT or SIGTERM: an entry is
 stored whole or not at all).
@@ -160,7 +160,7 @@ def build_parser() -> Parser:
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
                          "(for CI)")
     compare.add_argument("--min-answered", type=share_type, metavar="SHARE",
-                         help="exit with status 4 when fewer than this share of the cells compared with the previous "
+                         help="exit with status 4 when fewer than this share of the ok cells compared with the previous "
                          f"entry got an answer (same or changed) (default: {MIN_ANSWERED} with --fail-on, else "
                          "never; 0: never)")
     check = commands.add_parser("detector-check", help="the change detector's false alarms, answers, calibration "
@@ -306,7 +306,7 @@ def cmd_compare(args) -> int:
     answers = comparison["answers"]
     least = args.min_answered if args.min_answered is not None else MIN_ANSWERED if args.fail_on else 0.0
     if answers["judged"] and answers["share"] < least:
-        print(f"{prog}: {answers['answered']} of {answers['judged']} cells compared got an answer "
+        print(f"{prog}: {answers['answered']} of {answers['judged']} ok cells compared got an answer "
               f"({answers['share']:.0%}), fewer than --min-answered {least:.0%}", file=sys.stderr)
         return TOO_FEW_ANSWERED
     return 0

@@ -285,9 +285,11 @@ def _flags(row: dict) -> list[dict]:
 
 
 def answers(rows: list[dict]) -> dict:
-    """How many cells compared with the previous entry got an answer (same or changed), the share
+    """How many ok cells compared with the previous entry got an answer (same or changed), the share
     `fabench compare --min-answered` gates on: {judged, answered, share (None without any)}."""
-    verdicts = [c["vs_previous"] for row in rows for c in row["cells"] if c.get("vs_previous")]
+    # A cell measured in neither run (the same failing status in both) is no ok cell to judge.
+    verdicts = [c["vs_previous"] for row in rows for c in row["cells"]
+                if c.get("vs_previous") and c["vs_previous"]["code"] != Code.NOT_OK]
     answered = sum(v["verdict"] in ("same", "changed") for v in verdicts)
     return {"judged": len(verdicts), "answered": answered, "share": answered / len(verdicts) if verdicts else None}
 
