@@ -39,7 +39,7 @@ def trade_off_table(check: dict) -> list[str]:
 
 def components_table(check: dict) -> list[str]:
     lines = ["| Hardware | Runs | Pairs: same card / other card | Cells | Between runs (one card) | "
-             "Between cards | Cells with their own estimate |", "|---|---|---|---|---|---|---|"]
+             "Between cards | Cells with an estimate of their own (2+ pairs; the rule uses the pooled) |", "|---|---|---|---|---|---|---|"]
     for c in check["components"]:
         sd = ["n/a (no such pair)" if c[k] is None else f"{c[k]:.2%}" for k in ("between_run", "between_card")]
         lines.append(f"| {c['hardware']} | {len(c['runs'])} | {c['pairs']['same card']} / {c['pairs']['other card']} | "
