@@ -4,8 +4,10 @@ be compared at all. compare, step detection, the report's claims, published vs r
 detector-check, the merge and tools/ all ask here.
 
 A cell's change is d = log(new median / old median); its noise is the two runs' pooled noise
-(fabench.analysis.noise): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new), with df degrees of
-freedom. Two tests on it, as asv and nvbench do (docs/archive.md compares them):
+(fabench.analysis.noise) and what no run sees by itself (fabench.analysis.components):
+sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new + 2 between_run^2 [+ 2 between_card^2 where the
+runs' cards differ]), the components the rule's (the calibration's), with the degrees of freedom
+of that sum (stats.welch_df). Two tests on it, as asv and nvbench do (docs/archive.md compares them):
   beyond the noise   |d| > t(1 - alpha/2, df) * sd: at most `alpha` of the cells of two runs of one
                      experiment on one card are beyond the noise by chance;
   within the margin  the change's (1 - 2 * equivalence_alpha) interval, d +- t(1 - equivalence_alpha,
@@ -28,11 +30,11 @@ runs on one card and on two cards of one GPU model (docs/archive.md, "The compar
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from fabench.analysis import calibration, stats
-from fabench.analysis.figures import METRICS, cell_metric, trial_values
+from fabench.analysis.figures import cell_metric, trial_values
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
     code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity, hardware_key,
@@ -48,26 +50,48 @@ class RuleError(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    """The comparison rule's parameters (config key `comparison`)."""
+    """The comparison rule's parameters (config key `comparison`). The fitted ones (margin and the
+    between-run and between-card noise, calibration.RULE_VALUES) come from the calibration of the
+    hardware judged (calibrations.yaml, read by Rule.of and Rule.on) where the config leaves them
+    out; `chosen` names those the config set, `fit` the fit the others came from."""
 
-    margin: float = 0.0135  # the smallest change called a regression or improvement
+    margin: float | None = None  # the smallest change called a regression or improvement
     alpha: float = 0.02  # chance that one cell of two runs of one experiment is beyond the noise by chance
     equivalence_alpha: float = 0.05  # chance that a change beyond the margin is called same
     power: float = 0.8  # for the smallest detectable change, stated beside "cannot tell"
     published_margin: float = 0.05  # published (no interval) vs reproduced: a difference beyond this
+    between_run: float | None = None  # sd of a whole run's shift on one card (fabench.analysis.components)
+    between_card: float | None = None  # sd of one card's shift against another of the model
+    chosen: tuple = ()  # the fitted values the config set (not taken from the calibration)
+    fit: str | None = None  # the calibration fit the other fitted values came from
+    hardware_key: tuple | None = None  # the hardware whose fit (or the fallback) filled them; None: the fallback
 
     def __post_init__(self):
+        if self.fit is None:  # built from settings (Rule.of), not a copy of a resolved rule
+            fitted = calibration.values_for(dict(zip(calibration.HARDWARE_KEYS, self.hardware_key))
+                                            if self.hardware_key else None)
+            chosen = {name for name in calibration.RULE_VALUES if getattr(self, name) is not None}
+            for name in calibration.RULE_VALUES:
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, fitted[name])
+            object.__setattr__(self, "chosen", tuple(sorted(chosen | set(self.chosen))))
+            object.__setattr__(self, "fit", fitted["name"])
         for name in ("margin", "alpha", "equivalence_alpha", "published_margin"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.015 for 1.5%)")
+        for name in ("between_run", "between_card"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 0.5:
+                raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a relative sd in [0, 0.5) (0.002 for 0.2%)")
         if isinstance(self.power, bool) or not isinstance(self.power, (int, float)) or not 0.5 <= self.power < 1:
             raise RuleError(f"{CONFIG_KEY}.power: {self.power!r}; expected a probability in [0.5, 1)")
 
     @classmethod
-    def of(cls, config: dict | None) -> "Rule":
-        """The rule of a workflow config: its `comparison` key, the policy's defaults for what it
-        leaves out. The one way to build a rule from settings, so every consumer reads the same key.
+    def of(cls, config: dict | None, hardware: dict | None = None) -> "Rule":
+        """The rule of a workflow config: its `comparison` key; what it leaves out, the fitted values
+        of `hardware`'s calibration (else the fallback fit's, calibrations.yaml) and the policy's
+        defaults. The one way to build a rule from settings, so every consumer reads the same key.
         Only `comparison` is read: an archived run's config may still hold the retired keys, which a
         config about to be used is refused for (refuse_retired)."""
         given = (config or {}).get(CONFIG_KEY) or {}
@@ -76,18 +100,42 @@ class Rule:
         unknown = sorted(set(given) - set(cls.keys()))
         if unknown:
             raise RuleError(f"{CONFIG_KEY}.{unknown[0]}: unknown key; expected one of {', '.join(cls.keys())}")
-        return cls(**{k: v for k, v in given.items() if v is not None})
+        return cls(**{k: v for k, v in given.items() if v is not None},
+                   hardware_key=calibration.hardware_key(hardware) if hardware else None)
+
+    def on(self, hardware: dict | None) -> "Rule":
+        """This rule for a verdict on `hardware`: the values the config set kept, the others from
+        that hardware's fit (the fallback's where it has none)."""
+        key = calibration.hardware_key(hardware) if hardware else None
+        if key == self.hardware_key or key is None:
+            return self
+        return Rule.of({CONFIG_KEY: self.as_dict()}, hardware)
+
+    def calibrated_on(self, hardware: dict | None) -> bool:
+        """Whether this rule is the calibration of `hardware`: it has a fit, and the rule's fitted
+        values are that fit's (a margin set by hand, even on calibrated hardware, is not)."""
+        fit = calibration.calibration_for(hardware)
+        return fit is not None and all(getattr(self, name) == fit[name] for name in calibration.RULE_VALUES)
 
     @staticmethod
     def keys() -> list[str]:
-        return [f.name for f in fields(Rule)]
+        return [f.name for f in fields(Rule) if f.name not in ("chosen", "fit", "hardware_key")]
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The rule as a `comparison` config: the values the config set and the policy's own
+        parameters (the calibration fills the rest again where it is read: Rule.of)."""
+        return {k: getattr(self, k) for k in self.keys()
+                if k not in calibration.RULE_VALUES or k in self.chosen}
+
+    def values(self) -> dict:
+        """Every parameter the rule judges by, the fitted ones included, and where those came from."""
+        return {**{k: getattr(self, k) for k in self.keys()}, "fit": self.fit, "chosen": list(self.chosen)}
 
     def text(self) -> str:
         return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
-                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by "
+                f"(between their processes, and the between-run noise of {self.between_run:.2%} and, where their cards "
+                f"differ, the between-card noise of {self.between_card:.2%}: at most {self.alpha:.1%} of the cells of "
+                f"two runs of one experiment lie beyond it by chance) AND by "
                 f"more than the margin of {self.margin:.2%}; same when the change's "
                 f"{1 - 2 * self.equivalence_alpha:.0%} interval lies within +-{self.margin:.2%} (a change beyond the "
                 f"noise but within the margin is named `small_change`); "
@@ -139,12 +187,20 @@ def _noise(figure: dict) -> tuple[float, int, int] | None:
     return noise["sigma"], noise["df"], noise["replicates"]
 
 
-def change_noise(old: dict, new: dict) -> tuple[float, int] | None:
-    """(sd of the log change, degrees of freedom) from both runs' pooled noise."""
+def change_noise(old: dict, new: dict, rule: "Rule | None" = None, other_cards: bool = False) -> tuple[float, float] | None:
+    """(sd of the log change, degrees of freedom): both runs' process noise, and, with a rule, the
+    noise a run cannot see by itself (fabench.analysis.components): twice the between-run variance,
+    and twice the between-card variance where the two runs' cards differ. Those come from many
+    cells of other runs (calibrations.yaml): they count as known, and the degrees of freedom are
+    the sum's (stats.welch_df)."""
     a, b = _noise(old), _noise(new)
     if a is None or b is None:
         return None
-    return math.sqrt(a[0] ** 2 / a[2] + b[0] ** 2 / b[2]), min(a[1], b[1])
+    process = a[0] ** 2 / a[2] + b[0] ** 2 / b[2]
+    unseen = 0.0
+    if rule is not None:
+        unseen = 2 * rule.between_run ** 2 + (2 * rule.between_card ** 2 if other_cards else 0.0)
+    return math.sqrt(process + unseen), stats.welch_df([(process, min(a[1], b[1])), (unseen, math.inf)])
 
 
 def noise_limit(sd: float, df: int, rule: Rule) -> float:
@@ -206,11 +262,13 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
     one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
     if one_process:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
-    noise = change_noise(a, b)
+    rule = rule.on(hardware[0] if hardware else None)  # the fitted values of the hardware judged
+    noise = change_noise(a, b, rule, other_cards=bool(hardware) and not same_card(*hardware))
     if noise is None:
         return _verdict(Code.NO_INTERVAL, names, **base)
-    # Whether the rule's margin and floor were fitted on this hardware (fabench.analysis.calibration).
-    return calibration.mark(_by_rule(old, new, noise, rule, names, base), hardware)
+    # Whether the rule is the calibration of this hardware (fabench.analysis.calibration).
+    calibrated = rule.calibrated_on(hardware[0]) if hardware else None
+    return calibration.mark(_by_rule(old, new, noise, rule, names, base), hardware, calibrated)
 
 
 def _by_rule(old: dict, new: dict, noise: tuple[float, int], rule: Rule, names: tuple[str, str], base: dict) -> dict:
@@ -266,7 +324,7 @@ def clock_explains(old: dict, new: dict, metric: str, limit: float) -> dict | No
 
 def find_step(points: list[tuple[str, dict]], rule: Rule) -> dict | None:
     """The step in a series of one cell's analysed figures ([(entry id, figure)] in time order,
-    same hardware): the split whose before and after means differ most in units of their noise,
+    same hardware; the rule resolved for it, Rule.on): the split whose before and after means differ most in units of their noise,
     when that difference is beyond the noise (the rule's alpha) and the rule's margin; None
     without one. Needs 3 runs."""
     usable = [(entry, f) for entry, f in points if f and f.get("noise") and f.get("median")]
@@ -277,7 +335,7 @@ def find_step(points: list[tuple[str, dict]], rule: Rule) -> dict | None:
     for split in range(1, len(usable)):
         before, after = usable[:split], usable[split:]
         shift = _log_mean(after) - _log_mean(before)
-        sd = math.sqrt(_mean_variance(before) + _mean_variance(after))
+        sd = math.sqrt(_mean_variance(before, rule) + _mean_variance(after, rule))
         score = abs(shift) / sd if sd else 0.0
         if (score > stats.t_quantile(stats.two_sided(1 - rule.alpha), df) and abs(shift) > math.log1p(rule.margin)
                 and (best is None or score > best["score"])):
@@ -290,8 +348,9 @@ def _log_mean(part: list) -> float:
     return sum(math.log(f["median"]) for _, f in part) / len(part)
 
 
-def _mean_variance(part: list) -> float:
-    return sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] for _, f in part) / len(part) ** 2
+def _mean_variance(part: list, rule: Rule) -> float:
+    # Each run's figure carries its process noise and its own shift (the between-run component).
+    return sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] + rule.between_run ** 2 for _, f in part) / len(part) ** 2
 
 
 # ---------------------------------------------------------------- a figure against a published number

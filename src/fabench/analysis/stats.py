@@ -49,6 +49,15 @@ def t_quantile(probability: float, df: float) -> float:
     return float(_scipy().t.ppf(probability, df))
 
 
+def welch_df(parts: list[tuple[float, float]]) -> float:
+    """The degrees of freedom of a sum of variance estimates [(variance, df)] (Welch-Satterthwaite):
+    a part known from many cells (df = inf) adds variance but no uncertainty of its own, so a sum
+    of a 1-df process part and such a part is not held to t(1)."""
+    total = sum(v for v, _ in parts)
+    spread = sum(v * v / df for v, df in parts if v > 0 and not math.isinf(df))
+    return math.inf if spread == 0 else total * total / spread
+
+
 def two_sided(level: float) -> float:
     """The upper quantile's probability of a two-sided interval at `level`."""
     return 1.0 - (1.0 - level) / 2.0

@@ -13,6 +13,7 @@ import time
 from typing import Iterator
 
 from fabench.analysis import claims
+from fabench.analysis.identity import hardware_identity
 from fabench.analysis.policy import Rule
 from fabench.results.shared import measured_once, shown
 from fabench.shapes import main_head_dim, shape_key, shape_text
@@ -87,7 +88,9 @@ class Run:
         collected = shown(collected)
         self.name = collected.get("run") or config.get("run")
         self.config = config
-        self.rule = Rule.of(config)  # the comparison policy's rule every claim of the report follows
+        # The comparison policy's rule every claim of the report follows, with the fitted values of
+        # the hardware the run measured (calibrations.yaml).
+        self.rule = Rule.of(config, hardware_identity(collected["results"]))
         # A publication's numbers recast as a run (tests/support/published_run.py): no job of it ever started.
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
