@@ -39,6 +39,7 @@ from fabench.analysis import calibration, stats
 from fabench.analysis.identity import hardware_identity
 from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_result, power_capped
 from fabench.analysis.figures import METRICS
+from fabench.measure.record import MIN_MS
 
 LEVEL = 0.95
 POOL_CELLS = 16
@@ -100,7 +101,10 @@ def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
 
 
 def interval(median: float, half_log: float) -> list[float]:
-    return [median * math.exp(-half_log), median * math.exp(half_log)]
+    """median x/÷ exp(half_log); a lower end below the shortest measurable time reads 0 (a wide
+    interval of a short cell from few ok processes reached 1e-7 ms, which no reader accepts)."""
+    low = median * math.exp(-half_log)
+    return [low if low >= MIN_MS else 0.0, median * math.exp(half_log)]
 
 
 def cell_sigma(cell: dict, pooled: float, t: float, floor: float) -> float:
