@@ -18,13 +18,14 @@ any difference between them is run-to-run noise, and no claim that one variant i
 from __future__ import annotations
 
 from fabench.analysis import policy, verdict_text
-from fabench.analysis.figures import METRICS
+from fabench.analysis.figures import METRICS, cell_metric
+from fabench.analysis.pairs import PairNoise
 from fabench.analysis.policy import Code, Rule, judge
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
-# The claim's code where an unstable cell is still beaten by every trial (policy.trials_apart).
+# The claim's code where an unstable cell of another job is still beaten by every process (policy.processes_apart).
 SEPARATED = "separated"
 ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
 
@@ -57,7 +58,8 @@ def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
 
 
 def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] = ("a", "b"),
-            published: bool = False) -> dict:
+            published: bool = False, same_job: bool = False, pair_noise: PairNoise | None = None,
+            between_runs: float = 0.0) -> dict:
     """What the run may say about two analysed backend entries of it: the policy's verdict
     (fabench.analysis.policy.judge, a taken as the old and b as the new) in a claim's words.
 
@@ -66,7 +68,11 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     "same" (within the margin), "below margin" (real, but within the margin), "cannot tell",
     "as published" or "not measured"; `faster` is set where the direction is a claim (faster,
     below margin, as published). `names` name the cells in `why`. `published`: the cells are a
-    publication's numbers, which carry no analysis: compared as published, and the claim says so."""
+    publication's numbers, which carry no analysis: compared as published, and the claim says so.
+    `same_job`: the two are backends of one job, interleaved trial by trial in its processes: the
+    policy's paired test (policy.paired) at the process unit, with the run's pooled noise of such
+    pairs (`pair_noise`, pairs.PairNoise); else the verdict between two runs' figures (policy.judge),
+    with the unstable exception at the process unit (policy.processes_apart)."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both", code=Code.MISSING)
     figures = _published_figure(a), _published_figure(b)
@@ -74,19 +80,24 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
         low, high = sorted(figures)
         return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
                       "published figures, no noise estimate: compared as published", "wall_mean_ms")
-    verdict = judge(a, b, rule, names=names)
+    metric = cell_metric(a, b)
+    if same_job and metric is not None:
+        verdict = policy.paired(a, b, metric, rule, pair_noise, names=names, between_runs=between_runs)
+    else:
+        verdict = judge(a, b, rule, names=names)
     metric, ratio, code = verdict["metric"], verdict["ratio"], verdict["code"]
     # The verdict's change reads "new against old" between runs; two cells of one run say it as a factor.
     reason = verdict_text.reason(verdict)
     if ratio is None:
         return _claim("cannot tell", None, None, reason, metric, code)
     faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
-    why = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
-    if verdict["verdict"] == "cannot tell" and code == Code.UNSTABLE:
-        apart = policy.trials_apart(a, b, metric, rule)
+    slower = names[0 if faster == "b" else 1]
+    why = f"{slower} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
+    if verdict["verdict"] == "cannot tell" and code == Code.UNSTABLE and not same_job:
+        apart = policy.processes_apart(a, b, metric, rule)
         if apart is not None:
-            return _claim("faster", faster, factor, f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in "
-                                                    f"{METRICS[metric]}: {apart_text(apart, rule)}", metric, SEPARATED)
+            return _claim("faster", faster, factor, f"{slower} {factor:.2f}x slower in {METRICS[metric]}: "
+                                                    f"{verdict_text.apart_text(apart, rule)}", metric, SEPARATED)
     if verdict["verdict"] == "cannot tell":
         return _claim("cannot tell", None, factor, why, metric, code)
     if verdict["verdict"] == "changed":
@@ -94,14 +105,6 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     if code == Code.SMALL_CHANGE:
         return _claim("below margin", faster, factor, why, metric, code)
     return _claim("same", None, factor, why, metric, code)
-
-
-def apart_text(apart: dict, rule: Rule) -> str:
-    """policy.trials_apart's finding in words."""
-    return (f"every one of the {apart['slower_trials']} trials of the slower beyond every one of the "
-            f"{apart['faster_trials']} of the faster, by {apart['gap']:.1%} at least (more than the "
-            f"{rule.margin:.2%} margin; rank order p = {apart['p']:.3f}), though trials of a cell spread beyond "
-            f"stable_spread")
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

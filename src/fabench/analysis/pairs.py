@@ -1,0 +1,112 @@
+"""Two backends of one job, compared trial by trial: the data the comparison policy's paired test
+(fabench.analysis.policy.paired) reads.
+
+A job interleaves its backends in every process: trial i of backend A, then trial i of backend B,
+back to back (fabench.measure.cell). Both share that process's state (its clocks, its host's speed
+at that minute, its memory layout), so the ratio of two partners, log(A_i / B_i), carries much
+less of the process's noise than either figure does. What is left is what differs between
+processes for this pair: the unit of the test is the process, never the trial (trials of one
+process share its effect). Per process the mean of its paired log ratios; over processes their
+mean (the run's estimate) and their variance (P - 1 degrees of freedom).
+
+Two processes estimate that variance with one degree of freedom. The pairs of one run share their
+noise sources, so the variance is also pooled over every pair of the run (PairNoise): its degrees
+of freedom are counted by independent unit, one per process beyond the first of each job (pairs
+of one job share its processes), so pooling the pairs of one job adds no false confidence. A
+pair's own variance replaces the pooled one where larger (conservative, as noise.cell_sigma does).
+A pair whose cells carry a doubt on their figure (warm-up, other kernels: not mere spread) stays
+out of the pool: its noise has a cause of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from itertools import combinations
+
+# Instability the paired test absorbs as noise: the trials of a cell spread (a host that changes
+# speed moves both partners), or a clock held down moved them. Any other doubt (warm-up never
+# settled, kernels other than identified, event pairs that waited) is about the figure itself.
+NOISE_CODES = frozenset({"spread", "clock"})
+
+
+def paired_log_ratios(a: dict, b: dict, metric: str) -> dict[int, list[float]]:
+    """{process: [log(a_i / b_i) for each trial index i both cells timed in that process]}; only
+    processes with at least one partner pair. Trials are partners by (process, index)."""
+    found: dict[int, list[float]] = {}
+    b_trials = {(t.get("process", 0), t.get("index")): t for t in b.get("trials") or ()}
+    for trial in a.get("trials") or ():
+        key = (trial.get("process", 0), trial.get("index"))
+        partner = b_trials.get(key)
+        x, y = trial.get(metric), (partner or {}).get(metric)
+        if key[1] is None or not x or not y or x <= 0 or y <= 0:
+            continue
+        found.setdefault(key[0], []).append(math.log(x / y))
+    return found
+
+
+def doubted(entry: dict) -> bool:
+    """Whether a cell's figure is doubted beyond spread (a doubt the paired test cannot absorb)."""
+    stats = entry.get("stats") or {}
+    return not stats.get("stable", True) and not set(stats.get("unstable_codes") or ["note"]) <= NOISE_CODES
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One pair's paired log ratios, summarised by process."""
+
+    process_means: tuple[float, ...]  # per process: the mean of its paired log ratios
+    ratios: tuple[float, ...]  # every paired trial's log ratio (a over b)
+
+    @classmethod
+    def of(cls, a: dict, b: dict, metric: str) -> "Pair | None":
+        by_process = paired_log_ratios(a, b, metric)
+        if not by_process:
+            return None
+        return cls(tuple(statistics.fmean(by_process[p]) for p in sorted(by_process)),
+                   tuple(r for p in sorted(by_process) for r in by_process[p]))
+
+    @property
+    def processes(self) -> int:
+        return len(self.process_means)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.process_means)
+
+    @property
+    def variance(self) -> float:
+        """The variance of the process means (P - 1 degrees of freedom); 0 for one process."""
+        return statistics.variance(self.process_means) if self.processes > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class PairNoise:
+    """The run's pooled variance of a pair's process means (log ratio), with its degrees of freedom
+    (one per process beyond a job's first) and the pairs it was pooled over."""
+
+    variance: float
+    df: int
+    pairs: int
+
+    @classmethod
+    def of(cls, results: list[dict], metric: str) -> "PairNoise | None":
+        """Pooled over every pair of ok, undoubted cells of every job with two processes or more;
+        None where no job has two."""
+        weighted, weight, df, count = 0.0, 0, 0, 0
+        for result in results:
+            cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)]
+            job_processes = 0
+            for a, b in combinations(cells, 2):
+                pair = Pair.of(a, b, metric)
+                if pair is None or pair.processes < 2:
+                    continue
+                weighted += pair.variance * (pair.processes - 1)
+                weight += pair.processes - 1
+                count += 1
+                job_processes = max(job_processes, pair.processes)
+            df += max(job_processes - 1, 0)
+        if not weight:
+            return None
+        return cls(weighted / weight, df, count)
