@@ -25,6 +25,8 @@ import statistics
 from dataclasses import dataclass
 from itertools import combinations
 
+from fabench.analysis import legacy
+
 # Instability the paired test absorbs as noise: the trials of a cell spread (a host that changes
 # speed moves both partners), or a clock held down moved them. Any other doubt (warm-up never
 # settled, kernels other than identified, event pairs that waited) is about the figure itself.
@@ -47,9 +49,13 @@ def paired_log_ratios(a: dict, b: dict, metric: str) -> dict[int, list[float]]:
 
 
 def doubted(entry: dict) -> bool:
-    """Whether a cell's figure is doubted beyond spread (a doubt the paired test cannot absorb)."""
+    """Whether a cell's figure is doubted beyond spread (a doubt the paired test cannot absorb).
+    Results analysed before the codes were kept say it by their reason's notes (legacy.notes)."""
     stats = entry.get("stats") or {}
-    return not stats.get("stable", True) and not set(stats.get("unstable_codes") or ["note"]) <= NOISE_CODES
+    if stats.get("stable", True):
+        return False
+    codes = stats.get("unstable_codes")
+    return bool(legacy.notes(entry)) if codes is None else not set(codes) <= NOISE_CODES
 
 
 @dataclass(frozen=True)
