@@ -40,7 +40,8 @@ def _published_figure(entry: dict) -> float | None:
 
 def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric: str | None = None,
            code: str | None = None) -> dict:
-    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "code": code}
+    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "code": code,
+            "paired": None}
 
 
 def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
@@ -98,13 +99,14 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
         if apart is not None:
             return _claim("faster", faster, factor, f"{slower} {factor:.2f}x slower in {METRICS[metric]}: "
                                                     f"{verdict_text.apart_text(apart, rule)}", metric, SEPARATED)
-    if verdict["verdict"] == "cannot tell":
-        return _claim("cannot tell", None, factor, why, metric, code)
-    if verdict["verdict"] == "changed":
-        return _claim("faster", faster, factor, why, metric, code)
-    if code == Code.SMALL_CHANGE:
-        return _claim("below margin", faster, factor, why, metric, code)
-    return _claim("same", None, factor, why, metric, code)
+    kind = ("cannot tell" if verdict["verdict"] == "cannot tell" else "faster" if verdict["verdict"] == "changed"
+            else "below margin" if code == Code.SMALL_CHANGE else "same")
+    found = _claim(kind, faster if kind in ("faster", "below margin") else None, factor, why, metric, code)
+    # The paired trials' evidence (policy.paired), with the side they point to: what a one-process
+    # run shows without a test, and the summary says so.
+    paired = verdict["values"].get("paired")
+    found["paired"] = paired and {**paired, "side": faster}
+    return found
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

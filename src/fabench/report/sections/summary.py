@@ -75,16 +75,42 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     ranked = _ranked(result, metric)
     if len(ranked) < 2:
         return None
-    leaders, untold = [ranked[0]], []
+    leaders, untold, trials_lead = [ranked[0]], [], None
     for name, entry, _ in ranked[1:]:
         verdicts = [run.claim(entry, lead, names=(name, lead_name)) for lead_name, lead, _ in leaders]
+        if trials_lead is None:
+            trials_lead = _trials_lead(ranked[0][0], verdicts[0])
         behind = [v for v in verdicts if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
         if behind:
             return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
-                    "ratio": behind[0]["ratio"]}
+                    "ratio": behind[0]["ratio"], "trials_lead": None}
         untold += [str(v["code"] or v["claim"]) for v in verdicts if v["claim"] not in TIED]
         leaders.append((name, entry, None))
-    return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None}
+    return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None,
+            "trials_lead": trials_lead or None}
+
+
+def _trials_lead(leader: str, verdict: dict) -> dict | False:
+    """Where two backends of one job ran in one process (no test: `one_process`), the fastest's lead
+    when every paired trial has it ahead of the next: {leader, least (the smallest paired factor),
+    ratio}; False otherwise."""
+    paired = verdict.get("paired") or {}
+    if verdict["code"] != "one_process" or paired.get("side") != "b" or not paired.get("least"):
+        return False
+    return {"leader": leader, "least": paired["least"], "ratio": verdict["ratio"]}
+
+
+def one_process_lead(run: Run, shapes: list[tuple[dict, dict]]) -> dict | None:
+    """The backend every paired trial put ahead of the next at every shape, in a run of one process
+    a job (which tests no difference), and the setting that would test it; None where there is none."""
+    leads = [s["trials_lead"] for _, s in shapes]
+    if not leads or not all(leads) or len({lead["leader"] for lead in leads}) > 1:
+        return None
+    label = md_text(run.first["backends"].get(leads[0]["leader"], {}).get("label") or leads[0]["leader"])
+    setting = "cpu: {repeats: 2}" if run.first.get("platform") == "cpu" else "timing: {repeats: 2}"
+    return {"leader": label, "least": min(lead["least"] for lead in leads),
+            "ratios": [min(lead["ratio"] for lead in leads), max(lead["ratio"] for lead in leads)],
+            "setting": setting}
 
 
 def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
@@ -96,7 +122,8 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     shapes = [(r, s) for r, s in shapes if s is not None]
     label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
     line = {"head_dim": head_dim, "shapes": len(group), "metric": METRICS[metric], "code": "no clear winner",
-            "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": []}
+            "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": [],
+            "trials_lead": None}
     if not shapes:
         return {**line, "code": "not measured"}
     untold = [(r, s) for r, s in shapes if s["untold"]]
@@ -104,7 +131,9 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
                 reasons=[md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
                     f for _, s in untold for f in s["untold"])])
     if all(s["beaten"] is None for _, s in shapes):
-        return {**line, "code": "untold"}  # the policy puts no backend behind another anywhere
+        # The policy puts no backend behind another anywhere; one process a job may still show one
+        # ahead in every paired trial, untested: the line says so, and which setting tests it.
+        return {**line, "code": "untold", "trials_lead": one_process_lead(run, shapes)}
     if len({tuple(sorted(s["leaders"])) for _, s in shapes}) > 1 or any(s["beaten"] is None for _, s in shapes):
         return {**line, "split": [{"shape": md_text(run.shape_name(r["shape"])),
                                    "leaders": [label(n) for n in s["leaders"]]} for r, s in shapes]}
