@@ -10,6 +10,25 @@ from __future__ import annotations
 
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import Code
+from fabench.analysis.legacy import KERNELS_NOTE
+from fabench.measure.observations import Kind
+
+
+def observation_text(item: dict) -> str:
+    """A measuring process's observation (fabench.measure.observations) in words; an older result's
+    note keeps the words it was recorded in (`text`)."""
+    if item.get("text"):
+        return item["text"]
+    kind = item["kind"]
+    if kind == Kind.WARMUP_UNSETTLED:
+        return f"process {item['process']} trial {item['trial']}: warm-up did not settle within {item['max_warmup_ms']} ms"
+    if kind == Kind.NO_KERNEL_TIME:
+        return f"process {item['process']} trial {item['trial']}: no kernel time: {item['why']}"
+    if kind == Kind.KERNELS_DIFFER:
+        return KERNELS_NOTE + "; ".join(
+            f"process {p['process']}: {', '.join(p['names'])} (source sha256 {str(p.get('source_sha256'))[:12]}, "
+            f"launch {p.get('launch')})" for p in item["processes"])
+    return f"{kind}: {', '.join(f'{k}={v}' for k, v in item.items() if k != 'kind')}"
 
 # Why a run of one process per job (a CPU run) supports no verdict between runs, in every caller's words.
 ONE_PROCESS_WHY = "one process per job: the noise between processes is not estimated"
