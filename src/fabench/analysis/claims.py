@@ -41,7 +41,7 @@ def _published_figure(entry: dict) -> float | None:
 def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric: str | None = None,
            code: str | None = None) -> dict:
     return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "code": code,
-            "paired": None}
+            "paired": None, "checked": None}
 
 
 def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
@@ -106,7 +106,26 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     # run shows without a test, and the summary says so.
     paired = verdict["values"].get("paired")
     found["paired"] = paired and {**paired, "side": faster}
-    return found
+    return checked(found, a, b, names)
+
+
+def checked(claim: dict, a: dict, b: dict, names: tuple[str, str]) -> dict:
+    """The claim (in place; returned) with what the kernels' own time check (graphs against CUPTI,
+    fabench.analysis.kernel_check) says of its cells: `checked` "differs" where it disagrees on
+    either (the claim's device figure is then in doubt by the check's difference, and `why` says
+    so), "agrees" where it agrees on both, else None (not checked, or could not judge)."""
+    checks = [((e.get("cross_check") or {}).get("kernel_time") or {}) for e in (a, b)]
+    differs = [(name, c) for name, c in zip(names, checks) if c.get("agrees") is False]
+    if claim["metric"] != "device_ms":
+        claim["checked"] = None
+    elif differs:
+        claim["checked"] = "differs"
+        claim["why"] += "; the graphs' check of the kernels' own time differs for " + ", ".join(
+            f"{name} ({c['difference']:+.1%}, tolerance {c['tolerance']['low']:+.1%} to {c['tolerance']['high']:+.1%})"
+            for name, c in differs)
+    else:
+        claim["checked"] = "agrees" if all(c.get("agrees") for c in checks) else None
+    return claim
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

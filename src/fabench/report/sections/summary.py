@@ -206,7 +206,12 @@ def precision(run: Run) -> dict | None:
     widths = [(f["ci95"][1] - f["ci95"][0]) / 2 / f["median"] for f in figures if f.get("ci95") and f.get("median")]
     one_process = sum(1 for f in figures if (f.get("noise") or {}).get("between") == "trials")
     unstable = sum(1 for b in cells if not b["stats"].get("stable", True))
+    # The kernels' own time check per cell (fabench.analysis.kernel_check): agrees, differs, or could not judge.
+    checks = [((b.get("cross_check") or {}).get("kernel_time") or {}) for b in cells]
+    checked = {word: sum(1 for c in checks if c and c.get("agrees") is value)
+               for word, value in (("agree", True), ("differ", False), ("could not judge", None))}
     return {"code": "one process" if one_process == len(cells) else "intervals", "cells": len(cells),
+            "checked": checked if any(checks) else None,
             "half_width": stats.median(widths) if widths else None, "one_process": one_process,
             "unstable": unstable, "metric": METRICS[metric], "anchor": anchor("How precise is this run")}
 
