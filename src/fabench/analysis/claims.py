@@ -17,7 +17,8 @@ any difference between them is run-to-run noise, and no claim that one variant i
 
 from __future__ import annotations
 
-from fabench.analysis import policy, verdict_text
+from fabench.analysis import calibration, policy, verdict_text
+from fabench.analysis.identity import hardware_identity
 from fabench.analysis.figures import METRICS, cell_metric
 from fabench.analysis.pairs import PairNoise
 from fabench.analysis.policy import Code, Rule, judge
@@ -126,6 +127,32 @@ def checked(claim: dict, a: dict, b: dict, names: tuple[str, str]) -> dict:
     else:
         claim["checked"] = "agrees" if all(c.get("agrees") for c in checks) else None
     return claim
+
+
+class WithinRun:
+    """The claims on cells of one run's results: two backends of one job (interleaved trial by
+    trial in its processes) by the paired test with the run's pooled noise of such pairs, computed
+    once per metric; any other two by the verdict between figures. A cell's calibrated shift between
+    runs on this hardware (`between_runs`, where calibrations.yaml states it) joins the paired test,
+    so a claim holds for another run too; without it the claim's words say it is this run's."""
+
+    def __init__(self, results: list[dict], rule: Rule, published: bool = False):
+        self.results, self.rule, self.published = results, rule, published
+        self._job = {id(entry): index for index, r in enumerate(results) for entry in r["backends"].values()}
+        self._noise: dict[str, PairNoise | None] = {}
+        fit = None if published else calibration.calibration_for(hardware_identity(results))
+        self.between_runs = float((fit or {}).get("between_runs") or 0.0)
+
+    def pair_noise(self, metric: str) -> PairNoise | None:
+        if metric not in self._noise:
+            self._noise[metric] = PairNoise.of(self.results, metric)
+        return self._noise[metric]
+
+    def claim(self, a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b")) -> dict:
+        same_job = a is not None and b is not None and self._job.get(id(a), -1) == self._job.get(id(b), -2)
+        metric = cell_metric(a, b) if same_job else None
+        return compare(a, b, self.rule, names=names, published=self.published, same_job=same_job,
+                       pair_noise=self.pair_noise(metric) if metric else None, between_runs=self.between_runs)
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

@@ -12,9 +12,7 @@ import json
 import time
 from typing import Iterator
 
-from fabench.analysis import calibration, claims
-from fabench.analysis.identity import hardware_identity
-from fabench.analysis.pairs import PairNoise
+from fabench.analysis import claims
 from fabench.analysis.policy import Rule
 from fabench.shapes import main_head_dim, shape_key, shape_text
 
@@ -95,13 +93,7 @@ class Run:
         self.variants = self._variant_order(collected["results"])
         self.results = sorted(collected["results"], key=self._order)
         self.first = self.results[0]
-        # Which job each backend entry belongs to: two entries of one job were measured paired.
-        self._job = {id(entry): index for index, r in enumerate(self.results) for entry in r["backends"].values()}
-        self._pair_noise: dict = {}
-        # A cell's own shift from run to run on this hardware, where its calibration states it: a
-        # within-run claim then holds for another run too (fabench.analysis.policy.paired).
-        fit = None if self.published else calibration.calibration_for(hardware_identity(self.results))
-        self.between_runs = float((fit or {}).get("between_runs") or 0.0)
+        self.within = claims.WithinRun(self.results, self.rule, self.published)  # every claim of the report
 
     def _variant_order(self, results: list[dict]) -> list[str]:
         """The config's order; a variant with results but not in the config goes last."""
@@ -116,18 +108,9 @@ class Run:
         return self.variants.index(result["variant"]), not main, shape["head_dim"], shape_key(shape)
 
     def claim(self, a: dict | None, b: dict | None, names: tuple[str, str]) -> dict:
-        """The policy's claim on two cells of this run (fabench.analysis.claims.compare): paired
+        """The policy's claim on two cells of this run (fabench.analysis.claims.WithinRun): paired
         where both are backends of one job (interleaved trial by trial in its processes)."""
-        same_job = a is not None and b is not None and self._job.get(id(a), -1) == self._job.get(id(b), -2)
-        return claims.compare(a, b, names=names, rule=self.rule, published=self.published, same_job=same_job,
-                              pair_noise=self.pair_noise(claims.cell_metric(a, b)) if same_job else None,
-                              between_runs=self.between_runs)
-
-    def pair_noise(self, metric: str | None):
-        """The run's pooled noise of paired backends on `metric` (fabench.analysis.pairs), computed once."""
-        if metric not in self._pair_noise:
-            self._pair_noise[metric] = PairNoise.of(self.results, metric) if metric else None
-        return self._pair_noise[metric]
+        return self.within.claim(a, b, names=names)
 
     def role_claim(self, result: dict, first: str, second: str) -> dict:
         """The policy's claim on two roles' cells of one job (a = first, b = second), named by label."""
