@@ -203,7 +203,8 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
     unstable = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (old, new))
                 if not e["stats"].get("stable", True)}
     if unstable:
-        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable})
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable, "unstable_codes": {
+            i: e["stats"].get("unstable_codes") for i, e in zip(names, (old, new)) if i in unstable}})
     one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
     if one_process:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
@@ -216,17 +217,26 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
 
 def _by_rule(old: dict, new: dict, noise: tuple[float, int], rule: Rule, names: tuple[str, str], base: dict) -> dict:
     sd, df = noise
+    return _tests(math.log(base["ratio"]), sd, df, rule, names, base, {},
+                  lambda limit: clock_explains(old, new, base["metric"], limit))
+
+
+def _tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str], base: dict, values: dict,
+           clock=None) -> dict:
+    """The rule's two tests on a log change d with standard error sd (df degrees of freedom), the
+    verdict judge and paired share: changed beyond the noise and the margin (unless `clock(limit)`
+    finds the clock's change), small_change beyond the noise only, same within the margin by the
+    equivalence interval, else noisy. Fills base's interval and detectable (in place)."""
     limit = noise_limit(sd, df, rule)
-    d = math.log(base["ratio"])
     reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
     base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
-    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha}
+    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha, **values}
     margin = math.log1p(rule.margin)
     beyond_noise = abs(d) > limit
     if beyond_noise and abs(d) > margin:
-        clock = clock_explains(old, new, base["metric"], limit)
-        if clock:
-            return _verdict(Code.CLOCK, names, **base, values={**values, **clock})
+        explained = clock(limit) if clock else None
+        if explained:
+            return _verdict(Code.CLOCK, names, **base, values={**values, **explained})
         return _verdict(Code.REGRESSION if d > 0 else Code.IMPROVEMENT, names, **base, values=values)
     if beyond_noise:
         return _verdict(Code.SMALL_CHANGE, names, **base, values=values)
@@ -348,7 +358,8 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
     base = {"metric": metric, "ratio": math.exp(d)}
     doubts = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (a, b)) if pairs.doubted(e)}
     if doubts:
-        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": doubts, "paired": trials})
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": doubts, "paired": trials, "unstable_codes": {
+            i: e["stats"].get("unstable_codes") for i, e in zip(names, (a, b)) if i in doubts}})
     if pair.processes < 2:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": list(names), "paired": trials})
     variance, df = (max(pair.variance, pooled.variance), pooled.df) if pooled else (pair.variance, pair.processes - 1)
@@ -356,17 +367,7 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
     t = abs(d) / sd if sd else math.inf
     trials.update(p=stats.t_two_sided_p(t, df), df=df, pooled_pairs=pooled.pairs if pooled else None,
                   between_runs=between_runs)
-    reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
-    base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
-    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha, "paired": trials}
-    beyond_noise, margin = abs(d) > noise_limit(sd, df, rule), math.log1p(rule.margin)
-    if beyond_noise and abs(d) > margin:
-        return _verdict(Code.REGRESSION if d > 0 else Code.IMPROVEMENT, names, **base, values=values)
-    if beyond_noise:
-        return _verdict(Code.SMALL_CHANGE, names, **base, values=values)
-    if abs(d) + reach <= margin:
-        return _verdict(Code.SAME, names, **base, values=values)
-    return _verdict(Code.NOISY, names, **base, values={**values, "hides": math.expm1(abs(d) + reach)})
+    return _tests(d, sd, df, rule, names, base, {"paired": trials})
 
 
 def processes_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
