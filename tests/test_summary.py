@@ -159,8 +159,27 @@ def test_one_process_per_job_gives_no_interval_and_no_claim(tmp_path):
     assert found["precision"]["code"] == "one process"
     assert found["precision"]["one_process"] == found["precision"]["cells"] == 30
     assert {g["code"] for g in found["fastest"]["groups"]} == {"untold"}
+    # The first screen says which setting gives the paired test (newcomer review, finding 1) ...
+    assert {g["setting"] for g in found["fastest"]["groups"]} == {"cpu: {repeats: 2}"}
+    # ... and names no backend whose paired trials lead by less than the margin (FlexAttention's 0.7-1.1%).
+    assert [g["trials_lead"] for g in found["fastest"]["groups"]] == [None, None]
     assert found["tuning"]["claim"] == "cannot tell" and found["tuning"]["reason_code"] == "one_process"
     assert found["tuning"]["counts"] == {"cannot tell": 5}
+
+
+def test_one_process_per_job_names_the_backend_every_paired_trial_put_ahead_untested(tmp_path):
+    """SDPA made 3x faster in every trial of one process: the line names it as ahead in every paired
+    trial, says it is untested, and gives the setting that tests it."""
+    collected, config = cpu_run(tmp_path, 1)
+    for result in collected["results"]:
+        for trial in result["backends"]["sdpa"]["trials"]:
+            trial["wall_mean_ms"] /= 3
+    found = context(analyse_run(collected), config)
+    leads = [g["trials_lead"] for g in found["fastest"]["groups"]]
+    assert all(lead and lead["leader"] == "SDPA" and lead["least"] > 1.5 for lead in leads), leads
+    text = render(collected, config, PUBLISHED)
+    assert "was ahead of the next in every paired trial at every shape" in text and "untested" in text
+    assert "`cpu: {repeats: 2}` (two processes a job) gives the paired test" in text
 
 
 def test_with_processes_to_compare_a_cpu_run_states_its_interval_and_reaches_verdicts(tmp_path):

@@ -9,7 +9,11 @@ processes for this pair: the unit of the test is the process, never the trial (t
 process share its effect). Per process the mean of its paired log ratios; over processes their
 mean (the run's estimate) and their variance (P - 1 degrees of freedom).
 
-Two processes estimate that variance with one degree of freedom. The pairs of one run share their
+No distribution-free test can decide at the process unit with two processes: a permutation of
+the signs of two process means reaches p = 1/2 at best (for two cells' medians, complete
+separation is p = 1/3 each way). So the test is Student's t, valid where the process effects on a
+pair's log ratio are normal with one variance across the run's pairs, an assumption its words
+state beside the p. Two processes estimate that variance with one degree of freedom. The pairs of one run share their
 noise sources, so the variance is also pooled over every pair of the run (PairNoise): its degrees
 of freedom are counted by independent unit, one per process beyond the first of each job (pairs
 of one job share its processes), so pooling the pairs of one job adds no false confidence. A

@@ -79,7 +79,7 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     for name, entry, _ in ranked[1:]:
         verdicts = [run.claim(entry, lead, names=(name, lead_name)) for lead_name, lead, _ in leaders]
         if trials_lead is None:
-            trials_lead = _trials_lead(ranked[0][0], verdicts[0])
+            trials_lead = _trials_lead(ranked[0][0], verdicts[0], run.rule.margin)
         behind = [v for v in verdicts if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
         if behind:
             return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
@@ -90,12 +90,13 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
             "trials_lead": trials_lead or None}
 
 
-def _trials_lead(leader: str, verdict: dict) -> dict | False:
+def _trials_lead(leader: str, verdict: dict, margin: float) -> dict | False:
     """Where two backends of one job ran in one process (no test: `one_process`), the fastest's lead
-    when every paired trial has it ahead of the next: {leader, least (the smallest paired factor),
-    ratio}; False otherwise."""
+    when every paired trial has it ahead of the next by more than the rule's margin: {leader, least
+    (the smallest paired factor), ratio}; False otherwise."""
     paired = verdict.get("paired") or {}
-    if verdict["code"] != "one_process" or paired.get("side") != "b" or not paired.get("least"):
+    if (verdict["code"] != "one_process" or paired.get("side") != "b" or not paired.get("least")
+            or paired["least"] <= 1 + margin):
         return False
     return {"leader": leader, "least": paired["least"], "ratio": verdict["ratio"]}
 
@@ -107,10 +108,13 @@ def one_process_lead(run: Run, shapes: list[tuple[dict, dict]]) -> dict | None:
     if not leads or not all(leads) or len({lead["leader"] for lead in leads}) > 1:
         return None
     label = md_text(run.first["backends"].get(leads[0]["leader"], {}).get("label") or leads[0]["leader"])
-    setting = "cpu: {repeats: 2}" if run.first.get("platform") == "cpu" else "timing: {repeats: 2}"
     return {"leader": label, "least": min(lead["least"] for lead in leads),
-            "ratios": [min(lead["ratio"] for lead in leads), max(lead["ratio"] for lead in leads)],
-            "setting": setting}
+            "ratios": [min(lead["ratio"] for lead in leads), max(lead["ratio"] for lead in leads)]}
+
+
+def repeats_setting(run: Run) -> str:
+    """The setting that runs each job in two processes (a CPU host's config key, else the GPU's)."""
+    return "cpu: {repeats: 2}" if run.first.get("platform") == "cpu" else "timing: {repeats: 2}"
 
 
 def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
@@ -123,13 +127,15 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
     line = {"head_dim": head_dim, "shapes": len(group), "metric": METRICS[metric], "code": "no clear winner",
             "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": [],
-            "trials_lead": None}
+            "trials_lead": None, "setting": None}
     if not shapes:
         return {**line, "code": "not measured"}
     untold = [(r, s) for r, s in shapes if s["untold"]]
     line.update(untold=[md_text(run.shape_name(r["shape"])) for r, _ in untold],
                 reasons=[md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
-                    f for _, s in untold for f in s["untold"])])
+                    f for _, s in untold for f in s["untold"])],
+                # One process a job tests no pair: the setting that gives the paired test its second process.
+                setting=repeats_setting(run) if any("one_process" in s["untold"] for _, s in untold) else None)
     if all(s["beaten"] is None for _, s in shapes):
         # The policy puts no backend behind another anywhere; one process a job may still show one
         # ahead in every paired trial, untested: the line says so, and which setting tests it.
