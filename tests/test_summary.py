@@ -182,6 +182,26 @@ def test_one_process_per_job_names_the_backend_every_paired_trial_put_ahead_unte
     assert "`cpu: {repeats: 2}` (two processes a job) gives the paired test" in text
 
 
+def test_the_summary_counts_the_kernel_time_checks_and_the_claims_carry_a_disagreement():
+    """A real H100 x2 run (examples/h100-x2-2026-11-25): every ok cell's graph check is counted as
+    agree, differ or could not judge; native fp32 at seq 4096 differs (+1.5-2.1% in every run), and
+    a claim on that cell says so."""
+    import tarfile
+
+    with tarfile.open(ROOT / "examples" / "h100-x2-2026-11-25" / "archive-0001.tar.gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/results.json"))
+        collected = analyse_run(json.load(tar.extractfile(member)))
+        config = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("/config.json"))))
+    run = Run(collected, config)
+    checked = summary.precision(run)["checked"]
+    assert sum(checked.values()) == summary.precision(run)["cells"] and checked["differ"] >= 1
+    result = next(r for r in run.results if r["variant"] == "default" and r["shape"]["seq"] == 4096)
+    native = result["backends"]["native"]
+    assert native["cross_check"]["kernel_time"]["agrees"] is False  # +1.5%, tolerance +-0.9% (its run's figure)
+    claim = run.claim(result["backends"]["sdpa_cudnn"], native, ("cuDNN", "Native"))
+    assert claim["checked"] == "differs" and "differs for Native (+1.5%" in claim["why"]
+
+
 def test_with_processes_to_compare_a_cpu_run_states_its_interval_and_reaches_verdicts(tmp_path):
     found = context(*cpu_run(tmp_path, 3))
     assert found["precision"]["code"] == "intervals" and found["precision"]["one_process"] == 0
