@@ -20,7 +20,7 @@ from __future__ import annotations
 from fabench.analysis import calibration, policy, verdict_text
 from fabench.analysis.identity import hardware_identity
 from fabench.analysis.figures import METRICS, cell_metric
-from fabench.analysis.pairs import PairNoise
+from fabench.analysis.pairs import Pair, PairNoise
 from fabench.analysis.policy import Code, Rule, judge
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
@@ -83,7 +83,8 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
         return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
                       "published figures, no noise estimate: compared as published", "wall_mean_ms")
     metric = cell_metric(a, b)
-    if same_job and metric is not None:
+    # Paired where the two have partner trials (results from before trials have none: judged as figures).
+    if same_job and metric is not None and Pair.of(a, b, metric) is not None:
         verdict = policy.paired(a, b, metric, rule, pair_noise, names=names, between_runs=between_runs)
     else:
         verdict = judge(a, b, rule, names=names)
