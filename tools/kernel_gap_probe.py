@@ -7,7 +7,7 @@ CUPTI (torch.profiler), for the native backend at (4, seq, 8, 256) fp16 causal.
 Per seq it prints, per kernel name: the eager stream's time per call ([L2 clear, call] x calls
 queued back to back, as the pipeline's profiled stream), the same body replayed as a graph
 (the graph check's [L2 clear, call] x calls), and their difference; then the sums, and the graph
-check's own figure (graph minus a graph of the clears alone, by events, fabench.measure.graph_time)
+check's own figure (graph minus a graph of the clears alone, by events, fabench.measure.device.graph_time)
 for the frame. Reading it:
   the excess sits in the elementwise / softmax / copy kernels   -> memory (the graph's private pool)
   it is spread over the SGEMMs as well, in proportion            -> a clock or power effect in replays
@@ -25,8 +25,8 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from fabench.measure import graph_time, timing
-from fabench.measure.backends import BACKENDS, Problem
+from fabench.measure.device import graph_time, timing
+from fabench.measure.backends.registry import BACKENDS, Problem
 from fabench.measure.job import make_inputs
 from fabench.measure.spec import Shape
 
