@@ -8,7 +8,7 @@ from fabench.analysis.figures import run_metric, shown_figure
 from fabench.analysis.noise import interval_name
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
-from fabench.results.contract import FLOP_CONVENTION
+from fabench.measure.contract import FLOP_CONVENTION
 
 
 def tflops(result: dict, backend: dict, kind: str) -> float | None:
