@@ -154,3 +154,36 @@ def test_processes_apart_holds_alpha_at_the_process_unit():
     far = simulated_run(rng, 1, 2, 3, ratio=2.0, shared=0.0, own=0.02, trial=0.002)[0]["backends"]
     apart = processes_apart(far["A"], far["B"], "wall_mean_ms", RULE)
     assert apart["faster"] == "a" and apart["p"] < RULE.alpha and apart["processes"] == [2, 2]
+
+
+def test_no_backend_is_claimed_faster_than_another_that_ran_the_same_kernels_in_real_runs():
+    """A negative control on real runs no rule was fitted on (the four H100 x2 runs committed under
+    examples/): two backends of one job that launched the same kernels by name (SDPA's default
+    dispatch and the backend it chose) take the same time, so a "faster" between them is false.
+    None is claimed; most are "same". Blind side: the H100s' power-capped cells are the hard case
+    here, and a pair differing by less than the margin is never a claim anyway."""
+    import json
+    import tarfile
+    from pathlib import Path
+
+    from fabench.report.model import Run
+
+    archive = Path(__file__).resolve().parents[1] / "examples" / "h100-x2-2026-11-25" / "archive-0001.tar.gz"
+    claimed, same, pairs = 0, 0, 0
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        for name in sorted(n for n in members if n.endswith("/results.json")):
+            collected = analyse_run(json.load(tar.extractfile(members[name])))
+            config = json.load(tar.extractfile(members[name.replace("results.json", "config.json")]))
+            run = Run(collected, config)
+            for result in run.results:
+                ok = [(n, e) for n, e in result["backends"].items() if e["status"] == "ok"]
+                for i, (name_a, a) in enumerate(ok):
+                    for name_b, b in ok[i + 1:]:
+                        if not (a.get("kernels") or {}).get("names") or a["kernels"]["names"] != b["kernels"]["names"]:
+                            continue
+                        claim = run.claim(a, b, (name_a, name_b))
+                        pairs += 1
+                        claimed += claim["claim"] == "faster"
+                        same += claim["claim"] == "same"
+    assert (pairs, claimed) == (40, 0) and same >= pairs / 2, (pairs, claimed, same)

@@ -140,20 +140,24 @@ class WithinRun:
     def __init__(self, results: list[dict], rule: Rule, published: bool = False):
         self.results, self.rule, self.published = results, rule, published
         self._job = {id(entry): index for index, r in enumerate(results) for entry in r["backends"].values()}
-        self._noise: dict[str, PairNoise | None] = {}
+        self._noise: dict[tuple[str, bool], PairNoise | None] = {}
         fit = None if published else calibration.calibration_for(hardware_identity(results))
         self.between_runs = float((fit or {}).get("between_runs") or 0.0)
 
-    def pair_noise(self, metric: str) -> PairNoise | None:
-        if metric not in self._noise:
-            self._noise[metric] = PairNoise.of(self.results, metric)
-        return self._noise[metric]
+    def pair_noise(self, metric: str, unsteady: bool = False) -> PairNoise | None:
+        """The run's pooled noise of paired cells (pairs.PairNoise): of stable pairs, or `unsteady`
+        for a pair with an unstable cell (its own noise pools with the unstable pairs too)."""
+        if (metric, unsteady) not in self._noise:
+            self._noise[metric, unsteady] = PairNoise.of(self.results, metric, unsteady)
+        return self._noise[metric, unsteady]
 
     def claim(self, a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b")) -> dict:
         same_job = a is not None and b is not None and self._job.get(id(a), -1) == self._job.get(id(b), -2)
         metric = cell_metric(a, b) if same_job else None
+        unsteady = same_job and not all((e.get("stats") or {}).get("stable", True) for e in (a, b))
         return compare(a, b, self.rule, names=names, published=self.published, same_job=same_job,
-                       pair_noise=self.pair_noise(metric) if metric else None, between_runs=self.between_runs)
+                       pair_noise=self.pair_noise(metric, unsteady) if metric else None,
+                       between_runs=self.between_runs)
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

@@ -66,16 +66,32 @@ def doubted(entry: dict) -> bool:
 class Pair:
     """One pair's paired log ratios, summarised by process."""
 
-    process_means: tuple[float, ...]  # per process: the mean of its paired log ratios
-    ratios: tuple[float, ...]  # every paired trial's log ratio (a over b)
+    by_process: tuple[tuple[float, ...], ...]  # per process: its paired trials' log ratios (a over b)
 
     @classmethod
     def of(cls, a: dict, b: dict, metric: str) -> "Pair | None":
-        by_process = paired_log_ratios(a, b, metric)
-        if not by_process:
-            return None
-        return cls(tuple(statistics.fmean(by_process[p]) for p in sorted(by_process)),
-                   tuple(r for p in sorted(by_process) for r in by_process[p]))
+        found = paired_log_ratios(a, b, metric)
+        return cls(tuple(tuple(found[p]) for p in sorted(found))) if found else None
+
+    @property
+    def process_means(self) -> tuple[float, ...]:
+        return tuple(statistics.fmean(ratios) for ratios in self.by_process)
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        return tuple(r for ratios in self.by_process for r in ratios)
+
+    @property
+    def within_mean_variance(self) -> float:
+        """What the trials inside each process alone put into a process mean's variance: their pooled
+        variance about their process's mean over the fewest trials of a process (0 without two
+        trials in a process). A floor under the variance between process means, which two processes
+        estimate by chance too low (a power cap that moves the partners apart trial by trial)."""
+        df = sum(len(r) - 1 for r in self.by_process)
+        if not df:
+            return 0.0
+        squares = sum((x - statistics.fmean(r)) ** 2 for r in self.by_process for x in r)
+        return squares / df / min(len(r) for r in self.by_process)
 
     @property
     def processes(self) -> int:
@@ -101,12 +117,15 @@ class PairNoise:
     pairs: int
 
     @classmethod
-    def of(cls, results: list[dict], metric: str) -> "PairNoise | None":
-        """Pooled over every pair of ok, undoubted cells of every job with two processes or more;
-        None where no job has two."""
+    def of(cls, results: list[dict], metric: str, unsteady: bool = False) -> "PairNoise | None":
+        """Pooled over every pair of ok, undoubted, stable cells of every job with two processes or
+        more; `unsteady` (for a pair with a cell whose trials spread beyond the run's limit, or a
+        clock held down moved them) over the unstable ones too, whose noise is of its own (as
+        fabench.analysis.noise pools a capped cell's). None where no job has two processes."""
         weighted, weight, df, count = 0.0, 0, 0, 0
         for result in results:
-            cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)]
+            cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)
+                     and (unsteady or (e.get("stats") or {}).get("stable", True))]
             job_processes = 0
             for a, b in combinations(cells, 2):
                 pair = Pair.of(a, b, metric)

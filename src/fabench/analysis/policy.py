@@ -337,7 +337,8 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
 
     Each process gives the mean of its paired trials' log ratios (fabench.analysis.pairs); their
     mean d over the P processes is the run's change, with standard error sqrt(s^2 / P), s^2 the
-    larger of the pair's own variance over processes and the run's pooled one (df: the pooled
+    largest of the pair's own variance over processes, what its trials inside each process put into
+    a process mean (pairs.Pair.within_mean_variance), and the run's pooled one (df: the pooled
     degrees of freedom, one per process beyond each job's first). Then the rule's tests as judge
     applies them: beyond the noise |d| > t(1 - alpha/2, df) * se (the two-sided p is stated:
     Student's t, valid where the process effects on a ratio are normal with one variance across the
@@ -362,7 +363,8 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
             i: e["stats"].get("unstable_codes") for i, e in zip(names, (a, b)) if i in doubts}})
     if pair.processes < 2:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": list(names), "paired": trials})
-    variance, df = (max(pair.variance, pooled.variance), pooled.df) if pooled else (pair.variance, pair.processes - 1)
+    own = max(pair.variance, pair.within_mean_variance)
+    variance, df = (max(own, pooled.variance), pooled.df) if pooled else (own, pair.processes - 1)
     sd = math.sqrt(variance / pair.processes + 2 * between_runs ** 2)
     t = abs(d) / sd if sd else math.inf
     trials.update(p=stats.t_two_sided_p(t, df), df=df, pooled_pairs=pooled.pairs if pooled else None,
