@@ -214,25 +214,6 @@ def cross_checks(trials: list[dict], device_median: float | None, tolerance: flo
     return check
 
 
-def judged(check: dict | None) -> dict | None:
-    """The independent check that judged the cell: the second method (the period by events against
-    the period by CUPTI) where measured, else do_bench where it could, else the older profiler check."""
-    if not check:
-        return None
-    kernel_time = check.get("kernel_time") or {}
-    if kernel_time.get("agrees") is not None:
-        return {"by": "kernel time by graphs", "agrees": kernel_time["agrees"], "reason": kernel_time.get("reason")}
-    second = check.get("second_method") or {}
-    if second.get("agrees") is not None:
-        return {"by": "second method", "agrees": second["agrees"], "reason": second.get("reason")}
-    if check.get("agrees") is not None:
-        return {"by": "do_bench", "agrees": check["agrees"], "reason": check.get("reason")}
-    profiler = check.get("profiler") or {}
-    if profiler.get("agrees") is not None:
-        return {"by": "profiler", "agrees": profiler["agrees"], "reason": profiler.get("reason")}
-    return None
-
-
 # The events' timestamps resolve about 0.5 us (CUDA's documented resolution); a median period can
 # be off by up to that much from quantisation alone, which no count of samples averages away.
 EVENT_RESOLUTION_MS = 0.0005
