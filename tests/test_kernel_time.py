@@ -333,6 +333,7 @@ def test_the_report_counts_the_cells_each_check_judged_and_those_that_agree():
         analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
     counts = check_counts(Run(cells), "kernel_time")
     assert (counts["cells"], counts["judged"], counts["agreeing"]) == (3, 2, 1) and "graph" in counts["method"]
+    assert counts["bound"] == 0.05  # the report states the power bound beside the counts
 
 
 # ---------------------------------------------------------------- the kernels' own time by graphs
