@@ -19,6 +19,10 @@ The verdict, with its reason code (Code):
                                       run is unstable, has no interval, ran on other hardware, other
                                       code (where the caller expects the same), another experiment,
                                       or the change is the SM clock's (`clock`).
+Two backends of one job (the report's claims within a run) are interleaved trial by trial in
+each process: `paired` applies the same two tests to the mean of their paired log ratios over the
+processes, the process the unit (fabench.analysis.pairs). `processes_apart` tells two unstable
+cells of different jobs apart by their process medians.
 The policy returns codes and values, never sentences: its callers write the words
 (fabench.analysis.verdict_text), so a rewording changes no decision and no test of one.
 The margin is the change a user cares about; its default is chosen from the measured noise between
