@@ -18,7 +18,7 @@ from fabench.analysis.policy import Code, Rule
 from fabench.analysis.verdict_text import observation_text
 from fabench.measure import observations
 from fabench.results import merge
-from fabench.measure.contract import backend_entry
+from fabench.results.contract import backend_entry
 from support.shared_runs import h100_archive
 
 RULE = Rule.of({})  # the policy's defaults

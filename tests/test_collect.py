@@ -12,7 +12,7 @@ from fabench.config import job_settings, sha256_json
 from fabench.measure.spec import job_spec
 from fabench.report.render import render
 from fabench.results.collect import ResultError, collect, result_schema
-from fabench.measure.contract import SCHEMA_PATH
+from fabench.results.contract import SCHEMA_PATH
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RESULTS = sorted((FIXTURES / "results").glob("*/*.json"))

@@ -6,7 +6,7 @@ import importlib.util
 import json
 
 from fabench.results.merge import merge
-from fabench.measure.contract import backend_entry
+from fabench.results.contract import backend_entry
 from workflow_util import REPO
 
 spec = importlib.util.spec_from_file_location("h200_check", REPO / "tools" / "h200_check.py")

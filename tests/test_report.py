@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fabench.measure import contract
+from fabench.results import contract
 from fabench.results.collect import collect, result_schema
 from fabench.report.format import FAILURE_WORDS, fmt_sig, md_code, md_text
 from fabench.report.model import Run

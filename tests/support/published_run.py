@@ -5,7 +5,7 @@ published text. Test support only: no product stage reads the published numbers 
 
 from __future__ import annotations
 
-from fabench.measure.contract import backend_entry
+from fabench.results.contract import backend_entry
 from fabench.results.published import published_rows
 from fabench.shapes import shape_id, shape_key
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from fabench.analysis import analyse_run
 from fabench.analysis.entry import analyse_result
 from fabench.results.collect import result_schema
-from fabench.measure.contract import SCHEMA_VERSION
+from fabench.results.contract import SCHEMA_VERSION
 from fabench.shapes import shape_id
 
 SHAPES = [

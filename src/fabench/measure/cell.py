@@ -21,7 +21,7 @@ from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState, slowdown
 from fabench.measure.device.platform import synchronize
 from fabench.measure.spec import Measurement
-from fabench.measure.contract import backend_entry
+from fabench.results.contract import backend_entry
 
 
 # Kernels per call assumed by the device loop's chunking where no profile counted them (the

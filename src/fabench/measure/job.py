@@ -15,8 +15,6 @@ reason; neither stops the job. Only bad arguments or an unwritable output fail t
 
 from __future__ import annotations
 
-import statistics
-
 import time
 
 IMPORTS_BEGAN = time.time()  # the process's time line starts its imports phase here
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
 from fabench.measure.device import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
@@ -46,7 +45,7 @@ from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.measure.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
+from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
 
 IMPORTS_ENDED = time.time()
 
@@ -228,7 +227,7 @@ def _trial_text(cell: Cell) -> str:
         return f"failed: {cell.entry['reason']}"
     trial = cell.entry["trials"][-1]
     samples = trial.get("device_samples_ms")
-    device = f", {statistics.median(samples):.4f} ms device" if samples else ""
+    device = f", {stats.median(samples):.4f} ms device" if samples else ""
     return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
 
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 from fabench.config import CPU_OVERRIDES, SpecError, canonical, job_settings, quote, variant_triton
 from fabench.measure.stopping import StopRule
-from fabench.measure.contract import WALL_METHOD
+from fabench.results.contract import WALL_METHOD
 from fabench.shapes import shape_id
 
 # How the kernels' own time is checked by a second clock (fabench.measure.graph_time); the analysis

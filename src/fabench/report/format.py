@@ -15,7 +15,7 @@ import re
 from fabench.shapes import shape_text  # noqa: F401 (the sections spell shapes through this module)
 
 # Words for a failed backend's failure_kind, one for each kind of the result contract
-# (fabench.measure.contract.FAILURE_KINDS; a test keeps the two the same).
+# (fabench.results.contract.FAILURE_KINDS; a test keeps the two the same).
 FAILURE_WORDS = {
     "oom": "out of memory",
     "out_of_resources": "out of resources",

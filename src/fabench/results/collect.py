@@ -20,7 +20,7 @@ import jsonschema
 from fabench.analysis import analyse_run
 from fabench.files import JsonReadError, json_problem, read_json
 from fabench.results.bounds import bounds_problem
-from fabench.measure.contract import SCHEMA_PATH, SCHEMA_VERSION
+from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
 from fabench.shapes import shape_id, shape_key
 
 # Schema 2 recorded every trial too; its observations are read back by fabench.analysis.legacy.

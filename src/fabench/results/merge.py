@@ -30,7 +30,7 @@ from fabench.analysis.identity import launched_kernels
 from fabench.measure import observations
 from fabench.files import json_problem, output_file_arg, write_json
 from fabench.results.bounds import bounds_problem
-from fabench.measure.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
+from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
 
 

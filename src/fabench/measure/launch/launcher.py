@@ -22,7 +22,7 @@ from fabench.aiter_config import file_sha256
 from fabench.config import roles_error, sha256_json
 from fabench.measure.invocation import JobError
 from fabench.measure.spec import JobSpec
-from fabench.measure.contract import FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, backend_entry
+from fabench.results.contract import FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, backend_entry
 
 STOP_AFTER_TERM_S = 30.0  # a cancelled measuring process gets this long to end before it is killed
 TIMEOUT_KEY = "measure.job_timeout_s"

@@ -46,7 +46,7 @@ from fabench.measure.invocation import USAGE, job_arguments, measuring_environme
 from fabench.measure.launch.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.launch.worker_client import run_in_worker
-from fabench.measure.contract import SKIPPED_KEY
+from fabench.results.contract import SKIPPED_KEY
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"

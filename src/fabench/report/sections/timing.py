@@ -9,7 +9,7 @@ from fabench.analysis.kernel_check import JUDGE_BOUND
 from fabench.analysis.noise import interval_name
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
-from fabench.measure.contract import FLOP_CONVENTION
+from fabench.results.contract import FLOP_CONVENTION
 
 
 def tflops(result: dict, backend: dict, kind: str) -> float | None:
