@@ -11,10 +11,13 @@ from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
 from fabench.analysis.kernel_check import kernel_time_check
 from fabench.analysis.verdict_text import observation_text
+from fabench.config import schema_default
 from fabench.measure.observations import Kind
+from fabench.measure.record import EVENT_RESOLUTION_MS
 
-DEFAULT_STABLE_SPREAD = 0.03
-DEFAULT_TOLERANCE = 0.03
+# What a result that does not record them was measured with: the config's defaults (the schema's).
+DEFAULT_STABLE_SPREAD = schema_default("timing", "stable_spread")
+DEFAULT_TOLERANCE = schema_default("timing", "cross_check_tolerance")
 
 
 def metric_summary(values: list[float], processes: list[int]) -> dict:
@@ -212,11 +215,6 @@ def cross_checks(trials: list[dict], device_median: float | None, tolerance: flo
         check = dict(check or {"do_bench_ms": None, "agrees": None, "reason": "do_bench not run"})
         check["profiler"] = profiler_check(profiled, device_median, tolerance, trials)
     return check
-
-
-# The events' timestamps resolve about 0.5 us (CUDA's documented resolution); a median period can
-# be off by up to that much from quantisation alone, which no count of samples averages away.
-EVENT_RESOLUTION_MS = 0.0005
 
 
 def period_check(trials: list[dict], stream_doubts: dict[str, list[str]] | None = None) -> dict | None:

@@ -36,14 +36,12 @@ import math
 import statistics
 
 from fabench.analysis import stats
-
-from fabench.measure.spec import KERNEL_TIME_METHOD as METHOD
+from fabench.measure.record import EVENT_RESOLUTION_MS, KERNEL_TIME_METHOD
 
 # The widest tolerance (either side, relative to the kernels' time) at which the check still judges:
 # wider, it could not tell a 5% error in the figure from agreement (disturbed H100 runs reached
 # +-173%, where a graph 129% above CUPTI "agreed"): "could not judge", with its half-width.
 JUDGE_BOUND = 0.05
-EVENT_RESOLUTION_MS = 0.0005
 
 
 def graph_records(trials: list[dict]) -> list[dict]:
@@ -83,7 +81,7 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
     difference = graph / figure - 1.0
     half_width = max(-low, high)  # the check's power: an error in the figure below this passes unseen
     agrees = (low <= difference <= high) if half_width <= bound else None
-    out = {"method": METHOD, "graph_ms": round(graph, 6), "kernel_ms": round(figure, 6),
+    out = {"method": KERNEL_TIME_METHOD, "graph_ms": round(graph, 6), "kernel_ms": round(figure, 6),
            "difference": round(difference, 6), "tolerance": {"low": round(low, 6), "high": round(high, 6)},
            "tolerance_parts": {**{k: round(v, 6) for k, v in noise.items()}, "gaps": round(gaps, 6),
                                "gap_below": round(gap_ms / figure, 6)},
@@ -113,4 +111,4 @@ def _other_kernels(taken: list[dict], trials: list[dict]) -> str | None:
 
 
 def _no_verdict(reason: str) -> dict:
-    return {"method": METHOD, "agrees": None, "reason": f"could not judge: {reason}"}
+    return {"method": KERNEL_TIME_METHOD, "agrees": None, "reason": f"could not judge: {reason}"}
