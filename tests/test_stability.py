@@ -153,19 +153,6 @@ def test_every_english_note_of_the_committed_runs_reads_back_as_it_was_written()
         assert item["kind"] == ("kernels_differ" if note.startswith(legacy.KERNELS_NOTE) else item["kind"])
 
 
-def test_the_measuring_side_imports_no_analysis():
-    """The observation kinds live in fabench.measure; the analysis imports them, never the reverse."""
-    import ast
-
-    measure = Path(__file__).resolve().parents[1] / "src" / "fabench" / "measure"
-    # job.py's one call of analysis.stats.median is the timing loop's (another engineer's, issue 36).
-    for path in (p for p in measure.rglob("*.py") if p.name != "job.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                assert not node.module.startswith("fabench.analysis"), (path, node.module)
-            if isinstance(node, ast.Import):
-                assert not any(a.name.startswith("fabench.analysis") for a in node.names), path
-
 
 def test_a_clock_held_down_that_moved_the_trials_is_named_beside_their_spread():
     def capped(process, index, ms, clock):
