@@ -92,6 +92,8 @@ rule archive:
     params:
         root=config["archive"]["root"],
         own_runs=list(RUNS),
+        # this config's runs when they are previews, which are not archived (said so)
+        previews=list(RUNS) if config.get("preview") else [],
         schema=SCHEMA_DIR / "result.schema.json",
     script:
         "../scripts/archive_finished.py"
