@@ -15,6 +15,8 @@ from fabench.analysis import entry as analysis
 from fabench.analysis.detector import binomial_bound
 from fabench.analysis.noise import POOL_CELLS
 from fabench.analysis.policy import Code, Rule
+from fabench.analysis.verdict_text import observation_text
+from fabench.measure import observations
 from fabench.results import merge
 from fabench.results.contract import backend_entry
 from support.shared_runs import h100_archive
@@ -32,7 +34,7 @@ def test_verdict_judges_the_device_figure_and_names_every_problem():
     got = analysis.trial_stats(steady, 0.03, [])
     assert got["stable"] and got["unstable_reason"] is None  # the host's noise does not decide it
     drifting = [trial(0, i, 0.2, device) for i, device in enumerate([0.100, 0.102, 0.110])]
-    got = analysis.trial_stats(drifting, 0.03, ["process 0 trial 1: warm-up did not settle within 1000 ms"])
+    got = analysis.trial_stats(drifting, 0.03, [observations.warmup_unsettled(0, 1, 1000)])
     assert not got["stable"] and got["unstable_codes"] == ["spread", "warm-up"]
     assert got["unstable_reason"].startswith("trials spread 10.0% within one process")
 
@@ -252,7 +254,8 @@ def test_a_generated_source_digest_that_differs_between_processes_is_no_kernel_d
     assert cold_and_warm["stats"]["stable"]
     second = process_result(1, [0.1005, 0.100], "s" * 64)  # profiled too, another source: another kernel
     other = merge.merge([first, second], [])["backends"]["x"]
-    assert other["observations"]["notes"][0].startswith("the processes ran different kernels: process 0: k")
+    assert other["observations"]["notes"][0]["kind"] == "kernels_differ"  # coded; the words are verdict_text's
+    assert observation_text(other["observations"]["notes"][0]).startswith("the processes ran different kernels: process 0: k")
     assert not other["stats"]["stable"]
 
 

@@ -21,6 +21,10 @@ The verdict, with its reason code (Code):
                                       run is unstable, has no interval, ran on other hardware, other
                                       code (where the caller expects the same), another experiment,
                                       or the change is the SM clock's (`clock`).
+Two backends of one job (the report's claims within a run) are interleaved trial by trial in
+each process: `paired` applies the same two tests to the mean of their paired log ratios over the
+processes, the process the unit (fabench.analysis.pairs). `processes_apart` tells two unstable
+cells of different jobs apart by their process medians.
 The policy returns codes and values, never sentences: its callers write the words
 (fabench.analysis.verdict_text), so a rewording changes no decision and no test of one.
 The margin is the change a user cares about; its default is chosen from the measured noise between
@@ -30,11 +34,12 @@ runs on one card and on two cards of one GPU model (docs/archive.md, "The compar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+import statistics
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 
-from fabench.analysis import calibration, stats
-from fabench.analysis.figures import cell_metric, trial_values
+from fabench.analysis import calibration, pairs, stats
+from fabench.analysis.figures import METRICS, cell_metric, trial_values
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
     code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity, hardware_key,
@@ -258,7 +263,8 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
     unstable = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (old, new))
                 if not e["stats"].get("stable", True)}
     if unstable:
-        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable})
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable, "unstable_codes": {
+            i: e["stats"].get("unstable_codes") for i, e in zip(names, (old, new)) if i in unstable}})
     one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
     if one_process:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
@@ -273,17 +279,26 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
 
 def _by_rule(old: dict, new: dict, noise: tuple[float, int], rule: Rule, names: tuple[str, str], base: dict) -> dict:
     sd, df = noise
+    return _tests(math.log(base["ratio"]), sd, df, rule, names, base, {},
+                  lambda limit: clock_explains(old, new, base["metric"], limit))
+
+
+def _tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str], base: dict, values: dict,
+           clock=None) -> dict:
+    """The rule's two tests on a log change d with standard error sd (df degrees of freedom), the
+    verdict judge and paired share: changed beyond the noise and the margin (unless `clock(limit)`
+    finds the clock's change), small_change beyond the noise only, same within the margin by the
+    equivalence interval, else noisy. Fills base's interval and detectable (in place)."""
     limit = noise_limit(sd, df, rule)
-    d = math.log(base["ratio"])
     reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
     base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
-    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha}
+    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha, **values}
     margin = math.log1p(rule.margin)
     beyond_noise = abs(d) > limit
     if beyond_noise and abs(d) > margin:
-        clock = clock_explains(old, new, base["metric"], limit)
-        if clock:
-            return _verdict(Code.CLOCK, names, **base, values={**values, **clock})
+        explained = clock(limit) if clock else None
+        if explained:
+            return _verdict(Code.CLOCK, names, **base, values={**values, **explained})
         return _verdict(Code.REGRESSION if d > 0 else Code.IMPROVEMENT, names, **base, values=values)
     if beyond_noise:
         return _verdict(Code.SMALL_CHANGE, names, **base, values=values)
@@ -378,25 +393,80 @@ def judge_published(figure: dict, published_ms: float, rule: Rule) -> dict:
 
 # ---------------------------------------------------------------- two cells of one run
 
-def trials_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
-    """Whether two cells of one run are told apart although one is unstable (the claims' exception
-    to `unstable`, fabench.analysis.claims): every trial of the slower lies beyond every trial of
-    the faster by more than the rule's margin, and that order is beyond chance at the rule's alpha
-    (the exact rank test at its extreme: two-sided p = 2 / C(n + m, n); 6 trials a cell give 0.002).
-    An unstable cell's trials spread, but a difference larger than all of that spread is settled by
-    them (cuDNN at (4,4096,8,256) on an H100, 7% spread, against aiter's kernel 2x slower). A cell
-    of one process never is: its trials leave the noise between processes out.
+def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise | None",
+           names: tuple[str, str] = ("a", "b"), between_runs: float = 0.0) -> dict:
+    """The verdict on two backends of one job (interleaved in its processes), as judge's on two
+    runs reads it (b the new, a the old: ratio b / a): a paired test at the process unit.
 
-    Returns {faster ("a" or "b"), slower_trials, faster_trials, gap (the least relative gap), p},
-    or None; the caller writes the words."""
-    values = [trial_values(entry.get("trials") or [], metric) for entry in (a, b)]
-    if any(len(set(processes)) < 2 for _, processes in values):
+    Each process gives the mean of its paired trials' log ratios (fabench.analysis.pairs); their
+    mean d over the P processes is the run's change, with standard error sqrt(s^2 / P), s^2 the
+    largest of the pair's own variance over processes, what its trials inside each process put into
+    a process mean (pairs.Pair.within_mean_variance), and the run's pooled one (df: the pooled
+    degrees of freedom, one per process beyond each job's first). Then the rule's tests as judge
+    applies them: beyond the noise |d| > t(1 - alpha/2, df) * se (the two-sided p is stated:
+    Student's t, valid where the process effects on a ratio are normal with one variance across the
+    run's pairs), faster where also beyond the margin; same within the margin by the
+    equivalence interval; else cannot tell. `between_runs`: the standard deviation (log) of a
+    cell's own shift from run to run on this hardware, where a calibration knows it; each cell has
+    its own, so 2 * between_runs^2 joins the variance and the claim holds for another run too;
+    without it (0) the claim is about this run's processes, and the words say so. One process per job gives no variance between
+    processes: no test and no p, `one_process`, with the paired trials' count and range in `paired`
+    for the words. A cell doubted beyond spread (pairs.doubted) is `unstable`."""
+    pair = pairs.Pair.of(b, a, metric)  # log(b / a): the new over the old, as judge reads a change
+    if pair is None:
+        return _verdict(Code.NO_FIGURE, names)
+    d = pair.mean
+    trials = {"trials": len(pair.ratios), "processes": pair.processes,
+              "consistent": sum(1 for r in pair.ratios if r * d > 0), "test": "paired",
+              "least": math.exp(min(abs(r) for r in pair.ratios)) if all(r * d > 0 for r in pair.ratios) else None}
+    base = {"metric": metric, "ratio": math.exp(d)}
+    doubts = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (a, b)) if pairs.doubted(e)}
+    if doubts:
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": doubts, "paired": trials, "unstable_codes": {
+            i: e["stats"].get("unstable_codes") for i, e in zip(names, (a, b)) if i in doubts}})
+    if pair.processes < 2:
+        return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": list(names), "paired": trials})
+    own = max(pair.variance, pair.within_mean_variance)
+    variance, df = (max(own, pooled.variance), pooled.df) if pooled else (own, pair.processes - 1)
+    sd = math.sqrt(variance / pair.processes + 2 * between_runs ** 2)
+    t = abs(d) / sd if sd else math.inf
+    trials.update(p=stats.t_two_sided_p(t, df), df=df, pooled_pairs=pooled.pairs if pooled else None,
+                  between_runs=between_runs)
+    return _tests(d, sd, df, rule, names, base, {"paired": trials})
+
+
+def processes_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
+    """Whether two cells of one run measured in different jobs (no partners trial by trial) are
+    told apart although one is unstable (the claims' exception to `unstable`,
+    fabench.analysis.claims): at the process unit, the unit that carries the noise. Every process
+    median of the slower lies beyond every one of the faster by more than the rule's margin, and
+    Welch's t on the log process medians puts the difference beyond chance at the rule's alpha
+    (valid where process effects are normal; the trials of one process are one observation).
+    Two processes a cell leave Welch about 2 degrees of freedom: only a gap far beyond the
+    processes' own spread passes (cuDNN at (4,4096,8,256) on an H100, 7% spread, against aiter's
+    kernel 2x slower). A cell of one process never is told apart.
+
+    Returns {faster ("a" or "b"), processes ([a's, b's]), gap (the least relative gap between
+    process medians), p, df}, or None; the caller writes the words."""
+    logs = []
+    for entry in (a, b):
+        values, processes = trial_values(entry.get("trials") or [], metric)
+        medians = stats.process_medians(values, processes) if values else []
+        if len(medians) < 2 or min(medians) <= 0:
+            return None
+        logs.append([math.log(m) for m in medians])
+    la, lb = logs
+    faster = "a" if max(la) < min(lb) else "b" if max(lb) < min(la) else None
+    if faster is None:
         return None
-    (va, _), (vb, _) = values
-    p = 2 / math.comb(len(va) + len(vb), len(va))
-    faster = "a" if max(va) < min(vb) else "b" if max(vb) < min(va) else None
-    fast, slow = (va, vb) if faster == "a" else (vb, va)
-    if faster is None or p > rule.alpha or min(slow) <= max(fast) * (1 + rule.margin):
+    fast, slow = (la, lb) if faster == "a" else (lb, la)
+    gap = math.exp(min(slow) - max(fast)) - 1
+    va, vb = (stats.log_variance([math.exp(x) for x in side]) / len(side) for side in (la, lb))
+    se = math.sqrt(va + vb)
+    # Welch-Satterthwaite degrees of freedom (the processes of each cell, their variances unequal).
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if va + vb else math.inf
+    t = abs(statistics.fmean(lb) - statistics.fmean(la)) / se if se else math.inf
+    p = stats.t_two_sided_p(t, df)
+    if p > rule.alpha or gap <= rule.margin:
         return None
-    return {"faster": faster, "slower_trials": len(slow), "faster_trials": len(fast),
-            "gap": min(slow) / max(fast) - 1, "p": p}
+    return {"faster": faster, "processes": [len(la), len(lb)], "gap": gap, "p": p, "df": df}

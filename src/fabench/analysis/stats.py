@@ -58,6 +58,15 @@ def welch_df(parts: list[tuple[float, float]]) -> float:
     return math.inf if spread == 0 else total * total / spread
 
 
+def t_two_sided_p(t: float, df: float) -> float:
+    """The two-sided p of Student's t statistic |t| with df degrees of freedom (0 for an infinite t)."""
+    if math.isinf(t):
+        return 0.0
+    if math.isinf(df):
+        return 2 * (1 - statistics.NormalDist().cdf(abs(t)))
+    return float(2 * _scipy().t.sf(abs(t), df))
+
+
 def two_sided(level: float) -> float:
     """The upper quantile's probability of a two-sided interval at `level`."""
     return 1.0 - (1.0 - level) / 2.0

@@ -100,6 +100,7 @@ class Run:
         self.variants = self._variant_order(collected["results"])
         self.results = sorted(collected["results"], key=self._order)
         self.first = self.results[0]
+        self.within = claims.WithinRun(self.results, self.rule, self.published)  # every claim of the report
 
     def _variant_order(self, results: list[dict]) -> list[str]:
         """The config's order; a variant with results but not in the config goes last."""
@@ -114,8 +115,9 @@ class Run:
         return self.variants.index(result["variant"]), not main, shape["head_dim"], shape_key(shape)
 
     def claim(self, a: dict | None, b: dict | None, names: tuple[str, str]) -> dict:
-        """The policy's claim on two cells of this run (fabench.analysis.claims.compare)."""
-        return claims.compare(a, b, names=names, rule=self.rule, published=self.published)
+        """The policy's claim on two cells of this run (fabench.analysis.claims.WithinRun): paired
+        where both are backends of one job (interleaved trial by trial in its processes)."""
+        return self.within.claim(a, b, names=names)
 
     def role_claim(self, result: dict, first: str, second: str) -> dict:
         """The policy's claim on two roles' cells of one job (a = first, b = second), named by label."""

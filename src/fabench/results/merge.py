@@ -27,7 +27,7 @@ from pathlib import Path
 
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.identity import launched_kernels
-from fabench.analysis.legacy import KERNELS_NOTE
+from fabench.measure import observations
 from fabench.files import json_problem, output_file_arg, write_json
 from fabench.results.bounds import bounds_problem
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
@@ -212,21 +212,17 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     return merged
 
 
-def kernel_differences(entries: list[dict], ids: list[int]) -> list[str]:
-    """A note when the processes launched different kernels (fabench.analysis.policy's identity:
-    names, source digest, launch settings). Only a job's first process profiles its kernels; the
-    digest of what Inductor generated depends on the compile caches' state, not the kernel, and
-    is no evidence either way."""
+def kernel_differences(entries: list[dict], ids: list[int]) -> list[dict]:
+    """An observation (fabench.measure.observations.kernels_differ) when the processes launched
+    different kernels (fabench.analysis.policy's identity: names, source digest, launch settings).
+    Only a job's first process profiles its kernels; the digest of what Inductor generated depends
+    on the compile caches' state, not the kernel, and is no evidence either way."""
     profiled = [(i, e["kernels"]) for i, e in zip(ids, entries) if (e["kernels"] or {}).get("names") is not None]
     launched = {json.dumps(launched_kernels(k), sort_keys=True) for _, k in profiled}
     if len(launched) <= 1:
         return []
-    return [KERNELS_NOTE + "; ".join(_kernels_text(i, k) for i, k in profiled)]
-
-
-def _kernels_text(index: int, kernels: dict) -> str:
-    return (f"process {index}: {', '.join(kernels['names'])} (source sha256 {str(kernels.get('source_sha256'))[:12]}, "
-            f"launch {kernels.get('launch')})")
+    return [observations.kernels_differ([{"process": i, "names": list(k["names"]), "launch": k.get("launch"),
+                                          "source_sha256": k.get("source_sha256")} for i, k in profiled])]
 
 
 def _fallbacks(results: list[dict]) -> dict:
