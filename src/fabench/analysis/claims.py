@@ -134,7 +134,7 @@ class WithinRun:
     """The claims on cells of one run's results: two backends of one job (interleaved trial by
     trial in its processes) by the paired test with the run's pooled noise of such pairs, computed
     once per metric; any other two by the verdict between figures. A cell's calibrated shift between
-    runs on this hardware (`between_runs`, where calibrations.yaml states it) joins the paired test,
+    runs on this hardware (the fit's `between_run`, calibrations.yaml) joins the paired test,
     so a claim holds for another run too; without it the claim's words say it is this run's."""
 
     def __init__(self, results: list[dict], rule: Rule, published: bool = False):
@@ -142,7 +142,7 @@ class WithinRun:
         self._job = {id(entry): index for index, r in enumerate(results) for entry in r["backends"].values()}
         self._noise: dict[tuple[str, bool], PairNoise | None] = {}
         fit = None if published else calibration.calibration_for(hardware_identity(results))
-        self.between_runs = float((fit or {}).get("between_runs") or 0.0)
+        self.between_runs = float((fit or {}).get("between_run") or 0.0)
 
     def pair_noise(self, metric: str, unsteady: bool = False) -> PairNoise | None:
         """The run's pooled noise of paired cells (pairs.PairNoise): of stable pairs, or `unsteady`
