@@ -9,6 +9,7 @@ import sys
 import time
 
 from fabench.measure.spec import job_spec
+from test_plan import with_defaults
 from workflow_util import REPO, tiny_config
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
@@ -43,10 +44,11 @@ def _stand_in_workflow() -> subprocess.Popen:
 def test_a_runner_stops_when_its_workflow_is_gone(tmp_path):
     """The runner, timing a long job on the CPU, ends within seconds of its Snakemake's death and
     leaves no result behind."""
-    config = tiny_config(backends=["native"], cpu={"warmup": 1, "iters": 100_000},
-                         roles={p: {"baseline": "native", "vendor": "native", "triton": "native"}
-                                for p in ("rocm", "cuda", "cpu")})
-    spec = job_spec(config, "tuned", {"batch": 1, "seq": 512, "heads": 2, "head_dim": 64})
+    # The config as the workflow hands it on, defaults filled: the measuring command checks the spec's values.
+    config = with_defaults(tiny_config(backends=["native"], cpu={"warmup": 1, "iters": 100_000},
+                                       roles={p: {"baseline": "native", "vendor": "native", "triton": "native"}
+                                              for p in ("rocm", "cuda", "cpu")}))
+    spec = job_spec(config, "default", {"batch": 1, "seq": 512, "heads": 2, "head_dim": 64})
     workflow = _stand_in_workflow()
     out = tmp_path / "result.json"
     env = {**ENV, "FABENCH_WORKFLOW": f"{socket.gethostname()}:{workflow.pid}"}
