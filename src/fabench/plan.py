@@ -139,6 +139,26 @@ def place_problems(env) -> list[str]:
     return check_env_places(dict(env))
 
 
+def cpu_example(given: dict) -> str:
+    """The --config that sets, in the cpu block, the first count the command line gave elsewhere
+    (timing.repeats=3 -> cpu={repeats: 3})."""
+    name, value = next(iter(given.items()))
+    return f"cpu={{{name.split('.')[-1]}: {value}}}"
+
+
+class HowToMeasure:
+    """A measure job's options that say how it is measured, not what (the mode, the worker's idle
+    time, the timeout). Snakemake records a rule's parameters only where they are plain values and
+    re-runs a job whose recorded parameters changed; this is not a plain value, so a finished result
+    stays finished when only these change (a Slurm plan after a local run: isolate, not worker)."""
+
+    def __init__(self, options: str):
+        self.options = options
+
+    def __str__(self) -> str:
+        return self.options
+
+
 class Plan:
     """What the rules need of a checked config. `project` is the folder of the Snakefile."""
 
@@ -217,7 +237,7 @@ class Plan:
         if not unused:
             return None
         return (f"warning: on a CPU {', '.join(unused)} changes nothing: set the cpu block instead, "
-                "e.g. --config 'cpu={iters: 20}' (docs/usage.md, On a CPU)")
+                "e.g. --config '" + cpu_example(given) + "' (docs/usage.md, On a CPU)")
 
     # --- checks before any job ---------------------------------------------------------------------
     def check_local_aiter(self) -> None:
@@ -332,13 +352,14 @@ class Plan:
         measuring process is a process of its own: isolate."""
         return "isolate" if self.docker or cluster else self.config["measure"]["mode"]
 
-    def measure_options(self, cluster: bool) -> str:
-        """The runner's --mode, --worker-idle-s and --timeout-s (only the timeout in docker)."""
+    def measure_options(self, cluster: bool) -> HowToMeasure:
+        """The runner's --mode, --worker-idle-s and --timeout-s (only the timeout in docker): not part
+        of a result's identity (HowToMeasure)."""
         settings = self.config["measure"]
         options = ["--timeout-s", str(settings["job_timeout_s"])]
         if not self.docker:
             options += ["--mode", self.measure_mode(cluster), "--worker-idle-s", str(settings["worker_idle_s"])]
-        return shlex.join(options)
+        return HowToMeasure(shlex.join(options))
 
     def stop_measuring_workers(self, cluster: bool) -> str | None:
         """At the workflow's end, its measuring workers end at once instead of when idle. Called by
