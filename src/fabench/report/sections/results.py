@@ -131,7 +131,7 @@ def variant_table(run: Run, variant: str) -> dict:
         rows = [variant_row(run, r, notes, highlight) for r in results]
         tables.append({"head_dim": None if head_dim == run.main_head_dim else head_dim,
                        "rows": rows, "notes": notes.notes})
-    return {"title": md_text(run.title(variant)), "label": md_text(run.variant_label(variant)),
+    return {"title": md_text(run.heading(variant)), "label": md_text(run.variant_label(variant)),
             "config": config_code(run, variant), "tables": tables}
 
 

@@ -22,14 +22,12 @@ newest two archived runs.
 
 from __future__ import annotations
 
-import html
 from datetime import datetime
 import math
-import re
 
 from fabench.analysis import stats
 from fabench.analysis.figures import METRICS, run_metric, shown_figure
-from fabench.report.format import md_text
+from fabench.report.format import heading_anchor as anchor, md_text
 from fabench.report.model import Run
 from fabench.report.sections import published_claims, results
 from fabench.report.sections.timeline import time_line
@@ -38,17 +36,6 @@ MAX_LINES = 8
 MAX_GROUPS = 4  # shape groups with a line of their own; the fastest table covers the rest
 # Claims by which the policy separates two cells, or finds them alike (fabench.analysis.claims).
 TIED = ("same", "below margin")
-
-
-# ---------------------------------------------------------------- anchors
-
-def anchor(heading: str) -> str:
-    """The anchor a Markdown renderer gives a heading (GitHub's rule): the heading's text
-    lower-cased, punctuation dropped, spaces as hyphens. Escapes are undone first, as the
-    rendered text has none."""
-    text = html.unescape(re.sub(r"\\(.)", r"\1", heading)).strip().lower()
-    text = re.sub(r"[`*_]", "", text)
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
 # ---------------------------------------------------------------- the fastest backend
@@ -132,7 +119,7 @@ def tuning(run: Run) -> dict | None:
         return None
     first, last = run.variants[0], run.variants[-1]
     line = {"first": md_text(run.variant_label(first)), "last": md_text(run.variant_label(last)),
-            "backend": md_text(run.label("triton")), "anchor": anchor(md_text(run.title(last)))}
+            "backend": md_text(run.label("triton")), "anchor": anchor(md_text(run.heading(last)))}
     if results.same_code_variants(run):
         return {**line, "code": "same code"}
     names = (run.variant_label(first), run.variant_label(last))
