@@ -146,3 +146,20 @@ def test_a_backend_in_several_roles_is_named_once_and_has_one_column(member):
     assert len([h for h in header if h.endswith("Speedup")]) == len(set(roles.values()) - {roles["baseline"]})
     for label in shared:
         assert f"{label} (ms)" in header, header
+
+
+@pytest.mark.parametrize("member", [m for m in SHARED_ROLES if m != "none shared"])
+def test_a_backend_in_two_roles_is_never_set_against_itself(member):
+    """No "SDPA vs SDPA", "faster of SDPA and SDPA", "SDPA beats SDPA" and no column printed twice, in
+    any section, the appendix's printout included (issue 40, the tester's words)."""
+    roles, _, _ = SHARED_ROLES[member]
+    collected, config = with_roles(*load(H200_FLEX), roles)
+    report = render(collected, config, None)
+    labels = {collected["results"][0]["backends"][name]["label"] for name in roles.values()}
+    for label in labels:
+        name = re.escape(label)
+        against_itself = re.compile(rf"{name}\)? (vs|and|beats|or) \**{name}(?![\w (])")
+        assert not [line for line in report.splitlines() if against_itself.search(line)], label
+        appendix = report.split("### Appendix", 1)[1]
+        header = next(line for line in appendix.splitlines() if line.startswith("Config "))
+        assert header.count(f"{label} (ms)") <= 1 and header.count(f"{label} Speedup") <= 1, header

@@ -62,6 +62,10 @@ def ms_cell(result: dict, role: str, notes: Footnotes, strong: bool = False) -> 
     return bold(fmt_ms(ms), strong) + (f" {UNSTABLE_MARK}" if unstable(backend) else "")
 
 
+def vendor_is_triton(run: Run) -> bool:
+    return run.first["roles"]["vendor"] == run.first["roles"]["triton"]
+
+
 def vendor_vs_triton(run: Run, result: dict) -> dict:
     """The policy's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
     return run.role_claim(result, "vendor", "triton")
@@ -333,6 +337,8 @@ def context(run: Run, published: dict | None) -> dict:
         "marks": mark_notes(run),
         "judged_on": judged_on(run),
         "same_code_triton": len(run.variants) > 1 and same_code_variants(run),
+        # One backend fills the vendor and the Triton role: there is no pair to name a winner of.
+        "one_backend": vendor_is_triton(run),
         "same_code": same_code_backends(run),
         "unstable_mark": UNSTABLE_MARK,
         "any_unstable": any(unstable(b) for _, _, b in run.backends()),
