@@ -7,6 +7,7 @@ a real process. Nothing here runs a benchmark.
 from __future__ import annotations
 
 import csv
+import re
 import json
 import os
 import shutil
@@ -578,3 +579,22 @@ def test_the_record_and_the_comparison_name_the_card_where_the_results_do(tmp_pa
     header = next(line for line in render_markdown(compare_entries(list_entries(rocm_root), RULE)).splitlines()
                   if line.startswith("| Entry |"))
     assert "GPU" not in header.split("|")[5]
+
+
+def test_cli_compare_ends_with_one_result_line_and_takes_the_null_device(two_runs, tmp_path):
+    """A CI log shows what was judged, also when the Markdown goes to a file or nowhere (issue 40):
+    the newest two runs, the verdicts on their cells, where the page is."""
+    old, new, root = two_runs
+    edit_backend(new, *CELL, factor=1.12)
+    for run in (old, new):
+        archive(run, root)
+    page = tmp_path / "compare.md"
+    told = fabench("compare", "--root", str(root), "--margin", "5%", "--out-md", str(page), cwd=tmp_path)
+    assert told.returncode == 0 and told.stdout == "", told.stderr
+    [line] = [line for line in told.stderr.splitlines() if "archived runs;" in line]
+    assert re.fullmatch(rf"fabench compare: 2 archived runs; {NEW}/0001-\w+ against {OLD}/0001-\w+: \d+ cells "
+                        rf"judged: 1 regression, .*; see {re.escape(str(page))}", line), line
+    quiet = fabench("compare", "--root", str(root), "--margin", "5%", "--out-md", os.devnull, "--out-json", os.devnull,
+                    cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr
+    assert "1 regression" in quiet.stderr and "see " not in quiet.stderr

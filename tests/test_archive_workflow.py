@@ -50,6 +50,10 @@ def test_archive_stores_every_finished_run_and_compare_names_one_it_does_not_hol
     assert pending in steps["compare"].stderr
     assert "## Finished runs not in the archive" not in (work / "compare" / "compare.md").read_text()
     assert re.search(r"results/tiny-a: archived as archive/cpu-a/0001-[0-9a-f]{8}", steps["archive"].stderr)
+    # the config's own run is named on the terminal too, and the last line names both (issue 40)
+    assert re.search(r"results/tiny-b: archived as archive/cpu-b/0001-[0-9a-f]{8}", steps["archive"].stderr)
+    assert re.search(r"archive: this config's run\(s\) in the archive: results/tiny-b as cpu-b/0001-[0-9a-f]{8}; "
+                     r"1 other finished run\(s\) archived, 0 not", steps["archive"].stderr)
     assert pending not in steps["compare again"].stderr
     entries = json.loads((work / "compare" / "compare.json").read_text())["entries"]
     assert [e["label"] for e in entries] == ["cpu-a", "cpu-b"], {k: p.stderr[-4000:] for k, p in steps.items() if k != "report tiny-a"}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fabench.analysis.policy import Code, Rule
-from fabench.report.compare_outputs import ComparisonOutputs, write_comparison
+from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 from fabench.results.archive_read import list_entries
 from fabench.results.compare import CompareError, compare_entries
 from fabench.results.published import load_published
@@ -34,6 +34,8 @@ for line in comparison["unarchived"]:
 write_comparison(comparison, ComparisonOutputs(markdown=Path(sm.output.markdown), json=Path(sm.output.json),
                                                csv=Path(sm.output.csv), html=Path(sm.output.html),
                                                plots=Path(sm.output.plots)))
+# The result on the terminal, with where to read it in full.
+print(f"compare: {result_line(comparison)}; see {sm.output.markdown} ({sm.output.html})", file=sys.stderr, flush=True)
 flagged = [f for f in comparison["flags"] if f["code"] == Code.REGRESSION]
 logging.info("%d entries compared, %d left out, %d regression flag(s)", len(comparison["entries"]),
              len(comparison["left_out"]), len(flagged))
