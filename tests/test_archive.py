@@ -598,3 +598,26 @@ def test_cli_compare_ends_with_one_result_line_and_takes_the_null_device(two_run
                     cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr
     assert "1 regression" in quiet.stderr and "see " not in quiet.stderr
+
+
+def test_the_compare_summary_keeps_the_judged_pair_and_names_software_a_label_hides(tmp_path):
+    """Issue 40: a third run of other shapes (the docs' FlexAttention recipe) joined the archive and
+    the summary judged it against the second, 0 cells; a package installed between two runs of one
+    label went unsaid. Now the summary keeps the newest pair that shares cells, names the run it
+    passed over, and says what software differs under the label."""
+    root = tmp_path / "archive"
+    first = make_run(tmp_path / "a", "mi300x", versions=ROCM_6_4, seed=1)
+    second = make_run(tmp_path / "b", "mi300x", versions={**ROCM_6_4, "triton": "3.6.0"}, seed=2)
+    edit_backend(second, *CELL, factor=1.12)
+    other = make_run(tmp_path / "c", "mi300x", versions={**ROCM_6_4, "triton": "3.6.0"}, seed=3,
+                     shapes=[{"batch": 1, "seq": 256, "heads": 4, "head_dim": 64}])
+    ids = [archive(run, root, label="one").name for run in (first, second, other)]
+    comparison = compare_entries(list_entries(root), Rule.of({"comparison": {"margin": 0.05}}))
+    markdown = render_markdown(comparison)
+    summary = markdown.split("## Summary", 1)[1].split("## Runs", 1)[0]
+    assert f"`one/{ids[1]}` against `one/{ids[0]}`" in summary and "1 regression" in summary, summary
+    assert f"**Not judged against an earlier run**: `one/{ids[2]}`" in summary, summary
+    assert "**Software differs under one label** `one`" in summary and "triton 3.3.1 → 3.6.0 → 3.6.0" in summary
+    from fabench.report.compare_outputs import result_line
+    assert f"one/{ids[1]} against one/{ids[0]}" in result_line(comparison)
+    assert "label one holds runs of other software (triton 3.3.1 -> 3.6.0 -> 3.6.0)" in result_line(comparison)
