@@ -18,6 +18,8 @@ from workflow_util import SNAKEFILE, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 
+# Snakemake's own last lines, after the workflow's (Snakefile onsuccess)
+SNAKEMAKES_LAST = ("Complete log", "Elapsed time")
 SHAPE = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
 
 
@@ -50,8 +52,18 @@ def test_archive_stores_every_finished_run_and_compare_names_one_it_does_not_hol
     assert pending in steps["compare"].stderr
     assert "## Finished runs not in the archive" not in (work / "compare" / "compare.md").read_text()
     assert re.search(r"results/tiny-a: archived as archive/cpu-a/0001-[0-9a-f]{8}", steps["archive"].stderr)
+    # Each command ends with its result in one line and the path to read it in full (issue 40).
+    last = {step: [line for line in proc.stderr.splitlines() if not line.startswith(SNAKEMAKES_LAST)][-1]
+            for step, proc in steps.items()}
+    assert re.fullmatch(r"run tiny-a: 2 jobs, cells \d+ ok, .*; Fastest at d_k=32 .*; "
+                        r"report: results/tiny-a/report.md \(results/tiny-a/report.html\)", last["report tiny-a"]), last
+    assert last["compare"] == ("compare: 1 archived run: nothing to compare it with yet; "
+                               "see compare/compare.md (compare/compare.html)"), last
+    assert re.fullmatch(r"compare: 2 archived runs; cpu-b/0001-\w+ against cpu-a/0001-\w+: \d+ cells judged: .*; "
+                        r"see compare/compare.md \(compare/compare.html\)", last["compare again"]), last
     # the config's own run is named on the terminal too, and the last line names both (issue 40)
-    assert re.search(r"results/tiny-b: archived as archive/cpu-b/0001-[0-9a-f]{8}", steps["archive"].stderr)
+    # (stored by the first compare, which compares only what is archived)
+    assert re.search(r"results/tiny-b: archived as archive/cpu-b/0001-[0-9a-f]{8}", steps["compare"].stderr)
     assert re.search(r"archive: this config's run\(s\) in the archive: results/tiny-b as cpu-b/0001-[0-9a-f]{8}; "
                      r"1 other finished run\(s\) archived, 0 not", steps["archive"].stderr)
     assert pending not in steps["compare again"].stderr

@@ -147,6 +147,14 @@ def measure_options(wildcards):
     return PLAN.measure_options(CLUSTER)
 
 
+def say_what_was_made():
+    """The workflow's last lines: each report and comparison it wrote, in one line with its path."""
+    from fabench.report.last_lines import finished_lines
+
+    for line in finished_lines(RUNS, PLAN.started_at):
+        print(line, file=sys.stderr)
+
+
 def stop_measuring_workers():
     """The Snakefile's handlers: never an error of their own (fabench.plan)."""
     if note := PLAN.stop_measuring_workers(CLUSTER):

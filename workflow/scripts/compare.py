@@ -34,8 +34,8 @@ for line in comparison["unarchived"]:
 write_comparison(comparison, ComparisonOutputs(markdown=Path(sm.output.markdown), json=Path(sm.output.json),
                                                csv=Path(sm.output.csv), html=Path(sm.output.html),
                                                plots=Path(sm.output.plots)))
-# The result on the terminal, with where to read it in full.
-print(f"compare: {result_line(comparison)}; see {sm.output.markdown} ({sm.output.html})", file=sys.stderr, flush=True)
+# The result's line; the terminal gets it as the workflow's last (fabench.report.last_lines).
+logging.info("%s", result_line(comparison))
 flagged = [f for f in comparison["flags"] if f["code"] == Code.REGRESSION]
 logging.info("%d entries compared, %d left out, %d regression flag(s)", len(comparison["entries"]),
              len(comparison["left_out"]), len(flagged))
