@@ -621,3 +621,32 @@ def test_the_compare_summary_keeps_the_judged_pair_and_names_software_a_label_hi
     from fabench.report.compare_outputs import result_line
     assert f"one/{ids[1]} against one/{ids[0]}" in result_line(comparison)
     assert "label one holds runs of other software (triton 3.3.1 -> 3.6.0 -> 3.6.0)" in result_line(comparison)
+
+
+def test_compare_names_the_command_that_stores_a_run_only_where_it_would(tmp_path):
+    """Issue 40 (the tester's words): compare told the user `snakemake archive` stores a run that
+    `snakemake archive` refuses. Each line now says what the store itself would do with the run."""
+    from fabench.results.unarchived import STORE_COMMAND, store_unarchived, unarchived_lines
+
+    results, root = tmp_path / "results", tmp_path / "archive"
+
+    def run_in(name: str, runtime: str, seed: int) -> Path:
+        run_dir = make_run(results, name, versions=ROCM_6_4, seed=seed)
+        collected = read_results(run_dir)
+        for result in collected["results"]:
+            result["provenance"]["runtime"] = runtime
+        write_results(run_dir, collected)
+        return run_dir
+
+    run_in("plain", "local", 1)
+    run_in("boxed", "docker", 2)
+    broken = run_in("broken", "local", 3)
+    next((broken / "tuned").glob("*.json")).unlink()
+    lines = {line.split(" ", 1)[0]: line for line in unarchived_lines(results, root)}
+    assert lines[str(results / "plain")].endswith(f"`{STORE_COMMAND}` stores it")
+    assert f"`{STORE_COMMAND}` does not store" in lines[str(results / "boxed")]
+    assert "cannot be stored as it is" in lines[str(results / "broken")] and "missing" in lines[str(results / "broken")]
+    # what the store then does agrees with each line
+    outcome = {stored.run_dir.name: stored for stored in store_unarchived(results, root, schema=SCHEMA)}
+    assert outcome["plain"].entry is not None
+    assert outcome["boxed"].entry is None and outcome["broken"].entry is None
