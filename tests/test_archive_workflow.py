@@ -165,8 +165,11 @@ def test_the_html_report_shows_the_reports_and_the_comparison_as_pages_in_a_real
 
     results = embedded_results(archived / "report.html")
     pages = {path: entry for path, entry in results.items() if path.endswith(".html")}
-    # this config's run (tiny-a was archived under another config) and the comparison of both entries
-    assert set(pages) == {"results/tiny-b/report.html", "compare/compare.html"}
+    # this config's run, the comparison of both entries, and every archived run's report: tiny-a was
+    # archived under another config and is in the report too (issue 40)
+    runs = {path for path in pages if path.startswith("compare/runs/")}
+    assert set(pages) - runs == {"results/tiny-b/report.html", "compare/compare.html"}
+    assert sorted(path.split("/")[-1].split("--")[0] for path in runs) == ["cpu-a", "cpu-b"], sorted(pages)
     assert not [path for path in results if path.endswith(".md")]  # no report offered as a download
     for path, entry in pages.items():
         head, _, data = entry["data_uri"].partition(",")
@@ -175,7 +178,7 @@ def test_the_html_report_shows_the_reports_and_the_comparison_as_pages_in_a_real
         shown.write_bytes(base64.b64decode(data))
         dom = browse(browser, shown, "--dump-dom").stdout
         assert "<table>" in dom and "<img" in dom and 'src="data:image/png;base64,' in dom
-        if path.startswith("results/"):
+        if path.startswith(("results/", "compare/runs/")):
             assert "<td>(1, 64, 2, 32)</td>" in dom and "<th>Native (ms)</th>" in dom
         else:
             assert "cpu-a" in dom and "cpu-b" in dom and "Native" in dom

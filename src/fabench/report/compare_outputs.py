@@ -82,3 +82,22 @@ def result_line(comparison: dict) -> str:
         line += (f"; label {found['label']} holds runs of other software ("
                  + ", ".join(f"{c['name']} {' -> '.join(c['values'])}" for c in found["changed"]) + ")")
     return line
+
+
+def write_entry_pages(entries: list, folder: Path) -> list[Path]:
+    """Each intact entry's archived report as a page of its own, its figures embedded, into
+    folder/<label>--<run-id>.html (the folder replaced whole): Snakemake's HTML report shows every
+    archived run beside the comparison, not only the config's own. A broken entry gets no page."""
+    folder = Path(folder)
+    pages = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.html"):
+        old.unlink()
+    for entry in entries:
+        report = entry.path / "report.md"
+        if not entry.ok or not report.is_file():
+            continue
+        page = folder / f"{entry.label}--{entry.run_id}.html"
+        write_atomic(page, markdown_page(report.read_text(), entry.path, f"Archived run {entry.id}"))
+        pages.append(page)
+    return pages
