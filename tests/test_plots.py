@@ -286,3 +286,27 @@ def test_an_unstable_cell_has_no_interval_bar_in_the_versions_figure(comparison)
         assert interval_bars(ax, sdpa) == [0]
     assert UNSTABLE_LABEL in legend_labels(fig)
     matplotlib.pyplot.close(fig)
+
+
+def test_every_later_point_shows_the_policys_verdict_against_the_run_before(comparison):
+    """Issue 40: a filled point 41% below the one before, bars apart, read as an improvement where the
+    policy said "cannot tell (one process)". Each later point now carries its verdict."""
+    judged = copy.deepcopy(comparison)
+    verdicts = {"native": ("cannot tell", "one_process"), "sdpa_cudnn": ("same", "same"),
+                "flex": ("changed", "improvement")}
+    for row in judged["rows"]:
+        verdict, code = verdicts.get(row["backend"], (None, None))
+        if verdict:
+            row["cells"][1]["vs_previous"] = {"entry": row["cells"][0]["entry"], "verdict": verdict, "code": code}
+    fig = drawn(versions_figure(judged, "default"))
+    assert {"cannot tell from the run before", "the same as the run before", "improvement"} <= set(legend_labels(fig))
+    panel = next(ax for ax in fig.axes if ax.get_title())
+    glyphs = {line.get_marker(): line.get_xdata()[0] for line in panel.get_lines() if str(line.get_marker()).startswith("$")}
+    assert set(glyphs) == {"$?$", "$=$"} and all(x > 1 for x in glyphs.values())  # beside the second entry
+    greens = [line for line in panel.get_lines() if line.get_markeredgecolor() == "green"]
+    assert len(greens) == 1 and greens[0].get_xdata()[0] == 1
+    plain = drawn(versions_figure(comparison, "default"))  # no verdicts recorded: no glyphs, no legend entries
+    assert "cannot tell from the run before" not in legend_labels(plain)
+    assert overlapping_labels(fig) == []
+    matplotlib.pyplot.close(fig)
+    matplotlib.pyplot.close(plain)
