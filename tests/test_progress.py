@@ -39,7 +39,9 @@ def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with
     for backend in ("native", "sdpa"):
         assert f"[fabench] tuned b1-s64-h2-d32 {backend}: ready" in terminal
         assert any(f"{backend}: trial 2/2 " in line and " ms wall" in line for line in terminal)
-    assert "[fabench] tuned b1-s64-h2-d32 ck: unavailable: needs ROCm: aiter's CK kernels are HIP code (this host: cpu)" in terminal
+    [unavailable] = [line for line in terminal if "unavailable" in line]  # all backends, one line
+    assert unavailable.startswith("[fabench] unavailable here (said once; each result records it): ")
+    assert "ck: needs ROCm: aiter's CK kernels are HIP code (this host: cpu)" in unavailable
     assert (tmp_path / LOG).read_text().splitlines() == terminal  # the log holds the same lines
 
     # A broken input: the job fails, and what it shows last, on the terminal and in its log, is why.
@@ -55,3 +57,16 @@ def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with
                     "is not JSON (Expecting value: line 1 column 9 (char 8))")
     assert (tmp_path / LOG).read_text().splitlines()[-1] == last
     assert "Traceback" not in job_output
+
+
+def test_a_backend_that_cannot_run_here_is_said_once_not_per_job(tmp_path):
+    """Issue 40: 100 of a CPU run's 743 lines repeated five backends' unavailability, per job, at
+    set-up and in the result. The measuring worker that measures both jobs here says it once."""
+    other = JOB.replace("tuned", "default")
+    proc = start_snakemake(tmp_path, JOB, other)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    terminal = [line for line in out.splitlines() if line.startswith("[fabench] ")]
+    assert sum("unavailable" in line for line in terminal) == 1, "\n".join(terminal)
+    assert any("default b1-s64-h2-d32 native: trial 2/2" in line for line in terminal)
+    assert any("tuned b1-s64-h2-d32 native: trial 2/2" in line for line in terminal)
