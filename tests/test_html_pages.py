@@ -103,6 +103,8 @@ def test_the_comparison_page_shows_its_lists_as_lists_and_its_links_land(browser
     write_comparison(comparison, ComparisonOutputs(html=tmp_path / "compare.html"))
     page = shown(browser, (tmp_path / "compare.html").read_text(), tmp_path, "shown.html")
     assert flattened_lists(page) == []
+    # the rule, the calibration note and the intervals' method: paragraphs of their own
+    assert not [p for p in page.paragraphs if p.startswith("Rule.") and "95% confidence intervals" in p]
     assert page.links and [link for link in page.links if link not in page.ids] == []
 
 
