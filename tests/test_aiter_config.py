@@ -117,7 +117,7 @@ def test_the_installed_aiter_reads_back_each_variant_from_our_patched_file(tmp_p
     assert info["base_path"].endswith("configs/MI300X-MHA-DEFAULT.json")  # named by device in 0.1.7
     proc = _run_python(f"""
         import json, torch
-        from fabench.measure import aiter_kernel
+        from fabench.measure.backends import aiter_kernel
         loader, read = aiter_kernel.load_patched("cpu", {str(out)!r}, torch.float16, {str(tmp_path / 'configs')!r})
         print(json.dumps(read))
     """)
@@ -137,7 +137,7 @@ def test_launch_options_follow_what_tritons_backend_accepts():
     proc = _run_python("""
         import json
         from triton.backends.compiler import GPUTarget
-        from fabench.measure import aiter_kernel
+        from fabench.measure.backends import aiter_kernel
         kernel = aiter_kernel.forward_kernel(aiter_kernel.loader_module("cpu"))
         config = {"BLOCK_M": 64, "BLOCK_N": 32, "PRELOAD_V": True, "waves_per_eu": 2, "num_warps": 4,
                   "num_ctas": 1, "num_stages": 1}
@@ -203,7 +203,7 @@ def test_each_git_layout_is_found_patched_and_read_back_under_the_name_its_loade
         import json, torch
         from pathlib import Path
         from fabench import aiter_config
-        from fabench.measure import aiter_kernel
+        from fabench.measure.backends import aiter_kernel
         out = Path({str(tmp_path / 'tuned.json')!r})
         aiter_config.patch_local({{"BLOCK_M": 64, "PRELOAD_V": True}}, out, out.with_suffix(".meta.json"))
         loader, read = aiter_kernel.load_patched("cpu", out, torch.float16, {str(tmp_path / 'configs')!r})
@@ -241,6 +241,6 @@ def test_an_aiter_without_the_config_is_refused_with_one_line_naming_version_and
 def test_the_unrelated_aiter_of_the_package_index_is_named_as_such(tmp_path):
     (tmp_path / "aiter").mkdir()
     (tmp_path / "aiter" / "__init__.py").write_text("")
-    proc = _run_python("from fabench.measure import aiter_kernel; print(aiter_kernel.unavailable_reason())", tmp_path)
+    proc = _run_python("from fabench.measure.backends import aiter_kernel; print(aiter_kernel.unavailable_reason())", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "not AMD's aiter" in proc.stdout and "amd-aiter" in proc.stdout

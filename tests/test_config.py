@@ -16,7 +16,7 @@ from fabench.container.image import dockerfile_arg_defaults
 
 from fabench.config import ConfigError, check_roles
 from fabench.plan import check_config
-from fabench.measure.backends import BACKENDS
+from fabench.measure.backends.registry import BACKENDS
 from workflow_util import REPO, default_config, planned_jobs, snakemake
 
 SCHEMAS = REPO / "workflow" / "schemas"

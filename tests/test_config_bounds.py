@@ -191,7 +191,7 @@ def test_every_accepted_value_runs_through_the_measuring_job(tmp_path, worker_di
 def test_the_seed_seeds_every_generator_a_job_uses_at_its_bounds():
     """In-process, what the measuring job and a worker between jobs do with the seed."""
     from fabench.measure.job import make_inputs
-    from fabench.measure.worker import reset_between_jobs
+    from fabench.measure.launch.worker import reset_between_jobs
 
     for seed in bound_values("seed"):
         reset_between_jobs(seed)

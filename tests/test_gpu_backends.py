@@ -7,8 +7,9 @@ import time
 import pytest
 import torch
 
-from fabench.measure import kernels, stopping
-from fabench.measure.backends import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
+from fabench.measure import stopping
+from fabench.measure.device import kernels
+from fabench.measure.backends.registry import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.analysis.entry import analyse_measured
 from fabench.measure import job as measure_job
 from fabench.measure.job import measurement, reference_output
@@ -111,7 +112,7 @@ def test_a_long_kernel_keeps_the_gpu_busy_while_it_is_timed():
     were not pipelined: our reading (not yet confirmed on a GPU) is the GPU idling while the host
     read each chunk's events (hundreds of driver calls). idle_ms, the chunks' lead-ins (sleeps),
     is in the message, so a failure says whether the sleeps are the cause."""
-    from fabench.measure.timing import DeviceTimer
+    from fabench.measure.device.timing import DeviceTimer
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
     timer = DeviceTimer(lambda: a @ a, clear_l2=False)
@@ -177,7 +178,7 @@ def test_the_result_names_the_physical_gpu_it_measured_on(tmp_path):
     import sys
 
     from fabench.measure.spec import job_spec
-    from fabench.measure.gpu_state import GpuState
+    from fabench.measure.device.gpu_state import GpuState
     from workflow_util import REPO
 
     pytest.importorskip("pynvml", reason="the GPU's identity is read through nvidia-ml-py (the gpu extra)")
@@ -275,6 +276,6 @@ def test_the_kernels_own_time_by_graphs_confirms_cupti_on_real_cells():
 
 
 def test_a_graph_of_tiny_kernels_bounds_the_launch_gap_to_microseconds():
-    from fabench.measure.graph_time import graph_launch_gap_ms
+    from fabench.measure.device.graph_time import graph_launch_gap_ms
 
     assert 0.0 < graph_launch_gap_ms() < 0.02

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fabench.measure.gpu_state import IDENTITY_KEYS, GpuState, _fields
+from fabench.measure.device.gpu_state import IDENTITY_KEYS, GpuState, _fields
 from fabench.report.render import render
 from fabench.results.collect import collect, result_schema
 

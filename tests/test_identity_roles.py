@@ -11,7 +11,7 @@ import pytest
 
 from fabench import config as fabench_config
 from fabench.analysis import identity
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.job import _method, measurement
 from fabench.measure.spec import job_spec
 from support.shared_runs import h100_archive

@@ -147,3 +147,70 @@ def test_the_main_head_dim_is_counted_in_one_place():
     counting = [module for module, (path, _) in modules().items()
                 if re.search(r'Counter\([^)]*head_dim', path.read_text())]
     assert counting == ["fabench.shapes"], counting
+
+
+# The measure wing's rooms (fabench/measure/__init__.py), top down. A module at the wing's own level
+# is a room of its own; a sub-package is one room. A room imports only rooms below it, and each
+# sub-package only the modules of the wing its __init__ names.
+MEASURE = "fabench.measure"
+MEASURE_ROOMS = ("launch", "backends", "device")
+MAY_IMPORT = {
+    "launch": {"spec", "invocation", "timeline", "visibility", "job", "backends"},
+    "backends": {"device"},
+    "device": {"spec", "provenance"},
+}
+
+
+def measure_room(module: str) -> str | None:
+    """The room of a module of the measure wing (None: outside the wing, or the wing's __init__)."""
+    parts = module.split(".")
+    if parts[:2] != MEASURE.split(".") or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        room = measure_room(module)
+        if room is None:
+            continue
+        edges = rooms.setdefault(room, set())
+        edges.update(measure_room(t) for t in targets if measure_room(t) not in (None, room))
+    return rooms
+
+
+def test_the_measure_rooms_import_each_other_in_no_circle():
+    assert cycles(room_graph(import_graph())) == []
+
+
+@pytest.mark.parametrize("room", MEASURE_ROOMS)
+def test_a_measure_room_imports_only_what_its_init_names(room):
+    assert room_graph(import_graph())[room] <= MAY_IMPORT[room], room_graph(import_graph())[room]
+
+
+def test_no_measure_module_imports_launch():
+    """launch/ starts the measuring processes: only the plan, the container launcher and the
+    runner's own command (measure/__main__) stand above it."""
+    importers = {module for module, targets in import_graph().items()
+                 if measure_room(module) not in (None, "launch") and module != f"{MEASURE}.__main__"
+                 and any(measure_room(t) == "launch" for t in targets)}
+    assert importers == set()
+
+
+def test_the_room_walk_sees_a_room_importing_upward(tmp_path):
+    """The checker itself: a device module that imports a backend is an arrow the test refuses, and
+    a lazy import back into launch/ closes a circle."""
+    wing = tmp_path / "fabench" / "measure"
+    for room in MEASURE_ROOMS:
+        (wing / room).mkdir(parents=True)
+        (wing / room / "__init__.py").write_text("")
+    (tmp_path / "fabench" / "__init__.py").write_text("")
+    (wing / "__init__.py").write_text("")
+    (wing / "device" / "timer.py").write_text("from fabench.measure.backends import registry\n")
+    (wing / "backends" / "registry.py").write_text("")
+    (wing / "job.py").write_text("def run():\n    from fabench.measure.launch import worker\n")
+    (wing / "launch" / "worker.py").write_text("from fabench.measure import job\n")
+    rooms = room_graph(import_graph(tmp_path))
+    assert rooms["device"] == {"backends"} and not rooms["device"] <= MAY_IMPORT["device"]
+    assert cycles(rooms) == [["job", "launch"]]

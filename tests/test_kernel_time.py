@@ -12,9 +12,9 @@ import torch
 from fabench.analysis.entry import analyse_entry, judged, period_check, trial_figures
 from fabench.measure.spec import job_spec
 from fabench.measure import stopping
-from fabench.measure.backends import BACKENDS, Backend, Prepared
+from fabench.measure.backends.registry import BACKENDS, Backend, Prepared
 from fabench.measure.job import reference_output, run_job
-from fabench.measure.kernels import kernel_shares, stream_figures
+from fabench.measure.device.kernels import kernel_shares, stream_figures
 from workflow_util import tiny_config
 
 
@@ -238,7 +238,7 @@ def test_a_kernel_stream_short_of_the_minimum_time_is_topped_up_not_repeated():
 def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():
     import dataclasses
 
-    from fabench.measure.timing import trial_warmup_settings
+    from fabench.measure.device.timing import trial_warmup_settings
 
     timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
                                  .settings.timing, min_warmup_ms=100, max_warmup_ms=1000)
@@ -261,7 +261,7 @@ def test_the_report_row_names_the_second_methods_verdict_and_each_kernels_share(
 
 
 def test_a_calls_memsets_and_copies_are_its_device_work_and_host_events_are_not():
-    from fabench.measure.kernels import device_work
+    from fabench.measure.device.kernels import device_work
 
     events = [{"cat": "kernel", "ts": 5, "dur": 10, "name": "attn"},
               {"cat": "gpu_memset", "ts": 1, "dur": 2, "name": "Memset (Device)"},
@@ -404,7 +404,7 @@ def test_a_chunk_queued_behind_a_busy_gpu_is_proven_fed_from_the_chunk_before_it
     """Two chunks in flight: chunk 2's marker ran only after chunk 1 ended on the GPU (12.8 ms of
     calls after chunk 1's own lower bound), though the host queued chunk 2 from 1 ms on, 10 ms for
     its calls. Counted from the host's `began` alone, chunk 2 looks unfed; from chunk 1's end, fed."""
-    from fabench.measure.timing import _fed, reached_after_began
+    from fabench.measure.device.timing import _fed, reached_after_began
 
     first, first_end = reached_after_began(0.000, None, [0.05 + 0.2 * j for j in range(64)], 12.85)
     assert first_end == pytest.approx(0.01285)

@@ -1,4 +1,4 @@
-"""One GPU per timed job (fabench.measure.lease): real runner processes, real locks, real signals.
+"""One GPU per timed job (fabench.measure.launch.lease): real runner processes, real locks, real signals.
 
 This host has no GPU: the tests declare GPUs in FABENCH_GPUS, which the lease reads like a found
 GPU, and give every test its own lock directory (FABENCH_LEASE_DIR).
@@ -20,7 +20,7 @@ import pytest
 
 from fabench.measure.spec import job_spec
 from fabench.container import job as container_job
-from fabench.measure import devices, lease
+from fabench.measure.launch import devices, lease
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)
 from workflow_util import REPO, snakemake, tiny_config
@@ -162,7 +162,7 @@ def _children(pid: int) -> list[int]:
 def test_a_stale_lease_of_a_dead_process_is_taken_over(tmp_path):
     env = lease_env(tmp_path, "0")
     # A real process takes GPU 0 and ends without releasing it (os._exit: no clean-up at all).
-    code = "import os; from fabench.measure import lease; lease.acquire(); os._exit(0)"
+    code = "import os; from fabench.measure.launch import lease; lease.acquire(); os._exit(0)"
     dead = subprocess.Popen([sys.executable, "-c", code], env=env)
     assert dead.wait(timeout=60) == 0
     said = []

@@ -86,12 +86,12 @@ NOT_OUTPUTS = {
     ("src/fabench/results/archive_lock.py", "os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)"): "the writer lock",
     ("src/fabench/results/archive_lock.py", "os.open(Path(root) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)"):
         "the writer lock",
-    ("src/fabench/measure/worker.py", "os.open(where.lock, os.O_RDWR | os.O_CREAT, 0o600)"): "the worker's lock",
-    ("src/fabench/measure/lease.py", "os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)"): "a GPU lease",
-    ("src/fabench/measure/worker_client.py", 'open(where.log, "ab")'): "the worker's log, appended to",
+    ("src/fabench/measure/launch/worker.py", "os.open(where.lock, os.O_RDWR | os.O_CREAT, 0o600)"): "the worker's lock",
+    ("src/fabench/measure/launch/lease.py", "os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)"): "a GPU lease",
+    ("src/fabench/measure/launch/worker_client.py", 'open(where.log, "ab")'): "the worker's log, appended to",
     ("src/fabench/container/image.py", 'open(log_path, "a")'): "the build log, appended to",
     ("src/fabench/container/job.py", 'open(log, "a")'): "the job's log, appended to",
-    ("src/fabench/measure/aiter_kernel.py", "shutil.copyfile(patched_file, target)"):
+    ("src/fabench/measure/backends/aiter_kernel.py", "shutil.copyfile(patched_file, target)"):
         "aiter's config into this process's own folder",
     ("src/fabench/report/plot_common.py", 'fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")'):
         "into a memory buffer that write_atomic writes",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fabench import places
-from fabench.measure import lease as device_lease
-from fabench.measure import worker_client
+from fabench.measure.launch import lease as device_lease
+from fabench.measure.launch import worker_client
 from fabench.places import LEASE_DIR_ENV, WORKER_DIR_ENV, PlaceError, check_env_places
 
 NOBODY = 65534

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabench.measure.backends import BACKENDS
+from fabench.measure.backends.registry import BACKENDS
 from fabench.results import published as published_module
 from fabench.results.published import PublishedError, load_published
 

@@ -16,12 +16,12 @@ import torch
 from fabench.measure import metrics
 from fabench.results import merge
 from fabench.aiter_config import file_sha256
-from fabench.measure.backends import BACKENDS, FallbackError, Problem, flex_kernel_options
+from fabench.measure.backends.registry import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.measure.spec import job_spec
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measure_backend, measurement
-from fabench.measure.launcher import no_result
+from fabench.measure.launch.launcher import no_result
 from fabench.measure.spec import Settings
 from workflow_util import REPO, tiny_config
 
@@ -230,7 +230,7 @@ def test_compiled_flex_attention_is_measured_on_a_cpu(tmp_path):
 def test_an_uncompiled_flex_call_on_a_cpu_is_caught_as_a_fallback():
     from torch.nn.attention.flex_attention import flex_attention
 
-    from fabench.measure.backends import _require_compiled_code
+    from fabench.measure.backends.registry import _require_compiled_code
 
     q = torch.randn(1, 2, 64, 32)
     with pytest.raises(FallbackError, match="ran no Inductor graph"):

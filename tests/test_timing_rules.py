@@ -3,8 +3,8 @@ agreement in the warm-up, and NVML's clock-event reasons in words. No GPU needed
 
 from __future__ import annotations
 
-from fabench.measure.gpu_state import slowdown
-from fabench.measure.timing import _agree, _fed
+from fabench.measure.device.gpu_state import slowdown
+from fabench.measure.device.timing import _agree, _fed
 
 
 def test_an_iteration_is_fed_only_when_queued_before_the_gpu_could_reach_it():
@@ -33,7 +33,7 @@ def test_clock_event_reasons_in_words():
 
 
 def test_the_sleep_factor_comes_down_when_the_gpu_waited_most_of_its_sleep_for_nothing():
-    from fabench.measure.timing import SLEEP_FACTOR, relaxed_sleep_factor
+    from fabench.measure.device.timing import SLEEP_FACTOR, relaxed_sleep_factor
 
     # The GPU waited 2.0 ms before the first iteration, which the host had queued at 0.1 ms: 1.9 ms spare.
     assert relaxed_sleep_factor(16.0, [0.1, 0.3, 0.5], [2.0, 2.4, 2.8]) == 8.0
@@ -46,7 +46,7 @@ def test_the_device_loop_takes_min_samples_and_min_trial_ms_and_the_published_lo
     import dataclasses
 
     from fabench.measure.spec import job_spec
-    from fabench.measure.timing import device_samples, trial_iters
+    from fabench.measure.device.timing import device_samples, trial_iters
     from workflow_util import tiny_config
 
     timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})

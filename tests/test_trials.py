@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fabench.measure.spec import job_spec
-from fabench.measure.backends import BACKENDS, Backend, Prepared
+from fabench.measure.backends.registry import BACKENDS, Backend, Prepared
 from fabench.measure.job import reference_output, run_job
 from fabench.results.collect import ResultError, collect, result_schema
 from workflow_util import REPO, tiny_config

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fabench.measure.backends import flex_kernel_options
+from fabench.measure.backends.registry import flex_kernel_options
 from fabench.report.render import render
 
 REPO = Path(__file__).resolve().parents[1]

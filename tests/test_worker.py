@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from fabench.measure.spec import job_spec
-from fabench.measure import aiter_kernel, worker
-from fabench.measure.worker_client import live_workers, stop_workers
+from fabench.measure.backends import aiter_kernel
+from fabench.measure.launch import worker
+from fabench.measure.launch.worker_client import live_workers, stop_workers
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)

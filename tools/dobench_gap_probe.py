@@ -14,9 +14,9 @@ import statistics
 
 import torch
 
-from fabench.measure import timing
-from fabench.measure.backends import BACKENDS, Problem
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.device import timing
+from fabench.measure.backends.registry import BACKENDS, Problem
+from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.job import make_inputs
 
 

@@ -4,7 +4,7 @@ variant's kernel_options and records, for the same kernel:
 
   - the old pipeline's figure: per-iteration CUDA events with nothing queued ahead
   - the host time of one call (how long the Python call takes to return, GPU synchronized before)
-  - the kernel's device time from graph replays queued behind a GPU sleep (fabench.measure.timing)
+  - the kernel's device time from graph replays queued behind a GPU sleep (fabench.measure.device.timing)
   - triton.testing.do_bench's median
   - the kernel names, Inductor's launch settings and candidate count, the source hash
   - whether Inductor's FX graph cache hit, compile time, SM clock (NVML), process time line
@@ -34,9 +34,9 @@ def child() -> dict:
     born = time.perf_counter()
     import torch
 
-    from fabench.measure import kernels, timing
-    from fabench.measure.backends import BACKENDS, Problem
-    from fabench.measure.gpu_state import GpuState
+    from fabench.measure.device import kernels, timing
+    from fabench.measure.backends.registry import BACKENDS, Problem
+    from fabench.measure.device.gpu_state import GpuState
 
     imported = time.perf_counter()
     gen = torch.Generator().manual_seed(0)

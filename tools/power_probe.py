@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from fabench.files import output_file_arg, write_json
-from fabench.measure import timing
-from fabench.measure.backends import BACKENDS, Problem
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.device import timing
+from fabench.measure.backends.registry import BACKENDS, Problem
+from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.job import make_inputs
 
 TIMING = {"warmup_window_ms": 10, "warmup_tolerance": 0.02, "warmup_clock_tolerance": 0.01,

@@ -32,7 +32,7 @@ from fabench.files import write_json
 #   configs/{device}-MHA-DEFAULT.json                  amd-aiter 0.1.7 on the package index (Nov 2025),
 #                                                      named by device: aiter's arch_info maps arch -> device
 # The runner does not rely on these names: it asks the installed aiter's own loader which file it
-# opens (fabench.measure.aiter_kernel). The patch step needs the packaged file to merge into.
+# opens (fabench.measure.backends.aiter_kernel). The patch step needs the packaged file to merge into.
 _MHA_CONFIG_GLOBS = ("ops/triton/configs/{arch}/**/mha/DEFAULT.json", "ops/triton/configs/{arch}-MHA-DEFAULT.json",
                      "ops/triton/configs/{device}-MHA-DEFAULT.json")
 _ARCH_INFO = "ops/triton/utils/_triton/arch_info.py"

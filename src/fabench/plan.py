@@ -25,8 +25,8 @@ from fabench.container import image as container_image
 from fabench.container.job import rocm_devices_present
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
-from fabench.measure import lease
-from fabench.measure.devices import DECLARED_ENV, DeviceError
+from fabench.measure.launch import lease
+from fabench.measure.launch.devices import DECLARED_ENV, DeviceError
 from fabench.measure.spec import job_spec
 from fabench.resources import SCHEMA_DIR
 from fabench.results.published import PublishedError, load_published
@@ -345,7 +345,7 @@ class Plan:
             args = ["-m", module, "--aiter-config", kernel_config]
         return shlex.join([self.python, *args])
 
-    # --- how measure jobs run their processes (fabench.measure.worker_client; docs/worker.md) -------
+    # --- how measure jobs run their processes (fabench.measure.launch.worker_client; docs/worker.md) -------
     def measure_mode(self, cluster: bool) -> str:
         """measure.mode on the local executor. In the docker runtime (a container per job: a worker
         inside it would die with it) and under cluster executors (each job its own allocation) every
@@ -365,7 +365,7 @@ class Plan:
         """At the workflow's end, its measuring workers end at once instead of when idle. Called by
         the Snakefile's handlers, which must not fail themselves: a workers' folder that cannot be
         used gives one line to print (the workers end when idle anyway)."""
-        from fabench.measure.worker_client import WORKER_DIR_ENV, stop_workers
+        from fabench.measure.launch.worker_client import WORKER_DIR_ENV, stop_workers
         from fabench.places import check_env_places
         from fabench.watchdog import WORKFLOW_ENV
 

@@ -11,7 +11,7 @@ cost the planner seconds (and a GPU context), so the answer comes from what torc
   imported) and the GPU device nodes of that vendor, unless the *_VISIBLE_DEVICES variables hide
   every device.
 
-A job still detects its platform itself (fabench.measure.platform). Where the two disagree, a
+A job still detects its platform itself (fabench.measure.device.platform). Where the two disagree, a
 process the job's platform does not need writes a marker the merge skips, and the result's
 `method.process_exits` shows how many processes measured.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fabench.measure.worker_client import live_workers, stop_workers
+from fabench.measure.launch.worker_client import live_workers, stop_workers
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ The device figure is the kernels' own durations per call, read by CUPTI (torch.p
 fed stream. The second method shares nothing with it but the kernels: CUDA/HIP graphs of
 [L2 clear, call] x N and of [L2 clear] x N, replayed and timed by events; the difference per call
 is the call's kernels plus the launch gap the graph puts before each of them, with no host, no
-profiler and no sleep in it (fabench.measure.graph_time.graph_kernel_time). The two agree when
+profiler and no sleep in it (fabench.measure.device.graph_time.graph_kernel_time). The two agree when
 
     -noise - gap <= graph / cupti - 1 <= gaps + noise      (the kernel's time the unit)
 

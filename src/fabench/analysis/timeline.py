@@ -9,7 +9,7 @@ loops) from everything a faster pipeline can cut.
 Also whether any two processes measured on one GPU at the same time, from the same records: the
 discipline is one timed process per GPU, and a run on several GPUs has to show it.
 
-A job's process measured by a measuring worker (fabench.measure.worker) records which worker and
+A job's process measured by a measuring worker (fabench.measure.launch.worker) records which worker and
 how many jobs it had run before: the worker's start-up (interpreter start, imports) lies in its
 first job alone, and each job has the worker's hand-over instead.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fabench.container.image import ContainerError
 from fabench.container.job import RUNNER_MODULE, Terminated, run_job, sigterm_raises
-from fabench.measure.devices import DeviceError
+from fabench.measure.launch.devices import DeviceError
 from fabench.watchdog import watch_workflow
 
 

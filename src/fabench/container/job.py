@@ -8,7 +8,7 @@ The job container gets:
 * the variant's patched aiter config at a fixed path (the runner is given it) and, read-only,
   over aiter's packaged file (what aiter's own lookup reads);
 * a host cache directory for Triton kernels, aiter's JIT modules and a HOME;
-* the job's GPU alone (fabench.measure.lease, taken here on the host before the container starts):
+* the job's GPU alone (fabench.measure.launch.lease, taken here on the host before the container starts):
   /dev/kfd and that GPU's render node on an AMD host (/dev/dri whole when the GPU's node is not
   known), and the lease in FABENCH_DEVICE_LEASE for the result.
 
@@ -32,7 +32,7 @@ from typing import Iterator
 
 from fabench.aiter_config import sidecar_path
 from fabench.container.image import TAIL_LINES, ContainerError, client, last_lines, load_manifest, write_now
-from fabench.measure import lease as device_lease
+from fabench.measure.launch import lease as device_lease
 
 # Where the job container sees the variant's patched config (the runner is given this path)
 # and its caches (Triton kernels, aiter's JIT modules, a HOME for the calling uid).

@@ -1,7 +1,7 @@
-"""python -m fabench.measure: run one benchmark job (see fabench.measure.runner)."""
+"""python -m fabench.measure: run one benchmark job (see fabench.measure.launch.runner)."""
 
 import sys
 
-from fabench.measure.runner import main
+from fabench.measure.launch.runner import main
 
 sys.exit(main())

@@ -14,11 +14,12 @@ import time
 
 import torch
 
-from fabench.measure import graph_time, kernels, metrics, stopping, timeline, timing
-from fabench.measure.backends import Backend, Prepared, Problem
-from fabench.measure.failures import classify_failure
-from fabench.measure.gpu_state import GpuState, slowdown
-from fabench.measure.platform import synchronize
+from fabench.measure import metrics, stopping, timeline
+from fabench.measure.device import graph_time, kernels, timing
+from fabench.measure.backends.registry import Backend, Prepared, Problem
+from fabench.measure.backends.failures import classify_failure
+from fabench.measure.device.gpu_state import GpuState, slowdown
+from fabench.measure.device.platform import synchronize
 from fabench.measure.spec import Measurement
 from fabench.results.contract import backend_entry
 

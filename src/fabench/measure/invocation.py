@@ -30,7 +30,7 @@ USAGE = 2  # the exit code of a spec or argument that cannot run: no process res
 
 
 def measuring_environment(lease=None) -> dict:
-    """The measuring process's environment: with a lease (fabench.measure.lease), the job's GPU
+    """The measuring process's environment: with a lease (fabench.measure.launch.lease), the job's GPU
     alone and the lease it records."""
     cache = Path.cwd() / COMPILE_CACHE
     env = {**MEASURING_ENV, **{key: str(cache / sub) for key, sub in CACHE_ENV.items()}, **os.environ}

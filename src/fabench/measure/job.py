@@ -3,7 +3,7 @@
     python -m fabench.measure.job --spec '<job spec JSON>' --process-index N \
         --aiter-config results/<run>/aiter-config/tuned.json --out OUT.json
 
-(fabench.measure.runner starts this module for a job's process N in isolate mode; a measuring
+(fabench.measure.launch.runner starts this module for a job's process N in isolate mode; a measuring
 worker calls measure_to_file in its own interpreter instead.)
 
 The job spec (fabench.measure.spec.JobSpec) holds the run name, the variant and its Triton config,
@@ -33,15 +33,15 @@ import torch
 
 from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
-from fabench.measure import platform as plat
+from fabench.measure.device import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
-from fabench.measure.backends import BACKENDS, Backend, Problem, process_configs_dir
+from fabench.measure.backends.registry import BACKENDS, Backend, Problem, process_configs_dir
 from fabench.measure.cell import Cell
-from fabench.measure.failures import classify_failure
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.backends.failures import classify_failure
+from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
-from fabench.measure.kernels import KERNEL_TIME, PERIOD
-from fabench.measure.timing import DEVICE_TIME_METHODS
+from fabench.measure.device.kernels import KERNEL_TIME, PERIOD
+from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
@@ -271,7 +271,7 @@ def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
         **job.method(),
         "device_timer": f"{platform}-events-{timing.device_method}" if gpu else None,
         "device_time": DEVICE_TIME_METHODS[timing.device_method] if gpu else None,
-        # The device figure and the per-call period beside it (fabench.measure.kernels.stream_figures).
+        # The device figure and the per-call period beside it (fabench.measure.device.kernels.stream_figures).
         "device_figure": KERNEL_TIME if gpu else None,
         "period": PERIOD if gpu else None,
         "device_fallbacks": fallbacks,
@@ -302,7 +302,7 @@ def _kernel_config(triton: dict, path: Path | None, platform: str | None = None,
 
 def _aiter_loader_read(path: Path, platform: str, dtype: str) -> dict:
     """aiter's loader run on the patched file: what it asked for and returned, or why it could not run."""
-    from fabench.measure import aiter_kernel
+    from fabench.measure.backends import aiter_kernel
 
     reason = aiter_kernel.unavailable_reason()
     if reason:
@@ -328,7 +328,7 @@ def measure_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: 
     """One process's share of the job, measured in this interpreter: its result with its time line,
     or a marker the merge skips. A process beyond its platform's repeats (the workflow planned for
     another platform than the job found, see fabench.run_platform) measures nothing. Called once
-    per process (isolate mode) or once per job by a measuring worker (fabench.measure.worker)."""
+    per process (isolate mode) or once per job by a measuring worker (fabench.measure.launch.worker)."""
     platform = plat.detect()
     problem = roles_error(spec.settings.roles, platform)
     if problem:

@@ -1,5 +1,5 @@
 """Throughput and correctness metrics: small functions over tensors and samples.
-(How time is measured is fabench.measure.timing; statistics over trials fabench.analysis.)"""
+(How time is measured is fabench.measure.device.timing; statistics over trials fabench.analysis.)"""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import torch
 
 from fabench.gitinfo import git_commit
-from fabench.measure.lease import LEASE_ENV
+from fabench.measure.visibility import LEASE_ENV
 
 
 def now() -> str:
@@ -53,7 +53,7 @@ def device_lease() -> dict | None:
 
 
 def collect(here, config_sha256: str, project_commit: str | None) -> dict:
-    """Where the result was measured; `here` is the process's fabench.measure.platform.Platform."""
+    """Where the result was measured; `here` is the process's fabench.measure.device.platform.Platform."""
     platform = here.name
     return {
         "host": socket.gethostname(),

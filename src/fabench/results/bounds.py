@@ -31,7 +31,7 @@ MAX_SECONDS = 1e7  # a compile, a wait for a GPU lease: about 4 months
 MAX_RATIO = MAX_MS / MIN_MS
 MAX_MAGNITUDE = float(2**64)  # what 64 bits count: a seed, a FLOP count, a Unix time all fit
 # A difference of two times: what launching adds per call; a graph replay with its calls minus one
-# without them, per call (fabench.measure.graph_time.graph_kernel_time), which noise can take below zero.
+# without them, per call (fabench.measure.device.graph_time.graph_kernel_time), which noise can take below zero.
 SIGNED_MS = frozenset({"host_overhead_ms", "per_call_ms"})
 RATIOS = frozenset({"speedup", "spread"})
 COUNTS = frozenset({"n", "iters", "warmup", "warmup_iters", "repeats", "trials", "index", "process", "cells",

@@ -11,7 +11,7 @@ A job's file holds each cell's own figures only (medians, spread, stability): th
 the noise of the run's other cells and exist only in the collected results.json, derived there
 once (fabench.analysis.noise), so no two files hold different intervals for one cell.
 
-Torch-free: the coordinating process (fabench.measure.runner) never touches the GPU, and the
+Torch-free: the coordinating process (fabench.measure.launch.runner) never touches the GPU, and the
 workflow merges the process files of a job on the host:
 
     python -m fabench.results.merge --out JOB.json PROCESS-0.json PROCESS-1.json ...

@@ -15,7 +15,7 @@ from fabench.resources import SCHEMA_DIR
 
 PUBLISHED_SCHEMA = SCHEMA_DIR / "published.schema.yaml"
 # The backends a config may name: config.schema.yaml's enum, which tests/test_config.py keeps equal
-# to fabench.measure.backends.BACKENDS (read here, so that this reader needs no torch).
+# to fabench.measure.backends.registry.BACKENDS (read here, so that this reader needs no torch).
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
 # The file config.yaml names (a path in the checkout): what an unreadable file is told to look like.
 EXAMPLE_NAME = "mi300x-2025-12-30.yaml"

@@ -59,7 +59,7 @@ def memory_record(config: dict, shape: dict, dtype: str, platform: str, limit: i
 
 def run(spec: dict, reference_path: Path, shortlist_path: Path | None = None) -> dict:
     """Time every candidate of the spec's stage at its shape; the job's record."""
-    from fabench.measure import platform as plat
+    from fabench.measure.device import platform as plat
     from fabench.measure.spec import to_plain
 
     began = time.perf_counter()
@@ -87,7 +87,7 @@ def run(spec: dict, reference_path: Path, shortlist_path: Path | None = None) ->
 
 
 def _device_name(platform: str) -> str:
-    from fabench.measure.platform import device_name
+    from fabench.measure.device.platform import device_name
 
     return device_name(platform)
 

@@ -21,7 +21,7 @@ class Kernel:
                 self.module = importlib.import_module(module_name)
                 self.launch_options = getattr(self.module, "launch_options", self.launch_options)
             else:  # aiter's own, loaded as the benchmark's Triton backend loads it
-                from fabench.measure import aiter_kernel
+                from fabench.measure.backends import aiter_kernel
 
                 self.module = aiter_kernel.api_module(platform)
                 kernel = aiter_kernel.forward_kernel(aiter_kernel.loader_module(platform))

@@ -11,12 +11,12 @@ import torch
 from fabench.analysis.entry import analyse_measured
 from fabench.analysis.figures import METRICS
 from fabench.analysis.noise import add_intervals
-from fabench.measure.backends import Backend, FallbackError, Prepared, Problem
+from fabench.measure.backends.registry import Backend, FallbackError, Prepared, Problem
 from fabench.measure.cell import Cell
-from fabench.measure.failures import classify_failure
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.backends.failures import classify_failure
+from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.job import make_inputs, reference_output
-from fabench.measure.platform import synchronize
+from fabench.measure.device.platform import synchronize
 from fabench.measure.spec import Measurement, Shape
 from fabench.shapes import shape_text
 from fabench.tune.kernel import Kernel, candidate_record

@@ -1,8 +1,8 @@
 """A measuring worker: one process per (GPU, round) that keeps torch, the device's context and the
 in-memory compile caches, and measures one job at a time as launchers ask
-(fabench.measure.worker_client starts it and speaks to it; docs/worker.md compares the modes).
+(fabench.measure.launch.worker_client starts it and speaks to it; docs/worker.md compares the modes).
 
-    python -m fabench.measure.worker --folder DIR --name NAME --idle-s S --identity JSON
+    python -m fabench.measure.launch.worker --folder DIR --name NAME --idle-s S --identity JSON
 
 Each job is measured by fabench.measure.job's own functions, as in a process of its own; between
 jobs the state one job could leave to the next is reset (reset_between_jobs). The job's output
@@ -33,13 +33,13 @@ from pathlib import Path
 
 from fabench.files import write_json
 from fabench.measure.spec import JobSpec
-from fabench.measure.worker_client import MARK, Address
+from fabench.measure.launch.worker_client import MARK, Address
 from fabench.places import WORKER_DIR_ENV, open_file, private_dir
 from fabench.watchdog import watch_workflow
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabench.measure.worker")
+    parser = argparse.ArgumentParser(prog="python -m fabench.measure.launch.worker")
     parser.add_argument("--folder", type=Path, required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--idle-s", type=float, required=True)
@@ -203,7 +203,7 @@ def reset_between_jobs(seed: int) -> None:
 def forget_aiter_configs() -> list[str]:
     """Drop the config every loaded aiter loader module keeps (its lru_cached _get_config and the
     parsed file on it): the next job's patched file is read anew. The modules it cleared."""
-    from fabench.measure.aiter_kernel import _forget_loaded_config as forget_loaded_config
+    from fabench.measure.backends.aiter_kernel import _forget_loaded_config as forget_loaded_config
 
     cleared = []
     for name, module in list(sys.modules.items()):

@@ -14,14 +14,14 @@ beyond the count of the platform the job finds (a plan for a GPU the job cannot 
 marker that the merge skips.
 
 A process that writes no result (killed, crashed, timed out), in either mode, leaves a record in
-which every backend failed with why (fabench.measure.launcher.no_result); the merge keeps the job's
+which every backend failed with why (fabench.measure.launch.launcher.no_result); the merge keeps the job's
 other processes' figures beside it and lists every process's exit in the result's method.
 
-Before its first measuring process starts, the runner takes the job's GPU (fabench.measure.lease):
+Before its first measuring process starts, the runner takes the job's GPU (fabench.measure.launch.lease):
 its processes see that GPU alone and inherit the lease, which ends when the last of them does.
 
 --mode isolate (the default here) starts each measuring process anew; --mode worker hands the
-process to the measuring worker of its GPU and round (fabench.measure.worker_client), which keeps
+process to the measuring worker of its GPU and round (fabench.measure.launch.worker_client), which keeps
 torch and the compile caches from job to job: the workflow's default on the local executor
 (docs/worker.md). --timeout-s ends a measuring process (or worker) that runs longer; that job
 fails alone with the reason.
@@ -40,12 +40,12 @@ from pathlib import Path
 from fabench.config import schema_default
 from fabench.files import write_json
 from fabench.gitinfo import git_commit
-from fabench.measure import lease as device_lease
-from fabench.measure.devices import DeviceError
+from fabench.measure.launch import lease as device_lease
+from fabench.measure.launch.devices import DeviceError
 from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
-from fabench.measure.launcher import no_result, supervise, timeout_reason
+from fabench.measure.launch.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
-from fabench.measure.worker_client import run_in_worker
+from fabench.measure.launch.worker_client import run_in_worker
 from fabench.results.contract import SKIPPED_KEY
 from fabench.watchdog import watch_workflow
 
@@ -150,7 +150,7 @@ def runner_command() -> list[str]:
 def run_process(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:
     """One measuring process: its exit code, when it was started and when it had ended (seconds
     since the epoch, for the run's time line), and why it ended when it was killed for running
-    past --timeout-s (fabench.measure.launcher.supervise: SIGTERM to this one ends it too)."""
+    past --timeout-s (fabench.measure.launch.launcher.supervise: SIGTERM to this one ends it too)."""
     cmd = [sys.executable, "-m", JOB_MODULE, "--spec", args.spec.to_json(), "--out", str(out),
            "--process-index", str(index)]
     if args.aiter_config is not None:

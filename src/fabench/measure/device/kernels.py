@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.timing import MAX_SLEEP_FACTOR
+from fabench.measure.device.timing import MAX_SLEEP_FACTOR
 
 
 def profile_call(fn: Callable[[], object], calls: int = 1) -> list[dict]:

@@ -3,7 +3,7 @@
 
 A Platform holds what differs between vendors: the torch device string, the variables that make a
 device visible, synchronisation, the GPU sleep the device loop queues its calls behind, timing
-events, graph capture, the allocator's cache, the state reader (fabench.measure.gpu_state) and the
+events, graph capture, the allocator's cache, the state reader (fabench.measure.device.gpu_state) and the
 identity fields of a result's provenance. The timer and the job call these instead of torch.cuda
 and platform strings; a new vendor is a new class here. ROCm's HIP answers to torch.cuda, so Rocm
 differs from Cuda only in what names and reads its device.
@@ -18,7 +18,7 @@ from functools import cache
 
 import torch
 
-from fabench.measure.gpu_state import GpuState
+from fabench.measure.device.gpu_state import GpuState
 
 PLATFORMS = ("rocm", "cuda", "cpu")
 
@@ -110,7 +110,7 @@ class Cuda(Platform):
 
 class Rocm(Cuda):
     name = "rocm"
-    # ROCr's variable first: HIP numbers the devices ROCr shows (fabench.measure.devices).
+    # ROCr's variable first: HIP numbers the devices ROCr shows (fabench.measure.launch.devices).
     visible_vars = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
     def device_arch(self) -> str | None:

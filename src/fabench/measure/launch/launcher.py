@@ -1,5 +1,5 @@
 """What the two ways of running a measuring process share (isolate: a process of its own,
-fabench.measure.runner; worker: a measuring worker, fabench.measure.worker_client): the timeout,
+fabench.measure.launch.runner; worker: a measuring worker, fabench.measure.launch.worker_client): the timeout,
 SIGTERM passed on, how the end is told, and the record of a process that wrote no result.
 
 Both fail the same way: a measuring process (or the worker measuring it) that ends without a

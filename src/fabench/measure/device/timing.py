@@ -14,7 +14,7 @@ iterations. Optionally the L2 is cleared before every iteration (outside the eve
 triton.testing.do_bench does.
 
 The device figure is not these events' time but the kernels' own time, read by CUPTI from the same
-kind of stream run under the profiler (fabench.measure.kernels.stream_figures); the events give the
+kind of stream run under the profiler (fabench.measure.device.kernels.stream_figures); the events give the
 event pair around each call (do_bench's quantity, its peer) and the per-call period, which, with
 the same period by CUPTI, is the second method (fabench.analysis.entry.period_check).
 
@@ -41,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.platform import synchronize
+from fabench.measure.device.platform import synchronize
 from fabench.measure.spec import Timing
 
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2

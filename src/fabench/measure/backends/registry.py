@@ -23,7 +23,7 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn.functional as F
 
-from fabench.measure import aiter_kernel
+from fabench.measure.backends import aiter_kernel
 
 
 class FallbackError(RuntimeError):
@@ -211,7 +211,7 @@ def _require_compiled_code(fn: Callable[[], torch.Tensor], platform: str) -> Non
     if platform == "cpu":
         raise FallbackError("compiled FlexAttention ran no Inductor graph (eager fallback); ops seen: "
                             + ", ".join(sorted(n for n in names if n.startswith("aten::"))[:6]))
-    from fabench.measure.kernels import profile_call
+    from fabench.measure.device.kernels import profile_call
 
     kernels = [launch["name"] for launch in profile_call(fn)]
     if not any("triton" in name for name in kernels):

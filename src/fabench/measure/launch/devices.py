@@ -10,7 +10,7 @@ Read without torch (the lease is taken before any process touches a GPU), in thi
    ROCR_VISIBLE_DEVICES (HIP then numbers the one it sees 0), each with its render node for a
    container.
 
-A visibility variable already set in the environment (outside a scheduler, see fabench.measure.lease)
+A visibility variable already set in the environment (outside a scheduler, see fabench.measure.launch.lease)
 narrows the pool to the GPUs it names.
 """
 

@@ -11,7 +11,7 @@ a lease:
   several GPUs (a local run inside `salloc --gpus=N`) is leased among its GPUs, with locks named
   by the Slurm job, each set the way Slurm sets them.
 * Otherwise a lock per GPU (fcntl.flock on ``<lease dir>/gpu-<id>.lock``, one directory for the
-  whole host): the first free GPU of the pool (fabench.measure.devices) is taken; when every GPU
+  whole host): the first free GPU of the pool (fabench.measure.launch.devices) is taken; when every GPU
   is held the job waits, saying who holds them, and never measures on a shared one. The kernel
   drops a flock when the last process holding its file closes, so a lease ends with its holders
   however they end (exit, exception, SIGKILL); the processes the job starts inherit the lock's
@@ -36,10 +36,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.measure.devices import VISIBLE_VARS, Gpu, gpu_pool
+from fabench.measure.launch.devices import VISIBLE_VARS, Gpu, gpu_pool
+from fabench.measure.visibility import LEASE_ENV
 from fabench.places import LEASE_DIR_ENV, lease_folder, open_file, shared_dir
 
-LEASE_ENV = "FABENCH_DEVICE_LEASE"
 SCHEDULER_ENV = "SLURM_JOB_ID"
 # Where Slurm names the GPUs it gave (the node's gres indices), before the visibility variables.
 SCHEDULER_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", *VISIBLE_VARS)

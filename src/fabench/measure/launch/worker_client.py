@@ -1,4 +1,4 @@
-"""The launcher's side of a measuring worker (fabench.measure.worker): find it, start it, hand it one
+"""The launcher's side of a measuring worker (fabench.measure.launch.worker): find it, start it, hand it one
 job, relay its output, and contain what goes wrong. Torch-free: the launcher stays light.
 
 One worker per (GPU, round): a job's process N goes to the worker of its GPU and of round N, so the
@@ -30,14 +30,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabench.measure.devices import VISIBLE_VARS
+from fabench.measure.launch.devices import VISIBLE_VARS
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, measuring_environment
-from fabench.measure.launcher import kill, supervise, timeout_reason
+from fabench.measure.launch.launcher import kill, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.places import WORKER_DIR_ENV, open_file, private_dir, worker_folder
 from fabench.watchdog import WORKFLOW_ENV
 
-WORKER_MODULE = "fabench.measure.worker"
+WORKER_MODULE = "fabench.measure.launch.worker"
 MARK = b"\x1efabench-worker "  # a record separator starts the protocol's own lines
 START_TIMEOUT_S = 120.0  # a fresh worker answers within this (it binds before importing torch)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
