@@ -139,18 +139,9 @@ def place_problems(env) -> list[str]:
     return check_env_places(dict(env))
 
 
-def cpu_example(given: dict) -> str:
-    """The --config that sets, in the cpu block, the first count the command line gave elsewhere
-    (timing.repeats=3 -> cpu={repeats: 3})."""
-    name, value = next(iter(given.items()))
-    return f"cpu={{{name.split('.')[-1]}: {value}}}"
-
-
 class HowToMeasure:
-    """A measure job's options that say how it is measured, not what (the mode, the worker's idle
-    time, the timeout). Snakemake records a rule's parameters only where they are plain values and
-    re-runs a job whose recorded parameters changed; this is not a plain value, so a finished result
-    stays finished when only these change (a Slurm plan after a local run: isolate, not worker)."""
+    """How a job is measured, not what (mode, idle time, timeout): Snakemake records only plain values
+    of a rule's params, so a change of these (a Slurm plan: isolate) leaves finished results finished."""
 
     def __init__(self, options: str):
         self.options = options
@@ -236,8 +227,10 @@ class Plan:
                   for name, value in given.items() if value != used[name.split(".")[-1]]]
         if not unused:
             return None
+        # the example sets, in the cpu block, the first count given that changes nothing here
+        key, value = next((n.split(".")[-1], v) for n, v in given.items() if v != used[n.split(".")[-1]])
         return (f"warning: on a CPU {', '.join(unused)} changes nothing: set the cpu block instead, "
-                "e.g. --config '" + cpu_example(given) + "' (docs/usage.md, On a CPU)")
+                f"e.g. --config 'cpu={{{key}: {value}}}' (docs/usage.md, On a CPU)")
 
     # --- checks before any job ---------------------------------------------------------------------
     def check_local_aiter(self) -> None:
