@@ -132,3 +132,8 @@ def test_headings_of_one_text_get_distinct_ids_as_github_numbers_them(tmp_path):
 def test_the_blank_line_rule_leaves_tables_and_code_alone(tmp_path):
     page = markdown_page("| a | b |\n|---|---|\n| - x | 1 |\n\n```\ntext\n- y\n```\n", tmp_path, "x")
     assert "<td>- x</td>" in page and "<li>" not in page
+
+
+def test_a_number_that_wraps_to_the_start_of_a_line_stays_text(tmp_path):
+    page = markdown_page("Measured in\n2026. A sentence.\n\nText\n1. first\n2. second\n", tmp_path, "x")
+    assert "<ol>" in page and page.count("<li>") == 2 and "2026. A sentence." in page

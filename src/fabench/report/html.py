@@ -39,7 +39,10 @@ PICTURE_DATA = re.compile(r"data:image/(png|jpeg|gif|webp);base64,", re.IGNORECA
 IGNORED_IN_URLS = re.compile(r"[\x00-\x20\x7f]")
 # Markdown's image syntax with a relative target: ![alt](path)
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s:]+)\)")
+# A list item; after a line of text only a bullet or "1." starts a list (GitHub's rule: "2026. " in a
+# wrapped sentence does not).
 LIST_ITEM = re.compile(r"\s*([-*+]|\d+[.)])\s")
+LIST_START = re.compile(r"\s*([-*+]|1[.)])\s")
 HEADING = re.compile(r"h[1-6]")
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 80rem; padding: 0 1rem; color: #222; }
@@ -74,7 +77,7 @@ class ListAfterText(Preprocessor):
     def run(self, lines):
         out = []
         for line in lines:
-            if out and out[-1].strip() and LIST_ITEM.match(line) and not LIST_ITEM.match(out[-1]):
+            if out and out[-1].strip() and LIST_START.match(line) and not LIST_ITEM.match(out[-1]):
                 out.append("")
             out.append(line)
         return out
