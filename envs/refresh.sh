@@ -10,8 +10,10 @@ compile() { uv pip compile --quiet --generate-hashes --python-version 3.11 --fin
 compile pyproject.toml --extra workflow --extra cpu --extra test --emit-find-links -o envs/test.txt
 compile pyproject.toml --extra workflow --extra cpu --emit-find-links -c envs/test.txt -o envs/cpu.txt
 compile pyproject.toml --extra workflow -c envs/test.txt -o envs/host.txt
-# A GPU host keeps its own torch: the workflow, AMD's aiter (the Triton column) and NVML.
-compile pyproject.toml --extra workflow --extra aiter --extra gpu -c envs/test.txt -o envs/gpu.txt
+# A GPU host keeps its own torch (never emitted, though FlashAttention-4 requires one): the workflow,
+# AMD's aiter (the Triton column), NVML and FlashAttention-4 (the fa4 backend, NVIDIA only).
+compile pyproject.toml --extra workflow --extra aiter --extra gpu --extra fa4 -c envs/test.txt --no-emit-package torch \
+  -o envs/gpu.txt
 # The package-index aiter layer of the image (AITER_FROM_INDEX=1): pyproject's `aiter` extra, for
 # the Python of either base image (the hashes cover every wheel of each pinned release).
 python3 -c "import tomllib; print(chr(10).join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['aiter']))" \

@@ -231,7 +231,6 @@ def test_the_profiler_judges_a_cell_that_do_bench_cannot():
     check = analysis.cross_checks(trials, 0.0247, 0.03, {"notes": [], "do_bench_reason": None})
     assert check["agrees"] is None and "unstable" in check["reason"]
     assert check["profiler"] == {"ms": 0.0246, "agrees": True, "reason": None}
-    assert analysis.judged(check) == {"by": "profiler", "agrees": True, "reason": None}
     off = analysis.profiler_check([0.030], 0.0247, 0.03, trials)
     assert off["agrees"] is False and "profiled kernels" in off["reason"]
 

@@ -445,7 +445,8 @@ def test_run_and_version_plots_are_drawn(two_runs, tmp_path):
     assert is_png(latency_png(collected)) and is_png(speedup_png(collected, RULE))
     paths = write_run_plots(collected, tmp_path / "plots", RULE)
     paths += write_version_plots(compared(old, new, root), tmp_path / "plots")
-    assert [p.name for p in paths] == ["latency.png", "speedup.png", "versions-default.png", "versions-tuned.png"]
+    assert [p.name for p in paths] == ["latency.png", "speedup.png", "roofline.png", "versions-default.png",
+                                       "versions-tuned.png"]
     assert all(is_png(p.read_bytes()) for p in paths)
 
 

@@ -2,8 +2,9 @@
 fabench command that the README, docs/*.md or a docstring of src/fabench names exists.
 
 What counts as a name (prose is not parsed; code is):
-- anywhere: `fabench.x.y[.attr]` (a module, then attributes of it) and `src/fabench/...` or
-  `fabench/...` paths;
+- anywhere: `fabench.x.y[.attr]` (a module, then attributes of it), `src/fabench/...` or
+  `fabench/...` paths, and a bare call `name()` (a function or method of src/fabench or of the
+  workflow's rules, a parameter that holds one, or Python's own);
 - in `code` and code blocks: `module.attr` where module is the stem of a module of src/fabench (the
   attribute must be defined in one such module), `name.py` (a file of that name in the checkout),
   dotted config keys (`cpu.min_trial_ms`: a path through workflow/schemas/config.schema.yaml), and
@@ -13,6 +14,7 @@ What counts as a name (prose is not parsed; code is):
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import re
 from functools import cache
@@ -170,6 +172,23 @@ def result_field_exists(dotted: str) -> bool:
 
 
 @cache
+def callables() -> set[str]:
+    """Every name a bare `name()` may mean: a module's function in src/fabench or in the workflow's
+    rules (common.smk's input functions), a parameter that holds one, Python's own. A method is
+    named with its class (`Plan.measure_mode`): bare, it reads as a function that is not there."""
+    names = set(dir(builtins))
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names.update(node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.update(a.arg for a in node.args.args + node.args.kwonlyargs)
+    for path in [REPO / "Snakefile", *(REPO / "workflow").rglob("*.smk")]:
+        names.update(re.findall(r"^def (\w+)\(", path.read_text(), re.M))
+    return names
+
+
+@cache
 def snakemake_rules() -> set[str]:
     text = "\n".join(p.read_text() for p in [REPO / "Snakefile", *(REPO / "workflow" / "rules").glob("*.smk")])
     return set(re.findall(r"^(?:rule|checkpoint) (\w+):", text, re.M))
@@ -240,6 +259,9 @@ def problems_in(text: str) -> list[str]:
     for path in re.findall(r"(?<![\w/.])((?:src/)?fabench/[\w/]*\w(?:\.[\w]+)*/?)", text):
         if not (SRC / path.removeprefix("src/")).exists():
             problems.append(f"no such path: {path}")
+    for name in re.findall(r"(?<![\w.])([A-Za-z_]\w*)\(\)", text):
+        if name not in callables():
+            problems.append(f"no such function: {name}()")
     for code in code_of(text):
         problems += code_problems(code)
     return problems
@@ -292,6 +314,8 @@ def test_every_name_a_docstring_gives_exists():
     ("```\nsnakemake --cores 1 --config run=x archiv\n```", "no such snakemake target: archiv"),
     ("`fabench archive stor results/local`", "no such fabench command: archive stor"),
     ("`fabench comapre`", "no such fabench command: comapre"),
+    ("`measure_mode()` in workflow/rules/common.smk", "no such function: measure_mode()"),
+    ("the plan's checked() asks", "no such function: checked()"),
 ])
 def test_a_name_that_does_not_exist_is_found(text, problem):
     assert problem in problems_in(text)
@@ -301,5 +325,5 @@ def test_names_that_exist_pass():
     text = ("`fabench.plan.Plan.checked`, fabench.results.archive_store, `kernels.warm_profiler`, "
             "`cpu.min_trial_ms`, `variants.tuned.triton.BLOCK_M`, `shapes.0.head_dim`, `plan.py`, "
             "`snakemake -n --profile profiles/slurm report`, `snakemake --report report.html compare`, "
-            "`fabench archive store results/local`, `config.yaml`")
+            "`fabench archive store results/local`, `config.yaml`, `make_plan()`, timing(), here(), print()")
     assert problems_in(text) == []

@@ -13,7 +13,7 @@ from workflow_util import REPO
 ENVS = REPO / "envs"
 # lock -> the extras of pyproject.toml it holds
 HOST_LOCKS = {"host.txt": ("workflow",), "cpu.txt": ("workflow", "cpu"), "test.txt": ("workflow", "cpu", "test"),
-              "gpu.txt": ("workflow", "aiter", "gpu")}
+              "gpu.txt": ("workflow", "aiter", "gpu", "fa4")}
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(?P<version>\S+)")
 
 
@@ -64,6 +64,10 @@ def test_the_host_locks_agree_and_the_cpu_ones_take_the_cpu_torch():
     shared = set(locked("gpu.txt")) & set(test)  # NVML is in the GPU lock alone
     assert {name: test[name] for name in shared} == {name: locked("gpu.txt")[name] for name in shared}
     assert "torch" not in locked("gpu.txt") and "amd-aiter" in locked("gpu.txt")
+    # FlashAttention-4 (NVIDIA's CuTe DSL, 92 MB of CUDA 13 libraries) is for a GPU host alone.
+    assert "flash-attn-4" in locked("gpu.txt") and "nvidia-cutlass-dsl-libs-cu13" in locked("gpu.txt")
+    for lock in ("host.txt", "cpu.txt", "test.txt"):
+        assert not {"flash-attn-4", "nvidia-cutlass-dsl"} & set(locked(lock)), lock
     assert locked("cpu.txt")["torch"] == test["torch"] == "2.13.0+cpu"
     assert "torch" not in locked("host.txt")  # a GPU host keeps its own build
     assert "--find-links /opt/wheels" in (ENVS / "cpu.txt").read_text()
@@ -107,8 +111,11 @@ def test_each_documented_command_has_its_tool_in_every_host_lock(tool, lock):
 @pytest.mark.slow
 @pytest.mark.parametrize("lock", sorted(HOST_LOCKS))
 def test_pip_accepts_a_host_lock_whole_in_hash_checking_mode(lock, tmp_path):
-    """pip resolves the lock alone, every dependency in it and every hash matching (nothing installed)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+    """pip resolves the lock alone, every dependency in it and every hash matching (nothing installed).
+    gpu.txt goes over a host's own torch (FlashAttention-4 requires one, the lock never pins it): its
+    dry run counts this environment's torch as installed. Blind side: the GPU host's torch is not this one."""
+    keep_torch = [] if lock == "gpu.txt" else ["--ignore-installed"]
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", *keep_torch,
                            "--require-hashes", "--quiet", "--timeout", "60", "--retries", "2",
                            "--report", str(tmp_path / "plan.json"), "-r", str(ENVS / lock)],
                           capture_output=True, text=True, timeout=1200)

@@ -11,10 +11,10 @@ from fabench.measure import stopping
 from fabench.measure.device import kernels
 from fabench.measure.backends.registry import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.analysis.entry import analyse_measured
-from fabench.measure import job as measure_job
 from fabench.measure.job import measurement, reference_output
 from fabench.measure.spec import Settings, Shape
 from workflow_util import tiny_config
+from support import one_backend
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip), reason="needs a CUDA GPU")
 
@@ -31,7 +31,7 @@ JOB = settings()
 
 def measure_backend(backend, p, reference, job) -> dict:
     """One backend measured alone, its figures derived by the analysis stage as a job's would be."""
-    return analyse_measured(measure_job.measure_backend(backend, p, reference, job), job)
+    return analyse_measured(one_backend.measure_backend(backend, p, reference, job), job)
 
 
 def problem(head_dim, kernel_config, seq=512):
@@ -279,3 +279,25 @@ def test_a_graph_of_tiny_kernels_bounds_the_launch_gap_to_microseconds():
     from fabench.measure.device.graph_time import graph_launch_gap_ms
 
     assert 0.0 < graph_launch_gap_ms() < 0.02
+
+
+def fa4_unavailable() -> str | None:
+    from fabench.measure.backends import fa4_kernel
+
+    return fa4_kernel.unavailable_reason("cuda")
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_flash_attention_4_is_right_names_its_kernel_and_counts_its_jit_as_compile(head_dim):
+    """FlashAttention-4 (the fa4 backend) on sm90+ with flash-attn-4 installed (envs/gpu.txt); skipped
+    with the backend's own reason elsewhere. Its output checked against fp32, the profiled call's main
+    kernel its own forward, its first call (the CuTe DSL's JIT, 4.4 s on an H100 cold) compile_s."""
+    if reason := fa4_unavailable():
+        pytest.skip(reason)
+    p = problem(head_dim, {})
+    entry = measure_backend(BACKENDS["fa4"], p, reference_output(p.q, p.k, p.v, True), JOB)
+    assert entry["status"] == "ok", entry["reason"]
+    assert entry["correctness"]["max_abs_err"] < 0.01, entry["correctness"]
+    assert "FlashAttentionForward" in entry["kernels"]["launch"]["kernel"], entry["kernels"]
+    assert entry["compile_s"] > 0 and entry["device_ms"]["n"] == 2
+    assert entry["implementation"]["package"].startswith("flash-attn-4 ")

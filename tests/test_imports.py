@@ -155,9 +155,9 @@ def test_the_main_head_dim_is_counted_in_one_place():
 MEASURE = "fabench.measure"
 MEASURE_ROOMS = ("launch", "backends", "device")
 MAY_IMPORT = {
-    "launch": {"spec", "invocation", "timeline", "visibility", "job", "backends"},
+    "launch": {"spec", "invocation", "timeline", "visibility", "record", "job", "backends", "device"},
     "backends": {"device"},
-    "device": {"spec", "provenance"},
+    "device": {"spec"},
 }
 
 
@@ -214,3 +214,12 @@ def test_the_room_walk_sees_a_room_importing_upward(tmp_path):
     rooms = room_graph(import_graph(tmp_path))
     assert rooms["device"] == {"backends"} and not rooms["device"] <= MAY_IMPORT["device"]
     assert cycles(rooms) == [["job", "launch"]]
+
+
+def test_the_measure_stage_imports_none_of_its_readers():
+    """The measure stage defines what it records (fabench.measure.record); the stages that read it,
+    results and analysis, are never imported by it, lazily or not."""
+    readers = ("fabench.results", "fabench.analysis")
+    taken = {module: sorted(t for t in targets if t.startswith(readers))
+             for module, targets in import_graph().items() if module.startswith(MEASURE)}
+    assert {module: targets for module, targets in taken.items() if targets} == {}

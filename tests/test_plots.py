@@ -173,7 +173,7 @@ def test_versions_has_a_panel_per_shape_of_every_head_dim(comparison, variant):
 
 def test_the_pngs_are_written(collected, comparison, tmp_path):
     paths = plots.write_run_plots(collected, tmp_path, RULE) + plots.write_version_plots(comparison, tmp_path)
-    assert [p.name for p in paths] == ["latency.png", "speedup.png"] + [f"versions-{v}.png" for v in VARIANTS]
+    assert [p.name for p in paths] == ["latency.png", "speedup.png", "roofline.png"] + [f"versions-{v}.png" for v in VARIANTS]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 

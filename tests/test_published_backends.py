@@ -14,7 +14,7 @@ from fabench.results import published as published_module
 from fabench.results.published import PublishedError, load_published
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "report" / "published" / "mi300x-2025-12-30.yaml"
-KNOWN = "native, ck, triton, sdpa, sdpa_cudnn, sdpa_flash, flex"
+KNOWN = "native, ck, triton, sdpa, sdpa_cudnn, sdpa_flash, flex, fa4"
 
 
 def rename(mapping: dict, old: str, new: str) -> None:

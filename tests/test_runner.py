@@ -20,7 +20,8 @@ from fabench.measure.backends.registry import BACKENDS, FallbackError, Problem, 
 from fabench.measure.spec import job_spec
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
-from fabench.measure.job import classify_failure, measure_backend, measurement
+from fabench.measure.job import classify_failure, measurement
+from support.one_backend import measure_backend
 from fabench.measure.launch.launcher import no_result
 from fabench.measure.spec import Settings
 from workflow_util import REPO, tiny_config
@@ -69,7 +70,8 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
     assert backends["native"]["correctness"]["max_abs_err"] < 1e-5  # fp32 against the fp32 reference
     assert backends["sdpa"]["correctness"]["max_abs_err"] > 0  # fp16 really differs from fp32
     for name, why in {"ck": "needs ROCm", "triton": "needs a GPU that Triton compiles for", "sdpa_cudnn": "needs CUDA",
-                      "sdpa_flash": "needs a GPU", "flex": "left out of CPU jobs by the config"}.items():
+                      "sdpa_flash": "needs a GPU", "flex": "left out of CPU jobs by the config",
+                      "fa4": "needs an NVIDIA GPU of sm90 or later"}.items():
         assert backends[name]["status"] == "unavailable"
         assert why in backends[name]["reason"]
     loader = result["kernel_config"].pop("aiter_loader")

@@ -14,6 +14,7 @@ import yaml
 from fabench.config import ConfigError, job_settings
 from fabench.plan import check_config
 from fabench.aiter_config import file_sha256, patch_local
+from fabench.measure.spec import SweepSpec
 from fabench.tune import job, memory, objective, pick, settings, space
 from support import mha_standin
 from workflow_util import REPO, default_config, tiny_config
@@ -218,7 +219,7 @@ def standin_job(tmp_path_factory):
     reference = tmp_path_factory.mktemp("sweep") / "tuned.json"
     reference.write_text(json.dumps({"fwd": {"default": TUNED}}))
     shape = {"batch": 1, "seq": 128, "heads": 2, "head_dim": 64}
-    return job.run(standin_spec(shape), reference)
+    return job.run(SweepSpec.from_dict(standin_spec(shape)), reference)
 
 
 def by_id(job_record: dict) -> dict:
@@ -267,7 +268,7 @@ def test_a_kernel_that_cannot_load_leaves_every_candidate_unavailable_with_the_r
     reference.write_text(json.dumps({"fwd": {"default": TUNED}}))
     spec = standin_spec({"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}, space_={"BLOCK_M": [32]})
     spec["sweep"]["kernel_module"] = "support.no_such_kernel"
-    records = job.run(spec, reference)["candidates"]
+    records = job.run(SweepSpec.from_dict(spec), reference)["candidates"]
     assert {r["status"] for r in records} == {"unavailable"}
     assert "could not be loaded: ModuleNotFoundError" in records[0]["reason"]
 

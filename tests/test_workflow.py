@@ -39,11 +39,13 @@ def test_report_is_rendered_from_every_job(tiny_run):
 
 def test_two_variants_that_run_the_same_code_are_not_called_faster_than_each_other(tiny_run):
     """On this CPU the Triton role (FlexAttention) is left out and every backend that ran reads no
-    variant config: the report says so and claims no variant faster, nothing in bold."""
+    variant config: each was measured once per shape, the report says so and claims no variant
+    faster, nothing in bold."""
     directory, config = tiny_run
     report = (directory / "results" / config["run"] / "report.md").read_text()
     results = report.split("### Results")[1].split("### Analysis")[0]
-    assert "**Same code in every variant**: Native (`native`), SDPA (`sdpa`) read no variant config" in results
+    assert "**Measured once per shape**: Native (`native`), SDPA (`sdpa`) read no variant config" in results
+    assert "**Same code in every variant**" not in results  # one figure shown twice is no comparison
     tables = [line for line in results.splitlines() if line.startswith("| (")]
     assert tables and not any("**" in line for line in tables)
     improvements = results.split("**Key Improvements**:")[1]
@@ -57,9 +59,11 @@ def test_results_csv_has_a_row_per_cell_with_the_analysis_figures(tiny_run):
     collected = json.loads((run_dir / "results.json").read_text())
     rows = list(csv.DictReader((run_dir / "results.csv").open()))
     assert len(rows) == sum(len(r["backends"]) for r in collected["results"])
-    native = next(r for r in rows if r["variant"] == "tuned" and r["shape_id"] == "b1-s64-h2-d32"
+    # Native reads no variant config: measured once per shape, in the first variant's job, one row.
+    assert not [r for r in rows if r["variant"] == "tuned" and r["backend"] == "native"]
+    native = next(r for r in rows if r["variant"] == "default" and r["shape_id"] == "b1-s64-h2-d32"
                   and r["backend"] == "native")
-    result = next(r for r in collected["results"] if r["variant"] == "tuned" and r["shape_id"] == "b1-s64-h2-d32")
+    result = next(r for r in collected["results"] if r["variant"] == "default" and r["shape_id"] == "b1-s64-h2-d32")
     figure = result["backends"]["native"]["stats"]["wall_mean_ms"]
     assert native["metric"] == "wall_mean_ms" and float(native["median_ms"]) == figure["median"]
     assert native["role"] == "baseline" and native["status"] == "ok" and native["seq"] == "64"
@@ -162,7 +166,7 @@ def test_the_processes_of_a_job_run_in_rounds_across_the_run(tmp_path):
     assert [job.split("process=")[1] for job in order] == ["0"] * 4 + ["1"] * 4, order
     # Each round in the same order of jobs: a cell's processes are a whole round apart.
     assert [job.split(",")[:2] for job in order[:4]] == [job.split(",")[:2] for job in order[4:]], order
-    result = json.loads((tmp_path / "results" / "tiny" / "tuned" / "b1-s64-h2-d32.json").read_text())
+    result = json.loads((tmp_path / "results" / "tiny" / "default" / "b1-s64-h2-d32.json").read_text())
     assert [p["index"] for p in result["method"]["process_exits"]] == [0, 1]
     assert sorted({t["process"] for t in result["backends"]["native"]["trials"]}) == [0, 1]
 
@@ -174,10 +178,10 @@ def test_the_processes_of_a_job_run_in_rounds_across_the_run(tmp_path):
     config["shapes"] = config["shapes"][:1]
     proc = snakemake(tmp_path, "--cores", "1", "report", config=config, env={"FABENCH_PLATFORM": "cuda"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "results" / "tiny-one" / "tuned" / "b1-s64-h2-d32.json").read_text())
+    result = json.loads((tmp_path / "results" / "tiny-one" / "default" / "b1-s64-h2-d32.json").read_text())
     assert [p["index"] for p in result["method"]["process_exits"]] == [0]
     assert {t["process"] for t in result["backends"]["native"]["trials"]} == {0}
-    skipped = json.loads((tmp_path / "results" / "tiny-one" / "tuned" / "b1-s64-h2-d32" / "process-1.json").read_text())
+    skipped = json.loads((tmp_path / "results" / "tiny-one" / "default" / "b1-s64-h2-d32" / "process-1.json").read_text())
     assert "not needed" in skipped["_skipped"]
 
 

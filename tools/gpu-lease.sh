@@ -31,20 +31,37 @@ on_card() {  # card(s), command...: the command alone on those GPUs, with leases
     CUDA_VISIBLE_DEVICES=$cards FABENCH_LEASE_DIR=/tmp/fabench-lease-$tag FABENCH_WORKER_DIR=/tmp/fabench-workers-$tag "$@"
 }
 # The tests that need a GPU or measure on one when it is there. The timing-sensitive backend tests
-# run alone on the card; the rest (real measuring processes, workers, leases) in 4 pytest processes.
+# run alone on the card; the rest (real measuring processes, workers, leases) in 8 pytest processes,
+# the two within 5 minutes; the tests marked gpu_workflow (whole Snakemake runs) as a third step.
+# Each step's exit, wall time and pytest's counts go to the summary.
 GPU_ALONE="tests/test_gpu_backends.py"
 # test_lease.py is left out on a GPU host: it declares GPUs 0 and 1 (FABENCH_GPUS) and sets
 # CUDA_VISIBLE_DEVICES to them, so beside a run on the other card its jobs ran on that card (kernels
 # 2-3x slower in that run's trials, seen in a lease). It needs no GPU; CI runs it.
 GPU_SHARED="tests/test_gpu_identity.py tests/test_kernel_time.py tests/test_trials.py tests/test_worker.py
             tests/test_runner.py tests/test_timeline.py"
-gpu_tests() {  # card: every test name in the output (-v), a hang cut at 4.5 minutes in all
-    local began=$SECONDS rc
-    on_card "$1" timeout 150 python3 -m pytest -v -p no:cacheprovider -m 'not docker and not slurm' -rs \
-        --durations=15 $GPU_ALONE
+pytest_counts() {  # log: pytest's last summary line (counts and time), for the summary
+    grep -E '^=+ .*(passed|failed|error|skipped|deselected).* in [0-9.]+s' "$1" | tail -1 | tr -d '='
+}
+tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit, wall time and counts
+    local name=$1 card=$2 limit=$3 start rc
+    shift 3
+    start=$(date +%s.%N)
+    on_card "$card" timeout "$limit" python3 -m pytest -v -p no:cacheprovider -rs --durations=15 "$@" \
+        > "$out/$name.log" 2>&1
     rc=$?
-    on_card "$1" timeout $((270 - (SECONDS - began))) python3 -m pytest -v -p no:cacheprovider \
-        -m 'not slow and not docker and not slurm' -rs --durations=15 -n 8 --dist loadfile $GPU_SHARED
+    note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(pytest_counts "$out/$name.log")"
+    return $rc
+}
+gpu_tests() {  # card: the GPU tests in two steps within 5 minutes, then the workflow-level ones apart
+    local rc
+    tests_step "tests-card$1-alone" "$1" 150 -m 'not docker and not slurm' $GPU_ALONE
+    rc=$?
+    tests_step "tests-card$1-shared" "$1" 150 -m 'not slow and not docker and not slurm and not gpu_workflow' \
+        -n 8 --dist loadfile $GPU_SHARED
+    rc=$((rc | $?))
+    # Whole Snakemake runs on the test experiment (pytest -m gpu_workflow): timed as a step of their own.
+    tests_step "tests-card$1-workflow" "$1" 420 -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
     return $((rc | $?))
 }
 experiment() {  # run name, snakemake options...: the default experiment, reported and archived
@@ -57,23 +74,23 @@ nvidia-smi --query-gpu=index,name,uuid,driver_version,power.limit --format=csv,n
 note "start ($plan) on $(tr '\n' ';' < "$out/gpus.txt")"
 case $plan in
 cold)  # one cold default run on card 0, the GPU tests on card 1 beside it
-    timed tests-card1 gpu_tests 1 &
+    gpu_tests 1 &
     tests=$!
     timed c2 on_card 0 experiment c2 --cores 1
     wait "$tests"
     ;;
 smoke)
-    timed tests-card1 gpu_tests 1 &
+    gpu_tests 1 &
     tests=$!
     timed c0 on_card 0 experiment c0 --cores 1
     wait "$tests"
     ;;
 acceptance)
-    timed tests-card1 gpu_tests 1 &
+    gpu_tests 1 &
     tests=$!
     timed c1 on_card 0 experiment c1 --cores 1
     wait "$tests"
-    timed tests-card0 gpu_tests 0 &
+    gpu_tests 0 &
     tests=$!
     timed w1 on_card 1 experiment w1 --cores 1
     wait "$tests"

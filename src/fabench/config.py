@@ -8,8 +8,10 @@ other stages (the sweep, the published numbers, the image) are fabench.plan's.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
+import math
 import re
 
 from fabench.files import json_problem
@@ -59,18 +61,21 @@ def _ecma_regex(regex: str) -> str:
     return re.sub(r"(?<!\\)\$", lambda _: r"\Z", regex)
 
 
-def schema_error(config, schema: dict) -> str | None:
+def schema_error(config, schema: dict, place=None) -> str | None:
     """The most relevant schema violation as one line: where it is and what was expected. A long
-    value (a whole file read as one string, say) is quoted by its start only."""
+    value (a whole file read as one string, say) is quoted by its start only. `place`, given, names
+    the place of a config key in another document checked by the config's rules (a job spec)."""
     import jsonschema
 
+    place = place or (lambda where: where)
     problem = json_problem(config)  # NaN passes any minimum and maximum: refused first
     if problem:
-        return problem.removeprefix("$.").replace("]", "").replace("[", ".")
+        where, _, why = problem.removeprefix("$.").replace("]", "").replace("[", ".").partition(": ")
+        return f"{place(where)}: {why}"
     error = jsonschema.exceptions.best_match(_strict_validator(schema).iter_errors(config))
     if error is None:
         return None
-    where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    where = place(".".join(str(part) for part in error.absolute_path) or "(top level)")
     if error.validator == "uniqueItems":  # the default message repeats the whole list
         return f"{where}: lists {_first_duplicate(error.instance)} twice (expected each item once)"
     message = error.message.replace(repr(error.instance), quote(error.instance))
@@ -183,14 +188,33 @@ def timing_settings(config: dict, platform: str) -> dict:
 def schema_default(*keys: str):
     """The default config.schema.yaml gives the key at `keys` (e.g. "measure", "worker_idle_s"):
     a launcher's default taken from the one place that states it."""
+    node = config_schema()
+    for key in keys:
+        node = node["properties"][key]
+    return node["default"]
+
+
+@functools.cache
+def config_schema() -> dict:
+    """workflow/schemas/config.schema.yaml, read once (PyYAML: a host's dependency, not the image's)."""
     import yaml
 
     from fabench.resources import SCHEMA_DIR
 
-    node = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    return yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+
+
+def option_error(value: float, *keys: str) -> str | None:
+    """Why the config schema's entry at `keys` (e.g. "measure", "job_timeout_s") refuses `value`, one
+    line naming what was expected; None when it takes it. A command's option that stands for a
+    config key is bounded as the key is."""
+    node = config_schema()
     for key in keys:
         node = node["properties"][key]
-    return node["default"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    problem = schema_error(value, {**node, "definitions": config_schema()["definitions"]})
+    return problem.removeprefix("(top level): ") if problem else None
 
 
 def processes(config: dict, platform: str) -> int:

@@ -1,8 +1,10 @@
-"""The git commit of a folder: the project's own (in every result) and aiter's. No torch, so the
-workflow and the runner's coordinating process can ask too."""
+"""Which code ran: the git commit of a folder (the project's own, in every result, and aiter's) and
+an installed package's version. No torch, so the workflow and the runner's coordinating process
+can ask too."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 from pathlib import Path
 
@@ -21,3 +23,11 @@ def git_commit(path: str | Path, mark_dirty: bool = False) -> str | None:
 
 def _git(command: list[str]) -> str:
     return subprocess.run(command, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of the distribution `name` (None: not installed)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

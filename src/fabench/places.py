@@ -17,6 +17,7 @@ variable and the fix.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 from pathlib import Path
@@ -86,6 +87,17 @@ def open_file(path: Path, flags: int, variable: str, mode: int = 0o600) -> int:
         raise _not_regular(path, variable)
     os.set_blocking(fd, True)
     return fd
+
+
+def lock_at_once(fd: int) -> bool:
+    """The exclusive lock (flock) of an open file, taken when no one else holds it: True; False when
+    another holder has it, without waiting. The kernel drops the lock when the last descriptor of
+    its open file closes, however its holder ends."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _not_regular(path: Path, variable: str) -> PlaceError:

@@ -322,7 +322,14 @@ class Plan:
 
     def job_spec_json(self, run: str, variant: str, shape: str) -> str:
         """What the job measures, as its params: it re-runs when this changes, and only then."""
-        return job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform).to_json()
+        return job_spec(self.config, variant, self.shapes[shape], run=run, platform=self.platform,
+                        shared_from=self.shared_from(variant)).to_json()
+
+    def shared_from(self, variant: str) -> str | None:
+        """The config's first variant, whose jobs measure the backends that read no variant config
+        (each says so in its registration; the job picks them: fabench.results.shared); None for it."""
+        first = self.variants[0]
+        return None if variant == first else first
 
     def launcher(self, run: str, manifest: str, kernel_config: str, module: str = "fabench.measure") -> str:
         """The command that the runner's arguments follow: this Python, or the job's container.

@@ -24,15 +24,13 @@ import os
 from pathlib import Path
 
 from fabench.container.job import rocm_devices_present
+from fabench.measure.visibility import PLATFORM_VARS
 
 PLATFORMS = ("rocm", "cuda", "cpu")
 PLATFORM_ENV = "FABENCH_PLATFORM"
 # Said with an error about the planned platform: how it was found, and how to name another.
 PLATFORM_HINT = (f"the platform is this host's (its torch build and GPU devices, or the devices a container "
                  f"gets); {PLATFORM_ENV}=rocm, cuda or cpu names another")
-# The variables that hide devices from torch on each platform, and the values that hide every one.
-HIDING_VARIABLES = {"rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
-                    "cuda": ("CUDA_VISIBLE_DEVICES",)}
 NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")  # dxg: CUDA under WSL2
 
 
@@ -59,7 +57,7 @@ def planned_platform(docker: bool) -> str:
 
 def devices_hidden(platform: str) -> bool:
     """A *_VISIBLE_DEVICES variable set to nothing (or -1) hides every GPU from torch."""
-    for name in HIDING_VARIABLES[platform]:
+    for name in PLATFORM_VARS[platform]:
         value = os.environ.get(name)
         if value is not None and (value.strip() == "" or value.strip().startswith("-1")):
             return True

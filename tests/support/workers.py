@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fabench.measure.launch.worker_client import live_workers, stop_workers
+from fabench.measure.launch.worker_client import stop_workers
 
 
 @pytest.fixture
@@ -25,3 +26,14 @@ def worker_dir():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def live_workers(folder: Path) -> list[int]:
+    """The pids of the workers recorded in `folder` whose processes still run."""
+    pids = []
+    for record in folder.glob("w-*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            pid = int(json.loads(record.read_text())["pid"])
+            if "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text():  # a zombie has ended
+                pids.append(pid)
+    return pids

@@ -27,6 +27,14 @@ rule plots:
             category="Run {run}",
             labels={"figure": "speedup before vs after tuning"},
         ),
+        # A GPU run's cells against its GPU's limits; a run without them (a CPU) gets a figure that
+        # says why, which its report does not show.
+        roofline=report(
+            "results/{run}/plots/roofline.png",
+            caption="../report/roofline.rst",
+            category="Run {run}",
+            labels={"figure": "roofline"},
+        ),
     log:
         "logs/{run}/plots.log",
     params:

@@ -23,7 +23,11 @@ rule render_report:
         results="results/{run}/results.json",
         templates=REPORT_TEMPLATES,
         published=published_numbers(),
-        plots=["results/{run}/plots/latency.png", "results/{run}/plots/speedup.png"],
+        plots=[
+            "results/{run}/plots/latency.png",
+            "results/{run}/plots/speedup.png",
+            "results/{run}/plots/roofline.png",
+        ],
         sweep=sweep_summary,
         # Not read here: the run's resolved config is written with its report, so that a run made by
         # the report target alone is complete for `fabench archive store` (rule resolved_config).

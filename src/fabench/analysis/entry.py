@@ -10,9 +10,12 @@ from __future__ import annotations
 from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
 from fabench.analysis.kernel_check import kernel_time_check
+from fabench.config import schema_default
+from fabench.measure.record import EVENT_RESOLUTION_MS
 
-DEFAULT_STABLE_SPREAD = 0.03
-DEFAULT_TOLERANCE = 0.03
+# What a result that does not record them was measured with: the config's defaults (the schema's).
+DEFAULT_STABLE_SPREAD = schema_default("timing", "stable_spread")
+DEFAULT_TOLERANCE = schema_default("timing", "cross_check_tolerance")
 
 
 def metric_summary(values: list[float], processes: list[int]) -> dict:
@@ -207,30 +210,6 @@ def cross_checks(trials: list[dict], device_median: float | None, tolerance: flo
         check = dict(check or {"do_bench_ms": None, "agrees": None, "reason": "do_bench not run"})
         check["profiler"] = profiler_check(profiled, device_median, tolerance, trials)
     return check
-
-
-def judged(check: dict | None) -> dict | None:
-    """The independent check that judged the cell: the second method (the period by events against
-    the period by CUPTI) where measured, else do_bench where it could, else the older profiler check."""
-    if not check:
-        return None
-    kernel_time = check.get("kernel_time") or {}
-    if kernel_time.get("agrees") is not None:
-        return {"by": "kernel time by graphs", "agrees": kernel_time["agrees"], "reason": kernel_time.get("reason")}
-    second = check.get("second_method") or {}
-    if second.get("agrees") is not None:
-        return {"by": "second method", "agrees": second["agrees"], "reason": second.get("reason")}
-    if check.get("agrees") is not None:
-        return {"by": "do_bench", "agrees": check["agrees"], "reason": check.get("reason")}
-    profiler = check.get("profiler") or {}
-    if profiler.get("agrees") is not None:
-        return {"by": "profiler", "agrees": profiler["agrees"], "reason": profiler.get("reason")}
-    return None
-
-
-# The events' timestamps resolve about 0.5 us (CUDA's documented resolution); a median period can
-# be off by up to that much from quantisation alone, which no count of samples averages away.
-EVENT_RESOLUTION_MS = 0.0005
 
 
 def period_check(trials: list[dict], stream_doubts: dict[str, list[str]] | None = None) -> dict | None:

@@ -31,10 +31,7 @@ import math
 import statistics
 
 from fabench.analysis import stats
-
-METHOD = ("CUDA/HIP graph of [L2 clear, call] x N minus a graph of [L2 clear] x N, each replayed and timed by "
-          "events; per call, against the kernels' own time by CUPTI")
-EVENT_RESOLUTION_MS = 0.0005
+from fabench.measure.record import EVENT_RESOLUTION_MS, KERNEL_TIME_METHOD
 
 
 def graph_records(trials: list[dict]) -> list[dict]:
@@ -72,7 +69,7 @@ def kernel_time_check(trials: list[dict]) -> dict | None:
     low, high = -(sum(noise.values()) + gap_ms / figure), gaps + sum(noise.values())
     difference = graph / figure - 1.0
     agrees = low <= difference <= high
-    out = {"method": METHOD, "graph_ms": round(graph, 6), "kernel_ms": round(figure, 6),
+    out = {"method": KERNEL_TIME_METHOD, "graph_ms": round(graph, 6), "kernel_ms": round(figure, 6),
            "difference": round(difference, 6), "tolerance": {"low": round(low, 6), "high": round(high, 6)},
            "tolerance_parts": {**{k: round(v, 6) for k, v in noise.items()}, "gaps": round(gaps, 6),
                                "gap_below": round(gap_ms / figure, 6)},
@@ -99,4 +96,4 @@ def _other_kernels(taken: list[dict], trials: list[dict]) -> str | None:
 
 
 def _no_verdict(reason: str) -> dict:
-    return {"method": METHOD, "agrees": None, "reason": f"could not judge: {reason}"}
+    return {"method": KERNEL_TIME_METHOD, "agrees": None, "reason": f"could not judge: {reason}"}

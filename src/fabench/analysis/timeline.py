@@ -57,6 +57,10 @@ SETTINGS = {
 # does not import the measuring package): its noise fell under timing.max_noise, its noise settled
 # above it, or timing.max_trial_ms ran out.
 STOP_REASONS = ("converged", "noise_converged", "timeout")
+TIMEOUT = "timeout"
+# Of the timeouts, those whose samples cost the host more than the settled clause needs within
+# timing.max_trial_ms (the trial's stop record: settle_reachable false; docs/timing.md states the bound).
+OUT_OF_REACH = "timeout_settle_out_of_reach"
 
 
 def process_phases(timeline: dict, ended: dict | None) -> list[dict]:
@@ -85,8 +89,12 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
     recorded = False
     for result in results:
         for backend in result["backends"].values():
+            if backend.get("measured_in"):  # a report's copy of a cell measured once per shape
+                continue
             for trial in backend.get("trials") or []:
                 stopped = (trial.get("stop") or {}).get("stopped")
+                if stopped == TIMEOUT and (trial["stop"]).get("settle_reachable") is False:
+                    counts[OUT_OF_REACH] = counts.get(OUT_OF_REACH, 0) + 1
                 if stopped:
                     recorded = True
                     counts[stopped] = counts.get(stopped, 0) + 1

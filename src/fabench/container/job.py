@@ -39,6 +39,7 @@ from fabench.measure.launch import lease as device_lease
 CONTAINER_AITER_CONFIG = "/fabench/aiter-config.json"
 CONTAINER_CACHE = "/fabench/cache"
 RUNNER_MODULE = "fabench.measure"
+SWEEP_MODULE = "fabench.tune"  # a sweep job (fabench.tune.job)
 JOB_LABEL = "fabench.job"
 # Passed through from the caller: its CPU threads (which GPU comes from the job's lease).
 _PASS_ENV = ("OMP_NUM_THREADS",)
@@ -110,6 +111,7 @@ def run_job(manifest: str | Path, aiter_config: str | Path, results_dir: str | P
     _check_job_args(aiter_config, runner_args)
     mount_target = _mount_target(m, aiter_config)
     results_dir.mkdir(parents=True, exist_ok=True)
+    _check_in_host(module, runner_args, aiter_config)
     cache = _job_cache(m, cache_dir)
     with device_lease.acquire() as lease:  # held until the container is gone
         options = {
@@ -137,6 +139,22 @@ def _check_job_args(aiter_config: Path, runner_args: list[str]) -> None:
         raise ContainerError(f"no patched config at {aiter_config}")
     if "--aiter-config" in runner_args:
         raise ContainerError("runner args must not carry --aiter-config: run-job passes the mounted one")
+
+
+def _check_in_host(module: str, runner_args: list[str], aiter_config: Path) -> None:
+    """The job's arguments read here, by the command the container will run, before it starts: the
+    spec's values and the options are checked against the config schema on the host, whose
+    dependencies the image does not have (it reads their types alone: fabench.measure.spec.RUNTIME_ENV).
+    A bad one ends this process as it would end that command: one line, exit status 2."""
+    if module == RUNNER_MODULE:
+        from fabench.measure.launch.runner import parse_args
+    elif module == SWEEP_MODULE:
+        from fabench.measure.invocation import sweep_arguments
+
+        parse_args = sweep_arguments(f"python -m {SWEEP_MODULE}").parse_args
+    else:  # a tests' probe: its own arguments
+        return
+    parse_args([*runner_args, "--aiter-config", str(aiter_config)])
 
 
 def _mount_target(m: dict, aiter_config: Path) -> str | None:

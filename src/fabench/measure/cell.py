@@ -19,9 +19,9 @@ from fabench.measure.device import graph_time, kernels, timing
 from fabench.measure.backends.registry import Backend, Prepared, Problem
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState, slowdown
-from fabench.measure.device.platform import synchronize
+from fabench.measure.device.platform import named, synchronize
 from fabench.measure.spec import Measurement
-from fabench.results.contract import backend_entry
+from fabench.measure.record import backend_entry
 
 
 # Kernels per call assumed by the device loop's chunking where no profile counted them (the
@@ -132,7 +132,8 @@ class Cell:
                 with self._phase("warm-up", index):
                     warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
                                           timing.trial_warmup_settings(settings, first, capped), calls,
-                                          gpu_state.sm_clock)
+                                          gpu_state.sm_clock,
+                                          full_windows=(first or capped) and not settings.min_warmup_ms)
                 iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
                 samples = timing.device_samples(settings, warm["estimate_ms"])
                 with self._phase("kernel loop", index):
@@ -145,7 +146,7 @@ class Cell:
                 # cell's figure, and per trial they would cost more than the trial.
                 if index == settings.trials - 1 and self.gpu:
                     with self._phase("do_bench", index):
-                        checks = self._cross_check_trial()
+                        checks = self._cross_check_trial(_kernel_median(stream))
                     with self._phase("kernel-time check", index):
                         checks["kernel_time_graph"] = self._graph_check(stream)
                 end = gpu_state.read()  # the state the device figures were taken in
@@ -211,8 +212,12 @@ class Cell:
         counters = {"chunks": 0, "unfed_chunks": 0}
         taken: list[float] = []
 
+        host = {"ms": 0.0}  # host time of the batches so far: their cost per sample sizes the next
+
         def batch() -> list[float]:
-            counts = self.timer.chunk_counts(_batch_size(rule, calls, taken))
+            began = time.perf_counter()
+            per_sample = host["ms"] / len(taken) if taken else None
+            counts = self.timer.chunk_counts(_batch_size(rule, calls, taken, per_sample))
             trace, chunks = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
                                                       self.timer.cache is not None)
@@ -231,6 +236,7 @@ class Cell:
             taken.extend(figures["kernel_ms"])
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
+            host["ms"] += (time.perf_counter() - began) * 1000.0
             return figures["kernel_ms"]
 
         samples, stop = stopping.collect(rule, batch)
@@ -259,7 +265,7 @@ class Cell:
             return {"error": f"graph capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"}
         return {**out, "kernels_per_call": per_call}
 
-    def _cross_check_trial(self) -> dict:
+    def _cross_check_trial(self, estimate_ms: float | None = None) -> dict:
         """triton.testing.do_bench on the eager call right after each trial (so both see the GPU in
         the same state), and how long a call takes on the host: where that exceeds the kernels'
         time, do_bench's per-call events time the host and its figure cannot judge ours."""
@@ -272,7 +278,8 @@ class Cell:
             self.do_bench_reason = f"Triton is not installed ({err})"
             return none
         try:
-            return {"do_bench_ms": timing.do_bench_ms(self.prepared.fn),
+            return {"do_bench_ms": timing.do_bench_ms(self.prepared.fn, estimate_ms,
+                                                      self.job.timing.cross_check_tolerance),
                     "host_call_ms": timing.host_call_ms(self.prepared.fn)}
         except Exception as err:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
@@ -296,25 +303,42 @@ class Cell:
         self.prepared = self.timer = None
         if collect:
             gc.collect()
-            if self.gpu:
-                torch.cuda.empty_cache()
+            named(self.job.platform).empty_cache()
+
+
+def _kernel_median(stream: dict | None) -> float | None:
+    """The trial's kernel-time median (sizes do_bench's repetitions); None without samples."""
+    samples = (stream or {}).get("kernel_samples_ms") or (stream or {}).get("device_samples_ms")
+    return statistics.median(samples) if samples else None
 
 
 def _rounded(values: list[float]) -> list[float]:
     return [round(value, 6) for value in values]
 
 
-def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float]) -> int:
+# Host time a profiled sample costs before any was measured: 0.33 ms on an H200 for short kernels
+# (765 samples in 250 ms, the L2 cleared; the trace read back per call), about the kernel time above.
+PROFILED_SAMPLE_HOST_MS = 0.35
+
+
+def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float], host_ms_per_sample: float | None) -> int:
     """The next profiled stream's calls: `calls` (sized by the warm-up's event time) first; then,
     while the minimum samples or kernel time are not reached (kernel time is below the event time
-    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`."""
+    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`.
+    Never more than fit in min_time_share of the timeout at the host's cost per sample (measured on
+    the batches so far; before any, the larger of PROFILED_SAMPLE_HOST_MS and the kernel time the
+    first was sized by): a first batch of 20 ms of a 0.02 ms kernel cost the host 330 ms, past the
+    250 ms timeout, before the rule was asked at all."""
+    per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
+    fit = max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per_sample))
     if not taken:
-        return calls
+        return min(calls, fit)
     short_ms = rule.min_trial_ms - sum(taken)
     if len(taken) < rule.min_samples or short_ms > 0:
         mean = sum(taken) / len(taken)
-        return max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
-    return calls
+        wanted = max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
+        return min(wanted, fit)
+    return min(calls, fit)
 
 
 class UnreadableTrace(Exception):

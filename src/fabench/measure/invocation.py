@@ -1,5 +1,5 @@
-"""How a measuring process is started: its arguments (the runner's, plus --process-index), checked
-before any process starts, and its environment (the runner sets it, the result records it):
+"""How a measuring process is started: its arguments (the runner's, plus --process-index; a sweep
+job's), checked before any process starts, and its environment (the runner sets it, the result records it):
 compile caches under build/compile-cache/ and the settings below.
 
 Inductor compiles in a pool of worker processes that start (each importing torch) while the job
@@ -16,16 +16,18 @@ import sys
 import traceback
 from pathlib import Path
 
-from fabench.config import SpecError
+from fabench.config import SpecError, config_schema, option_error
 from fabench.files import output_file_arg
-from fabench.measure.spec import JobSpec
+from fabench.measure.spec import JobSpec, SweepSpec, in_image
 
-MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-# Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel) are cached across
-# processes, jobs and runs in one directory the user can see and delete (the docker runtime has
-# its own, build/container-cache/); a value set by the caller wins.
+# FlashAttention-4 keeps its compiled kernels on disk only when asked to (its cache is off by default).
+MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
+# Compiled kernels (Inductor's FlexAttention, Triton's builds of aiter's kernel, FlashAttention-4's
+# CuTe DSL builds) are cached across processes, jobs and runs in one directory the user can see and
+# delete (the docker runtime has its own, build/container-cache/); a value set by the caller wins.
 COMPILE_CACHE = Path("build") / "compile-cache"
-CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+             "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "flash-attn-cute"}
 USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
 
 
@@ -45,11 +47,53 @@ class Parser(argparse.ArgumentParser):
 
 
 def job_spec_arg(text: str) -> JobSpec:
-    """--spec: a job spec's JSON (fabench.measure.spec.JobSpec), every key checked."""
+    """--spec: a job spec's JSON (fabench.measure.spec.JobSpec), every key and value checked."""
     try:
         return JobSpec.from_json(text)
     except SpecError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def sweep_spec_arg(text: str) -> SweepSpec:
+    """--spec of a sweep job: a sweep job spec's JSON (fabench.measure.spec.SweepSpec), checked alike."""
+    try:
+        return SweepSpec.from_json(text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def config_bounded(*keys: str):
+    """The type of an option that stands for the config key at `keys` (--timeout-s for
+    measure.job_timeout_s, say): a number the config schema's entry takes. In the image only a
+    number: its launcher checked the same options on the host (fabench.measure.spec.RUNTIME_ENV)."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        problem = None if in_image() else option_error(value, *keys)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem} (as the config's {'.'.join(keys)})")
+        return value
+
+    return number
+
+
+def process_index(text: str) -> int:
+    """A job's process N: 0 up to the config schema's most processes per job (timing.repeats; in the
+    image, whose launcher checked it on the host, 0 or more)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a process of a job (expected 0 or more)")
+    most = None if in_image() else config_schema()["definitions"]["repeats"]["maximum"]
+    if most is not None and value >= most:
+        raise argparse.ArgumentTypeError(f"{value} is not a process of a job (expected 0 to {most - 1}: "
+                                         f"a job has at most {most} processes, timing.repeats)")
+    return value
 
 
 def aiter_config_arg(text: str) -> Path:
@@ -73,6 +117,17 @@ def job_arguments(prog: str, description: str | None = None) -> Parser:
     parser.add_argument("--aiter-config", type=aiter_config_arg, help="the variant's patched aiter MHA config JSON")
     parser.add_argument("--out", required=True, type=output_file_arg)
     parser.add_argument("--project-commit", help="git commit of this project (the workflow passes it)")
+    return parser
+
+
+def sweep_arguments(prog: str, description: str | None = None) -> Parser:
+    """The arguments of a sweep job (fabench.tune.job), read as a benchmark job's are."""
+    parser = Parser(prog=prog, description=description)
+    parser.add_argument("--spec", required=True, type=sweep_spec_arg, help="the sweep job's spec, JSON")
+    parser.add_argument("--aiter-config", required=True, type=aiter_config_arg,
+                        help="the reference variant's patched config")
+    parser.add_argument("--out", required=True, type=output_file_arg)
+    parser.add_argument("--shortlist", type=Path, help="the coarse stage's survivors (stage refine)")
     return parser
 
 

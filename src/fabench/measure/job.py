@@ -26,12 +26,12 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 
-from fabench.analysis import stats
 from fabench.measure import metrics, provenance, timeline
 from fabench.measure.device import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
@@ -39,13 +39,14 @@ from fabench.measure.backends.registry import BACKENDS, Backend, Problem, proces
 from fabench.measure.cell import Cell
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
-from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, report_failure
+from fabench.measure.invocation import (CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, process_index,
+                                        report_failure)
 from fabench.measure.device.kernels import KERNEL_TIME, PERIOD
 from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
-from fabench.results.contract import FLOP_CONVENTION, SCHEMA_VERSION, SKIPPED_KEY
+from fabench.measure.record import FLOP_CONVENTION, SCHEMA_VERSION, SHARED_KEY, SKIPPED_KEY, method_settings
 
 IMPORTS_ENDED = time.time()
 
@@ -108,32 +109,50 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
         if platform == "cpu":
             use_cpu_threads(settings.cpu.threads)
         job = measurement(settings, platform, shape)
-        gpu_state = plat.named(platform).state()
+        gpu_state = GpuState(platform)
     with clock.phase("aiter config read-back"):
         kernel_config = _kernel_config(spec.triton, kernel_config_path, platform, settings.dtype)
+    shared = shared_here(spec)
     cells = {name: Cell(backend_here(name, settings, platform), None, None, job, process)
-             for name in settings.backends}
-    with clock.phase("inputs and fp32 reference"):
-        inputs, reference_status = _inputs_and_reference(shape, settings, platform)
-    if inputs is None:
+             for name in settings.backends if name not in shared}
+    reference_status = {"status": "ok", "failure_kind": None, "reason": None}
+    if not any(cell.backend.unavailable(platform) is None for cell in cells.values()):
+        # Nothing to time here (every backend shared or unavailable): no inputs, no fp32 reference.
         _fail_all(cells, platform, reference_status)
     else:
-        problem = Problem(*inputs[:3], settings.causal, platform, kernel_config["values"],
-                          Path(kernel_config["path"]) if kernel_config["path"] else None)
-        _measure(cells, problem, inputs[3], job, f"{variant} {spec.shape_id}", gpu_state)
-    del inputs
+        with clock.phase("inputs and fp32 reference"):
+            inputs, reference_status = _inputs_and_reference(shape, settings, platform)
+        if inputs is None:
+            _fail_all(cells, platform, reference_status)
+        else:
+            problem = Problem(*inputs[:3], settings.causal, platform, kernel_config["values"],
+                              Path(kernel_config["path"]) if kernel_config["path"] else None)
+            _measure(cells, problem, inputs[3], job, f"{variant} {spec.shape_id}", gpu_state)
+        del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
     with clock.phase("provenance"):
         result = _result(spec, job, kernel_config, reference_status, results, fallbacks, gpu_state,
                          {"started": started, "process": process,
                           **provenance.collect(plat.named(platform), sha256_json(settings.to_dict()), project_commit)})
+    if shared:
+        result[SHARED_KEY] = {"measured_in": spec.shared_from, "backends": shared}
     # The figures are the analysis stage's (the merge prints them); a process says what it recorded.
     say_unavailable(results)  # where the set-up did not (the reference failed first)
     for name, entry in results.items():
         if entry["status"] != "unavailable":  # said once by say_unavailable
             progress(f"{variant} {spec.shape_id} process {process} {name}: {_summary(entry)}")
     return result
+
+
+def shared_here(spec: JobSpec) -> list[str]:
+    """The configured backends this job leaves to the job of spec.shared_from (same shape): those
+    whose registration says their kernel reads no variant config. A name not registered here stays
+    (its job reports it unknown, as before)."""
+    if not spec.shared_from:
+        return []
+    return [name for name in spec.settings.backends
+            if name in BACKENDS and not BACKENDS[name].reads_variant_config]
 
 
 def backend_here(name: str, settings: Settings, platform: str) -> Backend:
@@ -248,19 +267,8 @@ def _trial_text(cell: Cell) -> str:
         return f"failed: {cell.entry['reason']}"
     trial = cell.entry["trials"][-1]
     samples = trial.get("device_samples_ms")
-    device = f", {stats.median(samples):.4f} ms device" if samples else ""
+    device = f", {statistics.median(samples):.4f} ms device" if samples else ""
     return f"{trial['wall_mean_ms']:.4f} ms wall{device}"
-
-
-def measure_backend(backend, problem: Problem, reference: torch.Tensor, job: Measurement, process: int = 0) -> dict:
-    """One backend alone through the whole measurement (its trials, cross-checks): its raw entry."""
-    cell = Cell(backend, problem, reference, job, process)
-    if cell.setup():
-        for index in range(job.timing.trials):
-            if cell.live:
-                cell.trial(index, plat.named(problem.platform).state())
-    cell.release()
-    return cell.finish()
 
 
 def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
@@ -268,7 +276,7 @@ def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     timing, platform = job.timing, job.platform
     gpu = platform != "cpu"
     return {
-        **job.method(),
+        **method_settings(job),
         "device_timer": f"{platform}-events-{timing.device_method}" if gpu else None,
         "device_time": DEVICE_TIME_METHODS[timing.device_method] if gpu else None,
         # The device figure and the per-call period beside it (fabench.measure.device.kernels.stream_figures).
@@ -374,14 +382,20 @@ def main(argv: list[str] | None = None) -> int:
     """One measuring process, as the runner starts it in isolate mode (--process-index N):
     measure, write, end."""
     parser = job_arguments("python -m fabench.measure.job")
-    parser.add_argument("--process-index", type=int, required=True, help="this process's index among the repeats")
+    parser.add_argument("--process-index", type=process_index, required=True, help="this process's index among the repeats")
     args = parser.parse_args(argv)
-    code = measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out)
-    # os._exit skips the atexit hook that would remove this process's aiter configs folder.
+    end_now(measure_to_file(args.spec, args.aiter_config, args.project_commit, args.process_index, args.out))
+
+
+def end_now(code: int) -> None:
+    """End this measuring process (a job's or a sweep's) at once, its result written: a normal exit
+    spent 5-7 s on an H200 in clean-up (Inductor's compile workers, atexit hooks), for every process
+    of every job. os._exit skips the atexit hook that removes the process's aiter configs folder,
+    so that is removed here."""
     if process_configs_dir.cache_info().currsize:
         shutil.rmtree(process_configs_dir(), ignore_errors=True)
-    # The result is written: end now. A normal exit spent 5-7 s on an H200 in clean-up
-    # (Inductor's compile workers, atexit hooks), for every process of every job.
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform as pyplatform
@@ -12,19 +11,12 @@ from datetime import datetime, timezone
 
 import torch
 
-from fabench.gitinfo import git_commit
-from fabench.measure.visibility import LEASE_ENV
+from fabench.gitinfo import git_commit, package_version
+from fabench.measure.visibility import LEASE_ENV, visible_devices
 
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def triton_version() -> str | None:
@@ -62,13 +54,11 @@ def collect(here, config_sha256: str, project_commit: str | None) -> dict:
         "platform": platform,
         "device": here.device_name(),
         "arch": here.device_arch(),
-        "device_count": torch.cuda.device_count() if platform != "cpu" else 0,
-        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"),
+        "device_count": here.device_count(),
+        "visible_devices": visible_devices(platform, dict(os.environ)),
         "device_lease": device_lease(),
         "driver": here.driver_version(),
-        "cuda": torch.version.cuda if platform == "cuda" else None,
-        "hip": torch.version.hip if platform == "rocm" else None,
-        "cudnn": torch.backends.cudnn.version() if platform == "cuda" else None,
+        **here.toolkit(),
         "torch": torch.__version__,
         "triton": triton_version(),
         # AMD's aiter wherever it is installed: its Triton kernel runs on CUDA too.

@@ -1,30 +1,35 @@
-"""The measure stage's one typed boundary: what a benchmark job measures (JobSpec), built once by
-the plan from the validated config, written as JSON by `to_json` (the job's params and the runner's
---spec) and read back by `from_json` in the runner, the worker and the measuring process alike.
+"""The measure stage's typed boundary: what a benchmark job measures (JobSpec) and what a sweep job
+measures (SweepSpec), built by the plan from the validated config, written as JSON (the job's params
+and the --spec of `python -m fabench.measure` or `python -m fabench.tune`) and read back by
+`from_json` in the runner, the worker, the measuring process and the sweep job alike.
 
 The JSON is the config's own spelling (the keys of config.JOB_SETTINGS_KEYS, canonical), so the
 job's params change exactly when what it measures changes. Reading it checks every key against
-the types below: a missing, unknown or mistyped key is one line naming it (SpecError), never a
-KeyError inside a GPU process. The types are the hand-written half of the schema's rules: a test
-keeps Timing's fields equal to the schema's timing keys (tests/test_spec.py).
+the types below, then every value against the config schema's rule for the same key
+(values_error): a missing, unknown or mistyped key, or a value the config would refuse, is one line
+naming it (SpecError), never a KeyError or a crash inside a GPU process. The types are dataclasses
+read by the small reader at the bottom (no library: the benchmark image has only the measuring
+process's dependencies); a test keeps Timing's fields equal to the schema's timing keys
+(tests/test_spec.py).
 
 Torch-free: the plan and the runner import it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fabench.config import CPU_OVERRIDES, SpecError, canonical, job_settings, quote, variant_triton
-from fabench.analysis.kernel_check import METHOD as KERNEL_TIME_METHOD
-from fabench.measure.stopping import StopRule
-from fabench.results.contract import WALL_METHOD
+from fabench.config import (CPU_OVERRIDES, SpecError, canonical, config_schema, job_settings, quote, schema_error,
+                            variant_triton)
 from fabench.shapes import shape_id
 
 
@@ -95,24 +100,6 @@ class Measurement:
     reduced: bool  # the published counts replaced by the CPU's smaller ones
     flops: float | None  # None where not known (a record of a process that measured nothing)
 
-    def method(self) -> dict:
-        """The settings part of a result's `method`: the published method's counts and the timing
-        used (the measuring process adds what it found: its device timer, the GPU's state, ...)."""
-        timing, gpu = self.timing, self.platform != "cpu"
-        return {
-            "warmup": timing.warmup, "iters": timing.iters, "reduced": self.reduced, "wall": WALL_METHOD,
-            "stopping": StopRule.from_timing(timing).describe() if gpu else None,
-            "trials": timing.trials, "min_trial_ms": timing.min_trial_ms, "repeats": timing.repeats,
-            "clear_l2": timing.clear_l2 and gpu,
-            "warmup_settle": {"window_ms": timing.warmup_window_ms, "tolerance": timing.warmup_tolerance,
-                              "clock_tolerance": timing.warmup_clock_tolerance, "min_ms": timing.min_warmup_ms,
-                              "max_ms": timing.max_warmup_ms,
-                              "agree_on": ["window median", "SM clock"] if gpu else []},
-            "stable_spread": timing.stable_spread,
-            "cross_check": {"do_bench": timing.do_bench and gpu, "tolerance": timing.cross_check_tolerance,
-                            "kernel_time": KERNEL_TIME_METHOD if gpu else None},
-        }
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -146,7 +133,7 @@ class Settings:
         return parse(cls, folded, where)
 
     def to_dict(self) -> dict:
-        """The config's spelling again: from_dict(to_dict()) is the same Settings."""
+        """The config's spelling again: Settings.from_dict(settings.to_dict()) is the same Settings."""
         value = to_plain(self)
         timing = value["timing"]
         value.update({key: timing.pop(key) for key in COUNTS})
@@ -170,8 +157,33 @@ class Settings:
                            reduced=platform == "cpu" and timing != self.timing, flops=flops)
 
 
+class _Read:
+    """How both kinds of job spec are read: the settings block by Settings.from_dict (the published
+    counts at the top), the rest by their types; from outside (from_json), the values too."""
+
+    @classmethod
+    def from_dict(cls, value):
+        if not isinstance(value, dict) or "settings" not in value:
+            return parse(cls, value, "")  # the line that names what is missing
+        settings = Settings.from_dict(value["settings"])
+        return parse(cls, {**value, "settings": to_plain(settings)}, "")
+
+    @classmethod
+    def from_json(cls, text: str):
+        """A spec from outside (a command's --spec, a worker's request): its types, then its values."""
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
+        spec = cls.from_dict(value)
+        problem = values_error(cls, value)
+        if problem:
+            raise SpecError(problem)
+        return spec
+
+
 @dataclass(frozen=True)
-class JobSpec:
+class JobSpec(_Read):
     """Everything one benchmark job measures, and nothing else."""
 
     run: str
@@ -182,6 +194,9 @@ class JobSpec:
     # The platform the plan planned the job for (fabench.run_platform; None: a spec written by hand).
     # The job measures on the one it finds; this names the job's result when no process wrote one.
     platform: Literal["rocm", "cuda", "cpu"] | None = None
+    # The variant whose job of this shape measures the backends that read no variant config (a
+    # backend's reads_variant_config); None: this job measures them itself (fabench.results.shared).
+    shared_from: str | None = None
     shape_id: str = field(default="", compare=False)  # derived; written for the logs' sake
 
     def __post_init__(self) -> None:
@@ -200,30 +215,110 @@ class JobSpec:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    @classmethod
-    def from_dict(cls, value) -> "JobSpec":
-        if not isinstance(value, dict) or "settings" not in value:
-            return parse(cls, value, "")  # the line that names what is missing
-        settings = Settings.from_dict(value["settings"])
-        return parse(cls, {**value, "settings": to_plain(settings)}, "")
-
-    @classmethod
-    def from_json(cls, text: str) -> "JobSpec":
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(f"not JSON ({err.msg} at column {err.colno})") from None
-        return cls.from_dict(value)
+    @staticmethod
+    def as_config(value: dict) -> tuple[dict, dict[str, str]]:
+        """The config this spec's values come from (the keys the job reads), and where each of its
+        keys stands in the spec."""
+        variant = value["variant"]
+        config = {**value["settings"], "run": value["run"], "shapes": [value["shape"]],
+                  "variants": {variant: {"triton": value["triton"]}}}
+        return config, {"run": "run", "shapes.0": "shape", f"variants.{variant}.triton": "triton", "variants": "variant"}
 
 
-def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None) -> JobSpec:
+@dataclass(frozen=True)
+class SweepTiming:
+    """The sweep's own counts per candidate (config sweep.timing); a count left out is the benchmark's."""
+
+    warmup: int | None = None
+    iters: int | None = None
+    trials: int | None = None
+    min_trial_ms: float | None = None
+    min_warmup_ms: float | None = None
+    max_warmup_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The sweep's keys a sweep job measures with (fabench.tune.settings.JOB_KEYS)."""
+
+    strategy: Literal["exhaustive", "coarse_refine"]
+    keep: int
+    space: dict[str, tuple[int | bool, ...]]
+    reference: str
+    memory_limit: int | None
+    check_pruned: bool
+    timing: SweepTiming
+    kernel_module: str | None
+
+
+@dataclass(frozen=True)
+class SweepSpec(_Read):
+    """Everything one sweep job measures (fabench.tune.settings.sweep_job_spec), and nothing else."""
+
+    stage: Literal["sweep", "coarse", "refine"]
+    shape: Shape
+    sweep: Sweep
+    settings: Settings
+    reference_triton: dict[str, int | bool]
+
+    @staticmethod
+    def as_config(value: dict) -> tuple[dict, dict[str, str]]:
+        reference = value["sweep"]["reference"]
+        config = {**value["settings"], "shapes": [value["shape"]], "sweep": value["sweep"],
+                  "variants": {reference: {"triton": value["reference_triton"]}}}
+        return config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
+                        "variants": "sweep.reference", "sweep": "sweep"}
+
+
+def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None,
+             shared_from: str | None = None) -> JobSpec:
     """The job of (variant, shape): its variant's Triton config, its shape and the run's shared
     settings as they reach the measurement on `platform` (config.job_settings), all canonical.
     The workflow passes it to the runner and keeps it as the job's params, so a job re-runs exactly
-    when what it measures changes. `run` names the run when the config makes several."""
+    when what it measures changes. `run` names the run when the config makes several;
+    `shared_from` the variant whose job measures this shape's config-independent backends."""
     return JobSpec.from_dict({"run": run or config["run"], "variant": variant, "shape": canonical(shape),
                               "triton": variant_triton(config, variant), "settings": job_settings(config, platform),
-                              "platform": platform})
+                              "platform": platform, "shared_from": shared_from})
+
+
+# --- the values, checked by the config's rules ---------------------------------------------------
+
+# "docker" in a job's container (fabench.container.job sets it): its launcher read the same spec
+# and options on the host, values and all, before the container started; the image itself has
+# neither PyYAML nor jsonschema (the host's dependencies), so there the types alone are read.
+RUNTIME_ENV = "FABENCH_RUNTIME"
+
+
+def in_image() -> bool:
+    return os.environ.get(RUNTIME_ENV) == "docker"
+
+
+def values_error(cls, value: dict) -> str | None:
+    """The first value of a spec (parsed JSON whose types were read) that the config schema refuses
+    for the same key, as one line naming the spec's key: a spec is refused exactly where the config
+    it would come from is. None in the image (see RUNTIME_ENV)."""
+    if in_image():
+        return None
+    config, places = cls.as_config(value)
+
+    def place(where: str) -> str:
+        for key, spec_key in places.items():
+            if where == key or where.startswith(key + "."):
+                return spec_key + where[len(key):]
+        return "settings" if where == "(top level)" else f"settings.{where}"
+
+    return schema_error(config, _spec_schema(), place)
+
+
+@functools.cache
+def _spec_schema() -> dict:
+    """The config schema without its required keys: a spec holds only the keys its job reads (the
+    types above name a missing one)."""
+    schema = copy.deepcopy(config_schema())
+    schema.pop("required")
+    schema["properties"]["sweep"].pop("required")
+    return schema
 
 
 # --- reading JSON into the types ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Iterator
 
 from fabench.analysis import claims
 from fabench.analysis.policy import Rule
+from fabench.results.shared import measured_once, shown
 from fabench.shapes import main_head_dim, shape_key, shape_text
 
 ROLES = ("baseline", "vendor", "triton")
@@ -81,6 +82,9 @@ class Run:
         self.rendered_at = time.time() if started_at else None
         if not collected.get("results"):
             raise ValueError("nothing to report: the collected run has no results")
+        # Backends measured once per shape: {measuring variant: names}, then shown in every table.
+        self.measured_once = measured_once(collected)
+        collected = shown(collected)
         self.name = collected.get("run") or config.get("run")
         self.config = config
         self.rule = Rule.of(config)  # the comparison policy's rule every claim of the report follows
@@ -165,8 +169,10 @@ class Run:
                 yield result, name, backend
 
     def ran_backends(self) -> Iterator[tuple[dict, str, dict]]:
-        """Backends that ran (cleanly or not); unavailable ones are summarised once instead."""
-        return ((r, n, b) for r, n, b in self.backends() if b["status"] in RAN)
+        """Backends that ran (cleanly or not), each measured cell once (a backend measured once per
+        shape is listed under the variant that measured it, not its copies); unavailable ones are
+        summarised once instead."""
+        return ((r, n, b) for r, n, b in self.backends() if b["status"] in RAN and not b.get("measured_in"))
 
     def kernel_values(self, variant: str) -> dict:
         """The Triton-role config as measured (the result's kernel_config), else as configured."""

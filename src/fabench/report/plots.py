@@ -1,6 +1,8 @@
 """Pictures of a run and of the archive, as PNG files (matplotlib, Agg: no display needed).
 
     latency.png                 latency vs sequence length (fabench.report.latency_plot)
+    roofline.png                each backend's cells against the GPU's limits (roofline_plot; a run
+                                without them, a CPU run, gets a figure saying why)
     speedup.png                 speedup over the baseline backend, every variant, marked by the
                                 comparison policy's claims under the run's rule (speedup_plot)
     versions-<variant>.png      each backend across archived versions (versions_plot)
@@ -24,17 +26,22 @@ from typing import Sequence
 
 from fabench.analysis.policy import Rule, RuleError
 from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic
+from fabench.results.shared import shown
 from fabench.report.latency_plot import latency_png
+from fabench.report.roofline_plot import roofline_png
 from fabench.report.speedup_plot import speedup_png
 from fabench.report.versions_plot import versions_png
 
 
 def write_run_plots(collected: dict, out_dir: Path, rule: Rule) -> list[Path]:
-    """latency.png and speedup.png of a run in out_dir; the speedup's marks follow `rule`."""
+    """latency.png, speedup.png and roofline.png of a run in out_dir; the speedup's marks follow `rule`."""
     out_dir = output_folder(out_dir)
     paths = [out_dir / "latency.png", out_dir / "speedup.png"]
+    collected = shown(collected)  # backends measured once per shape, in every variant's lines
     write_atomic(paths[0], latency_png(collected))
     write_atomic(paths[1], speedup_png(collected, rule))
+    paths.append(out_dir / "roofline.png")
+    write_atomic(paths[2], roofline_png(collected))
     return paths
 
 
@@ -75,7 +82,7 @@ def rule_of_file(path: Path | None) -> Rule:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabench.report.plots", description=__doc__.split("\n")[0])
     parser.add_argument("--results", required=True, type=Path, help="results/<run>/results.json")
-    parser.add_argument("--out-dir", required=True, type=output_folder_arg, help="folder for latency.png and speedup.png")
+    parser.add_argument("--out-dir", required=True, type=output_folder_arg, help="folder for latency.png, speedup.png and roofline.png")
     parser.add_argument("--configfile", type=Path, metavar="FILE", help="the run's workflow config (YAML): its "
                         "`comparison` key sets the speedup's marks (default: the policy's defaults)")
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ import jinja2
 from fabench.report.format import fmt_ms, md_text
 from fabench.report.model import ROLES, Run
 from fabench.resources import TEMPLATE_DIR
-from fabench.report.sections import appendix, comparison, correctness, overview, precision, results, timing
+from fabench.report.sections import appendix, comparison, correctness, limits, overview, precision, results, timing
 from fabench.report.sections import published_claims, summary
 from fabench.report.sections import timeline as timeline_section
 from fabench.report.sections import sweep as sweep_section
@@ -25,7 +25,8 @@ from fabench.report.sections import sweep as sweep_section
 TEMPLATE = "report.md.j2"
 # Context name -> module computing it; report.md.j2 includes sections/<name>.md.j2 for each
 # (overview.md.j2 includes the summary's, after the title).
-SECTIONS = {"overview": overview, "summary": summary, "results": results, "comparison": comparison, "published_claims": published_claims,
+SECTIONS = {"overview": overview, "summary": summary, "results": results, "limits": limits, "comparison": comparison,
+            "published_claims": published_claims,
             "correctness": correctness, "timing": timing, "timeline": timeline_section, "precision": precision,
             "sweep": sweep_section,
             "appendix": appendix}

@@ -14,13 +14,13 @@ archive rule) knows no store is writing, so any staging folder is stale: it is n
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
+from fabench.places import lock_at_once
 from fabench.results.archive_layout import LOCK, STAGING_PREFIX, ArchiveError
 
 Notify = Callable[[str], None]
@@ -36,9 +36,7 @@ def archive_lock(root: Path, notify: Notify | None = None) -> Iterator[None]:
     except OSError as err:
         raise ArchiveError(f"cannot take the archive's lock {root / LOCK}: {err.strerror or err}") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_at_once(fd):
             if notify:
                 notify(f"waiting for another store into {root} to finish (it holds {root / LOCK})")
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -58,12 +56,11 @@ def lock_if_free(root: Path) -> Iterator[str | None]:
         return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = lock_at_once(fd)
         except OSError as err:
-            busy = err.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-            yield "a store is writing it now" if busy else f"cannot lock {Path(root) / LOCK}: {err.strerror}"
+            yield f"cannot lock {Path(root) / LOCK}: {err.strerror}"
             return
-        yield None
+        yield None if free else "a store is writing it now"
     finally:
         os.close(fd)
 

@@ -21,6 +21,7 @@ from fabench.analysis import analyse_run
 from fabench.files import JsonReadError, json_problem, read_json
 from fabench.results.bounds import bounds_problem
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
+from fabench.results.shared import shared_problems
 from fabench.shapes import shape_id, shape_key
 
 # Schema 2 recorded every trial too; its observations are read back by fabench.analysis.legacy.
@@ -171,7 +172,7 @@ def collect(
     if not problems and not loaded:
         problems.append("no result files given")
     if not problems:
-        problems = run_problems(loaded)
+        problems = run_problems(loaded) or shared_problems([result for _, result in loaded])
     if problems:
         raise ResultError("invalid results:\n  " + "\n  ".join(problems))
     results = [result for _, result in loaded]

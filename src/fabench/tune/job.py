@@ -14,29 +14,28 @@ untimed, to check the model). Whatever a candidate raises is its record, never t
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
 
 from fabench.aiter_config import forward_config
-from fabench.files import output_file_arg, write_json
+from fabench.files import write_json
+from fabench.measure.invocation import sweep_arguments
+from fabench.measure.spec import SweepSpec, to_plain
 from fabench.shapes import shape_id
 from fabench.tune import memory, space
 from fabench.tune.kernel import Kernel, candidate_record
 
-SWEEP_TIMING_KEYS = ("warmup", "iters", "trials", "min_trial_ms", "min_warmup_ms", "max_warmup_ms")
-
-
-def sweep_timing(settings: dict, sweep: dict, platform: str, shape: dict):
+def sweep_timing(spec: SweepSpec, platform: str):
     """The benchmark's job settings for this platform with the sweep's counts; no do_bench (the
     winner's benchmark jobs cross-check it)."""
     import dataclasses
 
     from fabench.measure.job import measurement
-    from fabench.measure.spec import Settings, Shape
 
-    job = measurement(Settings.from_dict(settings), platform, Shape(**shape))
-    counts = {key: sweep["timing"][key] for key in SWEEP_TIMING_KEYS if key in sweep["timing"]}
+    job = measurement(spec.settings, platform, spec.shape)
+    counts = {key: value for key, value in dataclasses.asdict(spec.sweep.timing).items() if value is not None}
     # A candidate's time is checked by the benchmark's jobs once it is a variant, not in the sweep.
     return dataclasses.replace(job, timing=dataclasses.replace(job.timing, **counts, do_bench=False))
 
@@ -57,22 +56,21 @@ def memory_record(config: dict, shape: dict, dtype: str, platform: str, limit: i
     return {**model, "limit": limit, "fits": limit is None or model["bytes"] <= limit}
 
 
-def run(spec: dict, reference_path: Path, shortlist_path: Path | None = None) -> dict:
+def run(spec: SweepSpec, reference_path: Path, shortlist_path: Path | None = None) -> dict:
     """Time every candidate of the spec's stage at its shape; the job's record."""
     from fabench.measure.device import platform as plat
-    from fabench.measure.spec import to_plain
 
     began = time.perf_counter()
     platform = plat.detect()
-    settings, sweep, shape, stage = spec["settings"], spec["sweep"], spec["shape"], spec["stage"]
+    settings, sweep, shape, stage = spec.settings, to_plain(spec.sweep), to_plain(spec.shape), spec.stage
     reference = forward_config(json.loads(Path(reference_path).read_text()))
     shortlist = json.loads(Path(shortlist_path).read_text())["values"] if shortlist_path else None
     kernel = Kernel(platform, sweep["kernel_module"])
     candidates, dropped_keys = plan(stage, sweep, reference, kernel, shortlist)
     limit = sweep["memory_limit"] or memory.device_limit(platform)
     for candidate in candidates:
-        candidate["memory"] = memory_record(candidate["config"], shape, settings["dtype"], platform, limit)
-    job = sweep_timing(settings, sweep, platform, shape)
+        candidate["memory"] = memory_record(candidate["config"], shape, settings.dtype, platform, limit)
+    job = sweep_timing(spec, platform)
     if kernel.module is None:
         records = [candidate_record(c, status="unavailable", reason=kernel.reason) for c in candidates]
     else:
@@ -92,22 +90,16 @@ def _device_name(platform: str) -> str:
     return device_name(platform)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import os
-    import sys
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return sweep_arguments("python -m fabench.tune", __doc__.splitlines()[0]).parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    from fabench.measure.job import end_now
     from fabench.watchdog import watch_workflow
 
-    parser = argparse.ArgumentParser(prog="python -m fabench.tune", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=json.loads, help="the sweep job's spec, JSON")
-    parser.add_argument("--aiter-config", required=True, type=Path, help="the reference variant's patched config")
-    parser.add_argument("--out", required=True, type=output_file_arg)
-    parser.add_argument("--shortlist", type=Path, help="the coarse stage's survivors (stage refine)")
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     watch_workflow()
     write_json(args.out, run(args.spec, args.aiter_config, args.shortlist))
-    # Written: end now, skipping the clean-up of compile workers and atexit hooks (seconds per job).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # Written: end now, as a benchmark job's process ends (its aiter configs folder removed).
+    end_now(0)

@@ -16,8 +16,8 @@ from fabench.measure.cell import Cell
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.job import make_inputs, reference_output
-from fabench.measure.device.platform import synchronize
-from fabench.measure.spec import Measurement, Shape
+from fabench.measure.device.platform import named, synchronize
+from fabench.measure.spec import Measurement, Settings, Shape
 from fabench.shapes import shape_text
 from fabench.tune.kernel import Kernel, candidate_record
 from fabench.tune.memory import required_bytes
@@ -36,21 +36,21 @@ def candidate_backend(kernel: Kernel, candidate: dict) -> Backend:
     return Backend(candidate["id"], candidate["id"], lambda platform: None, prepare, compiled=True)
 
 
-def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, shape: dict, job: Measurement,
+def measure_candidates(candidates: list[dict], kernel: Kernel, settings: Settings, shape: dict, job: Measurement,
                        check_pruned: bool) -> list[dict]:
     """Every candidate's record at this shape. A candidate over the memory limit is not timed
     (the reference config always is: every speedup is taken against it)."""
     platform = job.platform
     try:
-        q, k, v = make_inputs(Shape(**shape), getattr(torch, settings["dtype"]), settings["seed"],
-                              "cpu" if platform == "cpu" else "cuda")
-        reference = reference_output(q, k, v, settings["causal"])
+        q, k, v = make_inputs(Shape(**shape), getattr(torch, settings.dtype), settings.seed,
+                              named(platform).device)
+        reference = reference_output(q, k, v, settings.causal)
     except Exception as err:
         why = classify_failure(err)
         return [candidate_record(c, status="failed", failure_kind=why[0],
                         reason=f"not measured: the inputs or the fp32 reference could not be made: {why[1]}")
                 for c in candidates]
-    problem = Problem(q, k, v, settings["causal"], platform, kernel_config={})
+    problem = Problem(q, k, v, settings.causal, platform, kernel_config={})
     cells = {c["id"]: Cell(candidate_backend(kernel, c), problem, reference, job)
              for c in candidates if c["memory"]["fits"] or c["reference"]}
     for cid, cell in cells.items():
@@ -65,8 +65,7 @@ def measure_candidates(candidates: list[dict], kernel: Kernel, settings: dict, s
     for cell in cells.values():
         cell.release(collect=False)
     gc.collect()
-    if platform != "cpu":
-        torch.cuda.empty_cache()
+    named(platform).empty_cache()
     entries = analysed(cells, job)
     records = []
     for candidate in candidates:
@@ -129,6 +128,5 @@ def compile_check(kernel: Kernel, candidate: dict, problem: Problem) -> dict:
         kind, why = classify_failure(err)
         return {"compiled": False, "failure_kind": kind, "reason": why, "required_bytes": required_bytes(why)}
     finally:
-        if problem.platform != "cpu":
-            torch.cuda.empty_cache()
+        named(problem.platform).empty_cache()
     return {"compiled": True, "failure_kind": None, "reason": None, "required_bytes": None}

@@ -63,9 +63,9 @@ def device_limit(platform: str) -> int | None:
     workgroup); None on a CPU, where nothing is pruned."""
     if platform not in ("cuda", "rocm"):
         return None
-    import torch
+    from fabench.measure.device.platform import named
 
-    props = torch.cuda.get_device_properties(0)
+    props = named(platform).device_properties()
     if platform == "cuda":
         return getattr(props, "shared_memory_per_block_optin", None) or props.shared_memory_per_block
     return getattr(props, "shared_memory_per_block", None) or ROCM_LDS_BYTES

@@ -129,8 +129,9 @@ def _point_configs_at(directory: str) -> None:
         setattr(module, CONFIGS_PATH_NAME, directory)
 
 
-def _forget_loaded_config(loader) -> None:
-    """aiter's _get_config keeps the parsed file on itself and, in most versions, an lru_cache."""
+def forget_loaded_config(loader) -> None:
+    """Forget the config aiter's loader module `loader` has read: its _get_config keeps the parsed file on
+    itself and, in most versions, an lru_cache. Public: a measuring worker calls it between jobs."""
     get_config = loader._get_config
     if hasattr(get_config, "_config_dict"):
         del get_config._config_dict
@@ -148,7 +149,7 @@ def ask_config_name(loader, dtype) -> str:
     empty = tempfile.mkdtemp(prefix="fabench-aiter-ask-")
     try:
         _point_configs_at(empty)
-        _forget_loaded_config(loader)
+        forget_loaded_config(loader)
         try:
             loader._get_config(False, dtype)
         except FileNotFoundError as err:
@@ -157,7 +158,7 @@ def ask_config_name(loader, dtype) -> str:
     finally:
         if original is not None:
             _point_configs_at(original)
-        _forget_loaded_config(loader)
+        forget_loaded_config(loader)
         shutil.rmtree(empty, ignore_errors=True)
 
 
@@ -172,7 +173,7 @@ def install_config(loader, patched_file: str | Path, dtype, directory: str | Pat
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(patched_file, target)
     _point_configs_at(str(directory))
-    _forget_loaded_config(loader)
+    forget_loaded_config(loader)
     return {"loader": f"{loader.__name__}._get_config", "asked_for": name, "configs_dir": str(directory)}
 
 

@@ -7,6 +7,7 @@ import re
 import torch
 
 from fabench.measure.backends.registry import ConfigMismatchError, FallbackError
+from fabench.measure.device.platform import here
 
 # CPU allocation failures: torch's allocator raises a RuntimeError with this text, Python a MemoryError.
 CPU_OOM_MARKERS = ("defaultcpuallocator: can't allocate memory", "can't allocate memory",
@@ -55,6 +56,4 @@ def _exhausted_resource(err: BaseException) -> str:
 
 
 def _shared_memory_per_block() -> int | None:
-    if not torch.cuda.is_available():
-        return None
-    return getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", None)
+    return getattr(here().device_properties(), "shared_memory_per_block_optin", None)

@@ -23,7 +23,7 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn.functional as F
 
-from fabench.measure.backends import aiter_kernel
+from fabench.measure.backends import aiter_kernel, fa4_kernel
 
 
 class FallbackError(RuntimeError):
@@ -64,6 +64,11 @@ class Backend:
     prepare: Callable[[Problem], Prepared]
     compiled: bool = False  # its first call compiles a kernel: that call's time is recorded as compile_s
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Whether its kernel depends on the variant's config (Problem.kernel_config, aiter's patched file).
+    # One that does not is measured once per shape, in the jobs of the run's first variant, and shown
+    # in every variant's table (fabench.results.shared). A new backend that does not read the config
+    # says so here; left True, it is measured in every variant's job, correct but slower.
+    reads_variant_config: bool = True
 
 
 def _bhsd(t: torch.Tensor) -> torch.Tensor:
@@ -285,15 +290,38 @@ def process_configs_dir() -> str:
     return directory
 
 
+# --- FlashAttention-4 (flash-attn-4, NVIDIA's CuTe DSL), NVIDIA sm90 and later ----------------------
+
+def _prepare_fa4(p: Problem) -> Prepared:
+    """flash_attn_func on the job's own (batch, seq, heads, dim) fp16 inputs. Its first call compiles
+    (the package's JIT), so it is timed as compile_s; on a GPU the profiled call must show the
+    package's own forward kernel."""
+    fn = fa4_kernel.forward(p.q, p.k, p.v, p.causal)
+    return Prepared(fn=fn, verify=lambda: _require_fa4_kernel(fn), implementation=fa4_kernel.implementation())
+
+
+def _require_fa4_kernel(fn: Callable[[], torch.Tensor]) -> None:
+    from fabench.measure.device.kernels import kernel_names, profile_call
+
+    why = fa4_kernel.not_its_kernel(kernel_names(profile_call(fn)))
+    if why:
+        raise FallbackError(why)
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend("native", "Native", _anywhere, _prepare_native),
-        Backend("ck", "CK", _aiter_ck, _prepare_ck),
+        Backend("native", "Native", _anywhere, _prepare_native, reads_variant_config=False),
+        # aiter's CK kernels read none of the Triton config the variants patch.
+        Backend("ck", "CK", _aiter_ck, _prepare_ck, reads_variant_config=False),
         Backend("triton", "Triton", _aiter_triton, _prepare_aiter_triton, compiled=True),
-        Backend("sdpa", "SDPA", _anywhere, _prepare_sdpa),
-        Backend("sdpa_cudnn", "SDPA (cuDNN)", _cuda_only, lambda p: _prepare_sdpa(p, "CUDNN_ATTENTION")),
-        Backend("sdpa_flash", "SDPA (flash)", _gpu_only, lambda p: _prepare_sdpa(p, "FLASH_ATTENTION")),
+        Backend("sdpa", "SDPA", _anywhere, _prepare_sdpa, reads_variant_config=False),
+        Backend("sdpa_cudnn", "SDPA (cuDNN)", _cuda_only, lambda p: _prepare_sdpa(p, "CUDNN_ATTENTION"),
+                reads_variant_config=False),
+        Backend("sdpa_flash", "SDPA (flash)", _gpu_only, lambda p: _prepare_sdpa(p, "FLASH_ATTENTION"),
+                reads_variant_config=False),
         Backend("flex", "FlexAttention", _flex, _prepare_flex, compiled=True),
+        Backend("fa4", "FlashAttention-4", fa4_kernel.unavailable_reason, _prepare_fa4, compiled=True,
+                reads_variant_config=False),
     )
 }

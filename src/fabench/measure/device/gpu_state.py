@@ -99,14 +99,14 @@ def _number(value) -> float | None:
 
 def _torch_identity() -> dict:
     """Without NVML or amdsmi, what torch knows: UUID, PCI address and name of its device."""
-    import torch
+    from fabench.measure.device.platform import here
 
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    props = here().device_properties()
 
     def uuid() -> str | None:
         text = _text(getattr(props, "uuid", None))
         # NVML writes "GPU-<uuid>"; torch's CUDA uuid lacks the prefix (ROCm's is left as it is)
-        return f"GPU-{text}" if text and torch.version.hip is None and text[:4] not in ("GPU-", "MIG-") else text
+        return f"GPU-{text}" if text and here().name == "cuda" and text[:4] not in ("GPU-", "MIG-") else text
 
     def pci_bus_id() -> str:  # NVML's spelling: domain:bus:device.function
         return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
@@ -131,10 +131,11 @@ def slowdown(state: dict | None) -> str | None:
 
 def _nvml_reader():
     import pynvml
-    import torch
+
+    from fabench.measure.device.platform import named
 
     pynvml.nvmlInit()
-    handle = _nvml_handle(pynvml, torch.cuda.get_device_properties(torch.cuda.current_device()))
+    handle = _nvml_handle(pynvml, named("cuda").device_properties())
 
     def read() -> dict:
         state = {
@@ -149,7 +150,7 @@ def _nvml_reader():
             state["clock_event_reasons"] = None
         return state
 
-    from fabench.measure.provenance import package_version
+    from fabench.gitinfo import package_version
 
     def sm_clock() -> float:
         return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
@@ -239,9 +240,9 @@ def _amdsmi_reader():
 
 def _amdsmi_handle(amdsmi, handles):
     """amdsmi lists every GPU; the one torch uses is matched by its PCI bus (first one otherwise)."""
-    import torch
+    from fabench.measure.device.platform import named
 
-    bus = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "pci_bus_id", None)
+    bus = getattr(named("rocm").device_properties(), "pci_bus_id", None)
     for handle in handles:
         try:
             if bus is not None and int(amdsmi.amdsmi_get_gpu_device_bdf(handle).split(":")[1], 16) == bus:

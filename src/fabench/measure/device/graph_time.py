@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from fabench.measure.device.platform import Graph, here
 from fabench.measure.device.timing import capture_graph
 
 GRAPH_REPLAY_MS = 5.0  # each timed graph replay lasts about this long: long against the events' 0.5 us
@@ -63,14 +64,14 @@ def graph_kernel_time(fn: Callable[[], object], cache: torch.Tensor | None, call
         names = names_of(both.replay) if names_of is not None else None
     finally:
         del both, clears
-        torch.cuda.synchronize()
+        here().synchronize()
     return {"per_call_ms": [round(v, 6) for v in per_call], "calls": calls, "replays": replays,
             "gap_ms": round(graph_launch_gap_ms(), 6), "device_work": names}
 
 
-def _replay_ms(graph: torch.cuda.CUDAGraph) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
+def _replay_ms(graph: Graph) -> float:
+    start, end = here().event(), here().event()
+    here().synchronize()
     start.record()
     graph.replay()
     end.record()
@@ -84,7 +85,7 @@ def graph_launch_gap_ms() -> float:
     duration, so an upper bound of the gap a graph puts before each kernel of a call."""
     global _gap_ms
     if _gap_ms is None:
-        x = torch.zeros(1, device="cuda")
+        x = torch.zeros(1, device=here().device)
 
         def tiny() -> None:
             for _ in range(GAP_KERNELS):

@@ -19,19 +19,19 @@ from typing import Callable
 
 import torch
 
+from fabench.measure.device.platform import here
 from fabench.measure.device.timing import MAX_SLEEP_FACTOR
 
 
 def profile_call(fn: Callable[[], object], calls: int = 1) -> list[dict]:
     """Every device kernel `calls` calls of fn launch, in launch order, with its launch settings."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
-    activities = [ProfilerActivity.CUDA]
-    with warnings.catch_warnings(), profile(activities=activities) as prof:
+    with warnings.catch_warnings(), profile(activities=here().profiler_activities()) as prof:
         warnings.simplefilter("ignore")  # the profiler warns about its cycles on every use
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        here().synchronize()
     # The chrome trace: it alone carries each kernel's launch settings (grid, block, registers).
     return [_launch(e) for e in device_work(_chrome_trace_events(prof))]
 
@@ -53,12 +53,12 @@ def warm_profiler() -> None:
     global _profiler_warm
     if _profiler_warm:
         return
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
-    with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]):
+    with warnings.catch_warnings(), profile(activities=here().profiler_activities()):
         warnings.simplefilter("ignore")
-        torch.zeros(1, device="cuda").add_(1)
-        torch.cuda.synchronize()
+        torch.zeros(1, device=here().device).add_(1)
+        here().synchronize()
     _profiler_warm = True
 
 
@@ -69,13 +69,13 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[li
     kernels' own time (CUPTI), the event pair around each call (do_bench's quantity) and the per-call
     period by both clocks. The sleep-ahead is sized for the host's rate under the profiler
     (DeviceTimer.stream_kind); a stream not fed doubles the next one's sleep, as the plain loop does."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
     with timer.stream_kind("profiled"):
-        with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with warnings.catch_warnings(), profile(activities=here().profiler_activities()) as prof:
             warnings.simplefilter("ignore")
             chunks = timer.run_chunks(counts)
-            torch.cuda.synchronize()
+            here().synchronize()
         if not all(chunk[2] for chunk in chunks):
             timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
     return _kernel_events(prof), chunks

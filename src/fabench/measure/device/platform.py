@@ -1,12 +1,15 @@
-"""Which accelerator this process runs on, and what the timer asks of it: one class per platform
-(cuda, rocm, cpu), detected once per process (`here()`).
+"""Which accelerator this process runs on, and every device primitive the measurement asks of it:
+one class per platform (cuda, rocm, cpu), detected once per process (`here()`).
 
-A Platform holds what differs between vendors: the torch device string, the variables that make a
-device visible, synchronisation, the GPU sleep the device loop queues its calls behind, timing
-events, graph capture, the allocator's cache, the state reader (fabench.measure.device.gpu_state) and the
-identity fields of a result's provenance. The timer and the job call these instead of torch.cuda
-and platform strings; a new vendor is a new class here. ROCm's HIP answers to torch.cuda, so Rocm
-differs from Cuda only in what names and reads its device.
+A Platform holds what differs between vendors: the torch device string, synchronisation, the GPU
+sleep the device loop queues its calls behind, timing events, graphs and their capture, streams,
+the allocator's cache, the profiler's device activity, the device's properties and the identity
+fields of a result's provenance. The timer (timing, graph_time), the profiled kernels (kernels),
+the state reader (gpu_state), the cell, the job and the measuring worker call these instead of
+torch.cuda, and compare no platform strings; a new vendor is a new class here. ROCm's HIP answers to
+torch.cuda, so Rocm differs from Cuda only in what names and reads its device. Only a backend that
+calls its own kernels (registry's CPU profile of a compiled call) and an exception's type
+(failures: torch.cuda.OutOfMemoryError) name torch.cuda elsewhere.
 """
 
 from __future__ import annotations
@@ -18,15 +21,13 @@ from functools import cache
 
 import torch
 
-from fabench.measure.device.gpu_state import GpuState
-
-PLATFORMS = ("rocm", "cuda", "cpu")
+Graph = torch.cuda.CUDAGraph  # a captured graph's type, for the timers' annotations
+Event = torch.cuda.Event
 
 
 class Platform:
     name = "cpu"
     device = "cpu"
-    visible_vars: tuple[str, ...] = ()  # the environment variables that choose its devices
     gpu = False
 
     def synchronize(self) -> None:
@@ -35,24 +36,45 @@ class Platform:
     def empty_cache(self) -> None:
         """Hand the allocator's cached blocks back (a CPU's allocator keeps none)."""
 
+    def release_memory(self) -> None:
+        """Between jobs: the allocator's cache and its peak statistics, as a fresh process has them;
+        a device that was never initialised is left so."""
+
     def sleep(self, cycles: int) -> None:
         raise NotImplementedError(f"no device sleep on {self.name}: nothing is queued to run behind it")
 
-    def event(self):
+    def event(self) -> Event:
         raise NotImplementedError(f"no device events on {self.name}")
 
-    def graph(self):
+    def graph(self) -> Graph:
         raise NotImplementedError(f"no graph capture on {self.name}")
 
-    def capture(self, graph):
+    def capture(self, graph: Graph):
         raise NotImplementedError(f"no graph capture on {self.name}")
 
     def stream(self):
         raise NotImplementedError(f"no device streams on {self.name}")
 
-    def state(self) -> GpuState:
-        """The reader of the device's clocks, temperature and power (none on a CPU, with why)."""
-        return GpuState(self.name)
+    def current_stream(self):
+        raise NotImplementedError(f"no device streams on {self.name}")
+
+    def on_stream(self, stream):
+        raise NotImplementedError(f"no device streams on {self.name}")
+
+    def profiler_activities(self) -> list:
+        """What torch.profiler records of the device's work: its kernels (none on a CPU)."""
+        return []
+
+    def device_properties(self):
+        """torch's properties of the device in use (None on a CPU)."""
+        return None
+
+    def device_count(self) -> int:
+        return 0
+
+    def toolkit(self) -> dict:
+        """The vendor's toolkit torch was built with: CUDA and cuDNN, or HIP (None where not this one)."""
+        return {"cuda": None, "hip": None, "cudnn": None}
 
     def device_name(self) -> str:
         with contextlib.suppress(OSError):
@@ -72,7 +94,6 @@ class Platform:
 class Cuda(Platform):
     name = "cuda"
     device = "cuda"
-    visible_vars = ("CUDA_VISIBLE_DEVICES",)
     gpu = True
 
     def synchronize(self) -> None:
@@ -81,21 +102,48 @@ class Cuda(Platform):
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()
 
+    def release_memory(self) -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
     def sleep(self, cycles: int) -> None:
         torch.cuda._sleep(cycles)
 
-    def event(self) -> torch.cuda.Event:
+    def event(self) -> Event:
         return torch.cuda.Event(enable_timing=True)
 
-    def graph(self) -> torch.cuda.CUDAGraph:
+    def graph(self) -> Graph:
         return torch.cuda.CUDAGraph()
 
-    def capture(self, graph: torch.cuda.CUDAGraph):
+    def capture(self, graph: Graph):
         """The context in which the calls made are captured into `graph`."""
         return torch.cuda.graph(graph)
 
     def stream(self) -> torch.cuda.Stream:
         return torch.cuda.Stream()
+
+    def current_stream(self) -> torch.cuda.Stream:
+        return torch.cuda.current_stream()
+
+    def on_stream(self, stream: torch.cuda.Stream):
+        """The context in which the calls made are queued on `stream`."""
+        return torch.cuda.stream(stream)
+
+    def profiler_activities(self) -> list:
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CUDA]  # HIP's kernels too, through roctracer
+
+    def device_properties(self):
+        return torch.cuda.get_device_properties(torch.cuda.current_device())
+
+    def device_count(self) -> int:
+        return torch.cuda.device_count()
+
+    def toolkit(self) -> dict:
+        return {"cuda": torch.version.cuda, "hip": None, "cudnn": torch.backends.cudnn.version()}
 
     def device_name(self) -> str:
         return torch.cuda.get_device_name(0)
@@ -110,8 +158,9 @@ class Cuda(Platform):
 
 class Rocm(Cuda):
     name = "rocm"
-    # ROCr's variable first: HIP numbers the devices ROCr shows (fabench.measure.launch.devices).
-    visible_vars = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+    def toolkit(self) -> dict:
+        return {"cuda": None, "hip": torch.version.hip, "cudnn": None}
 
     def device_arch(self) -> str | None:
         return torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]

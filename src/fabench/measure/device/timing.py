@@ -3,7 +3,7 @@
 Device time. Per-iteration events measure the GPU waiting for the CPU whenever a call's kernels
 are shorter than its host launch overhead (compiled FlexAttention at (4,512,8,256): 0.100 ms by
 events behind nothing, 0.041 ms by do_bench). So the calls are queued in chunks behind a short
-GPU sleep (torch.cuda._sleep), and every iteration is proven fed: the host had queued all of it
+GPU sleep (Platform.sleep: torch.cuda._sleep), and every iteration is proven fed: the host had queued all of it
 before the GPU could have reached it (see `_fed`). A chunk with an iteration the GPU may have
 waited for is measured again with a longer sleep. The sleep is only as long as the host needs to
 stay ahead: an idle GPU between chunks would run cooler than under sustained load, and a
@@ -41,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.device.platform import synchronize
+from fabench.measure.device.platform import Event, Graph, here, synchronize
 from fabench.measure.spec import Timing
 
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2
@@ -68,14 +68,14 @@ _l2_buffer: torch.Tensor | None = None
 
 
 def sleep_cycles_per_ms() -> float:
-    """GPU clock cycles per ms of torch.cuda._sleep, measured once per process."""
+    """GPU clock cycles per ms of the platform's GPU sleep, measured once per process."""
     global _cycles_per_ms
     if _cycles_per_ms is None:
         cycles = 2_000_000
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(cycles)  # the first sleep may run at idle clocks: measure the second
+        start, end = here().event(), here().event()
+        here().sleep(cycles)  # the first sleep may run at idle clocks: measure the second
         start.record()
-        torch.cuda._sleep(cycles)
+        here().sleep(cycles)
         end.record()
         end.synchronize()
         _cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
@@ -89,24 +89,25 @@ def l2_buffer() -> torch.Tensor:
     return _l2_buffer
 
 
-def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+def capture_graph(fn: Callable[[], object]) -> Graph:
     """fn captured once; the warm-up calls on a side stream are what torch's graph docs require.
     A capture that fails leaves the stream cleared as far as torch can, then raises."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    device = here()
+    stream = device.stream()
+    stream.wait_stream(device.current_stream())
+    with device.on_stream(stream):
         for _ in range(2):
             fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
+    device.current_stream().wait_stream(stream)
+    graph = device.graph()
     try:
-        with torch.cuda.graph(graph):
+        with device.capture(graph):
             fn()
     except Exception:
         _recover_from_capture()
         raise
     graph.replay()
-    torch.cuda.synchronize()
+    device.synchronize()
     return graph
 
 
@@ -127,7 +128,7 @@ class DeviceTimer:
         self.method = DEVICE_TIME_METHODS[method] if self.fallback_reason is None else EAGER_FALLBACK
         ops_per_iter = 3 + (1 if self.graph is not None else max(kernels_per_call, 1)) + (1 if clear_l2 else 0)
         self.chunk = max(1, MAX_QUEUED_OPS // 2 // ops_per_iter)  # two chunks in flight (run_chunks)
-        self.last_end: torch.cuda.Event | None = None  # the last timed call's end event
+        self.last_end: Event | None = None  # the last timed call's end event
         self.cache = l2_buffer() if clear_l2 else None
         self.host_ms_per_iter = host_call_ms(self.run)  # refined by every chunk
         self.device_ms_per_iter = 0.0  # unknown until the first chunk: sleep as if launch-bound
@@ -207,7 +208,7 @@ class DeviceTimer:
 
     def sleep_ahead(self, count: int) -> None:
         """Queue the GPU sleep that lets the host queue `count` iterations before the GPU reaches them."""
-        torch.cuda._sleep(int(self._sleep_ms(count) * sleep_cycles_per_ms()))
+        here().sleep(int(self._sleep_ms(count) * sleep_cycles_per_ms()))
 
     def clear_cache(self) -> None:
         """Clear the L2 (when configured), as before every timed iteration."""
@@ -217,9 +218,10 @@ class DeviceTimer:
     def _queue(self, count: int) -> dict:
         """Queue one chunk: a marker event, the sleep, then per call the L2 clear (when configured)
         and the call between its two events; the host time by which each call was queued."""
-        marker = torch.cuda.Event(enable_timing=True)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        device = here()
+        marker = device.event()
+        starts = [device.event() for _ in range(count)]
+        ends = [device.event() for _ in range(count)]
         began = time.perf_counter()
         marker.record()
         self.sleep_ahead(count)
@@ -307,21 +309,21 @@ def host_call_ms(fn: Callable[[], object], calls: int = 5) -> float:
     host needs to queue a call (its launch overhead), whatever the kernels then take."""
     times = []
     for _ in range(calls):
-        torch.cuda.synchronize()
+        here().synchronize()
         began = time.perf_counter()
         fn()
         times.append((time.perf_counter() - began) * 1000.0)
-    torch.cuda.synchronize()
+    here().synchronize()
     return statistics.median(times)
 
 
 def _recover_from_capture() -> None:
     """A failed capture can leave the stream in capture mode's error state: clear what torch can."""
     try:
-        torch.cuda.synchronize()
+        here().synchronize()
     except Exception:
         pass
-    torch.cuda.empty_cache()
+    here().empty_cache()
 
 
 def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
@@ -336,7 +338,7 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
 
 
 def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: Timing,
-            calls: int, sm_clock: Callable[[], float | None] = lambda: None) -> dict:
+            calls: int, sm_clock: Callable[[], float | None] = lambda: None, full_windows: bool = False) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
     before the others), then windows of device time, growing from `warmup_window_ms` to four times
     that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
@@ -344,6 +346,13 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     after each (or `max_warmup_ms` has passed). The clock check catches a power cap setting in: on
     an H200 it lowered the clock from 1965 to 1710 MHz over ~300 ms of cuDNN at (4,4096,8,256),
     30-50 MHz per 40 ms window, while the windows' times still agreed within 2%.
+
+    `full_windows` (a process's first trial of a backend, and every trial of one held at its power
+    cap before): the windows are four times `warmup_window_ms` from the first sized one on, and a
+    first 4-call window shorter than that is never one of the two that agree: a cap setting in moves the clock 30-50
+    MHz per 40 ms window (1.5-2.5%), beyond `warmup_clock_tolerance`, so the warm-up goes on until
+    the clock is steady, with no fixed minimum. A configured `min_warmup_ms` (the sweep's 20 ms)
+    replaces the full windows: then at least that long, in growing windows (Cell.trial decides).
 
     Returns {iters, settled, estimate_ms, sm_clock_mhz}: estimate_ms is the per-iteration time the
     trial's iteration count is sized by (the last window's median; the wall time per call without
@@ -357,7 +366,8 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
     estimate = (time.perf_counter() - began) * 1000.0 / iters if iters else None
     if timer is None or timing.max_warmup_ms <= 0:
         return {"iters": iters, "settled": True, "estimate_ms": estimate, "sm_clock_mhz": None}
-    tolerance, window_ms = timing.warmup_tolerance, timing.warmup_window_ms
+    tolerance = timing.warmup_tolerance
+    window_ms = timing.warmup_window_ms * (4 if full_windows else 1)
     previous, count = None, 4
     while True:
         current = (statistics.median(timer.samples(count)), sm_clock())
@@ -369,22 +379,24 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
             return {"iters": iters, "settled": True, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
         if elapsed > timing.max_warmup_ms:
             return {"iters": iters, "settled": False, "estimate_ms": current[0], "sm_clock_mhz": current[1]}
-        previous = current
+        # With full windows, a first 4-call window shorter than a full one is no window to agree with.
+        short_first = full_windows and iters - calls == 4 and 4 * current[0] < window_ms
+        previous = None if short_first else current
         count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
         window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
 
 
 def trial_warmup_settings(timing: Timing, first: bool, capped: bool = False) -> Timing:
-    """A process's first trial of a backend warms up for at least min_warmup_ms (so a power cap has
-    set in); a later one only until two consecutive windows agree in time and SM clock: the GPU has
-    been busy with the job's trials since (they are interleaved), and where the clock still moves
-    the clock check goes on as long as it moves. This cut ~0.1 s per later trial.
+    """A process's first trial of a backend warms up for at least min_warmup_ms (0 by default: until
+    steady in full windows, see warm_up); a later one only until two consecutive windows agree in
+    time and SM clock: the GPU has been busy with the job's trials since (they are interleaved), and
+    where the clock still moves the clock check goes on as long as it moves.
 
     Not for a kernel that drew the GPU to its power cap in an earlier trial (`capped`): after another
     backend's trial the GPU starts it uncapped, two short windows agree before the cap sets in, and
     its later trials read 5-6% faster than its first (cuDNN at (4,4096,8,256) on an H100: 0.465 ms at
     1980 MHz against 0.49 ms at 1740-1800 MHz, 4-9% spread within a process, the cell unstable).
-    Every trial of such a kernel warms up as long as the first, and is taken at the capped clock."""
+    Every trial of such a kernel warms up as the first does, and is taken at the capped clock."""
     return timing if first or capped else dataclasses.replace(timing, min_warmup_ms=0)
 
 
@@ -411,9 +423,31 @@ def device_samples(timing: Timing, estimate_ms: float | None) -> int:
     return max(timing.min_samples, math.ceil(timing.min_trial_ms / estimate_ms))
 
 
-def do_bench_ms(fn: Callable[[], object]) -> float:
-    """triton.testing.do_bench's median (its defaults: 25 ms warm-up, 100 ms of repetitions, L2
-    cleared before every call): an independent measurement to compare ours with."""
+DO_BENCH_SPREAD = 0.10  # do_bench's per-call spread where it can judge (10-40% only where host-bound)
+DO_BENCH_MAX_REP_MS, DO_BENCH_MIN_REP_MS = 100.0, 5.0  # its own default at most: never more than by itself
+L2_CLEAR_MS = 0.1  # about what do_bench's L2 clear adds to each call (as graph_time sizes by)
+
+
+def do_bench_calls(tolerance: float) -> int:
+    """The calls do_bench needs for its median's 95% half-width to be at most half the cross-check
+    tolerance at a per-call spread of DO_BENCH_SPREAD (a median's standard error is about 1.2533
+    sigma / sqrt(n)): 269 at the default 3%."""
+    return math.ceil((1.96 * 1.2533 * DO_BENCH_SPREAD / (tolerance / 2)) ** 2)
+
+
+def do_bench_rep_ms(estimate_ms: float | None, tolerance: float) -> float:
+    """do_bench's repetition time for do_bench_calls calls of `estimate_ms` (plus its L2 clear),
+    within [DO_BENCH_MIN_REP_MS, DO_BENCH_MAX_REP_MS]; its default 100 ms without an estimate."""
+    wanted = do_bench_calls(tolerance) * (estimate_ms + L2_CLEAR_MS) if estimate_ms else DO_BENCH_MAX_REP_MS
+    return min(DO_BENCH_MAX_REP_MS, max(DO_BENCH_MIN_REP_MS, wanted))
+
+
+def do_bench_ms(fn: Callable[[], object], estimate_ms: float | None = None, tolerance: float = 0.03) -> float:
+    """triton.testing.do_bench's median (L2 cleared before every call): an independent measurement
+    to compare ours with. Its warm-up is its default 25 ms; its repetitions take the calls its
+    judgement needs (do_bench_rep_ms; its default 100 ms at most): for a 0.02 ms call 32 ms
+    instead of 100 (about 270 calls instead of about 800), for calls over ~0.3 ms its default."""
     import triton.testing
 
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    rep = do_bench_rep_ms(estimate_ms, tolerance)
+    return float(triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median"))

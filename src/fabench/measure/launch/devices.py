@@ -22,8 +22,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabench.measure.visibility import VISIBLE_VARS
+
 DECLARED_ENV = "FABENCH_GPUS"
-VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 _ID = re.compile(r"[A-Za-z0-9._:-]+")

@@ -22,7 +22,8 @@ from fabench.aiter_config import file_sha256
 from fabench.config import roles_error, sha256_json
 from fabench.measure.invocation import JobError
 from fabench.measure.spec import JobSpec
-from fabench.results.contract import FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, backend_entry
+from fabench.measure.record import (FLOP_CONVENTION, PROCESS_FAILED_KEY, SCHEMA_VERSION, backend_entry,
+                                    method_settings)
 
 STOP_AFTER_TERM_S = 30.0  # a cancelled measuring process gets this long to end before it is killed
 TIMEOUT_KEY = "measure.job_timeout_s"
@@ -105,7 +106,7 @@ def no_result(spec: JobSpec, platform: str | None, kernel_config: str | None, co
         "schema_version": SCHEMA_VERSION, "run": spec.run, "variant": spec.variant,
         "shape": spec.shape_dict, "shape_id": spec.shape_id, "dtype": settings.dtype, "causal": settings.causal,
         "platform": platform, "roles": settings.roles[platform],
-        "method": {**measured_with.method(), "device_timer": None, "device_time": None,
+        "method": {**method_settings(measured_with), "device_timer": None, "device_time": None,
                    "gpu_state": {"source": None, "reason": "no process measured"}, "process_exits": processes},
         "flops": None, "flop_convention": FLOP_CONVENTION,
         "tolerance": {"max_abs_err": settings.tolerance.max_abs_err, "min_cosine": settings.tolerance.min_cosine},

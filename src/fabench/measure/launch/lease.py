@@ -26,7 +26,6 @@ it adopts it instead of taking another, and records it in its result.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -36,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.measure.launch.devices import VISIBLE_VARS, Gpu, gpu_pool
-from fabench.measure.visibility import LEASE_ENV
-from fabench.places import LEASE_DIR_ENV, lease_folder, open_file, shared_dir
+from fabench.measure.launch.devices import Gpu, gpu_pool
+from fabench.measure.visibility import LEASE_ENV, VISIBLE_VARS
+from fabench.places import LEASE_DIR_ENV, lease_folder, lock_at_once, open_file, shared_dir
 
 SCHEDULER_ENV = "SLURM_JOB_ID"
 # Where Slurm names the GPUs it gave (the node's gres indices), before the visibility variables.
@@ -175,9 +174,7 @@ def wait_for_gpu(pool: list[Gpu], found_by: str, directory: Path, say, poll_s: f
 def try_lock(gpu: Gpu, directory: Path, found_by: str, say) -> Lease | None:
     path = lock_path(directory, gpu)
     fd = open_file(path, os.O_RDWR | os.O_CREAT, LEASE_DIR_ENV, 0o666)  # never through a planted link
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not lock_at_once(fd):
         os.close(fd)
         return None
     if os.fstat(fd).st_uid == os.getuid():

@@ -42,11 +42,12 @@ from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure.launch import lease as device_lease
 from fabench.measure.launch.devices import DeviceError
-from fabench.measure.invocation import USAGE, job_arguments, measuring_environment, report_failure
+from fabench.measure.invocation import (USAGE, config_bounded, job_arguments, measuring_environment, process_index,
+                                        report_failure)
 from fabench.measure.launch.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.launch.worker_client import run_in_worker
-from fabench.results.contract import SKIPPED_KEY
+from fabench.measure.record import SKIPPED_KEY
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -55,14 +56,14 @@ MODES = ("isolate", "worker")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = job_arguments("python -m fabench.measure", __doc__.splitlines()[0])
-    parser.add_argument("--process", type=int, metavar="N", required=True,
+    parser.add_argument("--process", type=process_index, metavar="N", required=True,
                         help="the job's process N (0-based) to run; its result is written for the merge")
     parser.add_argument("--mode", choices=MODES, default="isolate",
                         help="isolate: a new process per measuring process; worker: the GPU's worker of the round")
-    parser.add_argument("--worker-idle-s", type=float, default=None, metavar="S",
+    parser.add_argument("--worker-idle-s", type=config_bounded("measure", "worker_idle_s"), default=None, metavar="S",
                         help="a worker started here ends after S seconds without a job "
                              "(default: the config's measure.worker_idle_s default)")
-    parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
+    parser.add_argument("--timeout-s", type=config_bounded("measure", "job_timeout_s"), default=None, metavar="S",
                         help="a measuring process still running after S seconds is killed and its job failed")
     args = parser.parse_args(argv)
     # Read only where a worker is started: the schema is YAML, and a container's measuring process

@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabench.measure.launch.devices import VISIBLE_VARS
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, measuring_environment
 from fabench.measure.launch.launcher import kill, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.measure.visibility import VISIBLE_VARS
 from fabench.places import WORKER_DIR_ENV, open_file, private_dir, worker_folder
 from fabench.watchdog import WORKFLOW_ENV
 
@@ -215,17 +215,6 @@ def relay(lines, out) -> dict | None:
         out.write(line)
         out.flush()
     return None
-
-
-def live_workers(folder: Path) -> list[int]:
-    """The pids of the workers recorded in `folder` whose processes still run."""
-    pids = []
-    for record in folder.glob("w-*.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            pid = int(json.loads(record.read_text())["pid"])
-            if "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text():  # a zombie has ended
-                pids.append(pid)
-    return pids
 
 
 def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[str]:

@@ -7,6 +7,7 @@ here, its template there, one entry in SECTIONS and one include.
 
     overview     title, Environment Setup, Benchmark Configuration
     results      Results (a table per variant, config notes, Key Improvements), Analysis (winners)
+    limits       How close to the hardware's limit (percent of the GPU's peaks; GPU runs only)
     comparison   Published vs Reproduced
     published_claims
                  The Published Claims, Re-tested (by the comparison policy)

@@ -21,7 +21,7 @@ from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import Code, code_identity, same_code
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
-from fabench.report.model import ROLES, Run, role_backend, role_ms, speedup
+from fabench.report.model import RAN, ROLES, Run, role_backend, role_ms, speedup
 
 UNSTABLE_MARK = "~"
 NAMES_A_WINNER = claims.NAMES_A_WINNER
@@ -307,8 +307,21 @@ def same_code_backends(run: Run) -> list[str]:
             same = entry["status"] == "ok" and (code_identity(entry) or {}).get("implementation") is not None and all(
                 o is not None and same_code(entry, o["backends"].get(name)) for o in others)
             names[name] = names.get(name, True) and same
+    once = {name for names in run.measured_once.values() for name in names}
     return [backend_name(name, run.first["backends"][name]) for name, same in names.items()
-            if same and name in run.first["backends"]]
+            if same and name in run.first["backends"] and name not in once]
+
+
+def measured_once(run: Run) -> list[dict]:
+    """Per measuring variant, the backends measured once per shape in its jobs and shown in every
+    variant's table (fabench.results.shared): the report says so under the tables."""
+    said = []
+    for variant, names in run.measured_once.items():
+        ran = [backend_name(name, run.first["backends"][name]) for name in names
+               if (run.first["backends"].get(name) or {}).get("status") in RAN]  # unavailable: listed apart
+        if ran:
+            said.append({"variant": md_text(run.variant_label(variant)), "backends": ran})
+    return said
 
 
 def judged_on(run: Run) -> str | None:
@@ -340,6 +353,7 @@ def context(run: Run, published: dict | None) -> dict:
         # One backend fills the vendor and the Triton role: there is no pair to name a winner of.
         "one_backend": vendor_is_triton(run),
         "same_code": same_code_backends(run),
+        "measured_once": measured_once(run),
         "unstable_mark": UNSTABLE_MARK,
         "any_unstable": any(unstable(b) for _, _, b in run.backends()),
     }

@@ -196,12 +196,6 @@ def context(run: Run, published: dict | None) -> dict | None:
             "precision": precision(run), "time": wall_time(run)}
 
 
-def line_count(summary: dict) -> int:
-    """How many lines the summary takes (the template writes one per answer)."""
-    return (len(summary["fastest"]["groups"]) + bool(summary["fastest"]["more_groups"])
-            + sum(1 for key in ("tuning", "claims", "precision", "time") if summary[key]))
-
-
 # ---------------------------------------------------------------- compare's page
 
 def judged_pair(comparison: dict) -> tuple[str, str, list[str]]:

@@ -108,7 +108,8 @@ def stopping_text(rule: dict | None) -> str | None:
     if not rule:
         return None
     return (f"samples until their relative noise is at most {rule['max_noise']:.1%}, with at least "
-            f"{rule['min_samples']} samples and {rule['min_trial_ms']:g} ms of kernel time, or {rule['max_trial_ms']:g} ms")
+            f"{rule['min_samples']} samples and {rule['min_trial_ms']:g} ms of kernel time (or "
+            f"{rule.get('min_time_share', 1.0):.0%} of the timeout in host time), or {rule['max_trial_ms']:g} ms")
 
 
 def check_counts(run: Run, check: str) -> dict | None:
