@@ -15,6 +15,8 @@ from fabench.analysis import entry as analysis
 from fabench.analysis.detector import binomial_bound
 from fabench.analysis.noise import POOL_CELLS
 from fabench.analysis.policy import Code, Rule
+from fabench.analysis.verdict_text import observation_text
+from fabench.measure import observations
 from fabench.results import merge
 from fabench.results.contract import backend_entry
 from support.shared_runs import h100_archive
@@ -32,7 +34,7 @@ def test_verdict_judges_the_device_figure_and_names_every_problem():
     got = analysis.trial_stats(steady, 0.03, [])
     assert got["stable"] and got["unstable_reason"] is None  # the host's noise does not decide it
     drifting = [trial(0, i, 0.2, device) for i, device in enumerate([0.100, 0.102, 0.110])]
-    got = analysis.trial_stats(drifting, 0.03, ["process 0 trial 1: warm-up did not settle within 1000 ms"])
+    got = analysis.trial_stats(drifting, 0.03, [observations.warmup_unsettled(0, 1, 1000)])
     assert not got["stable"] and got["unstable_codes"] == ["spread", "warm-up"]
     assert got["unstable_reason"].startswith("trials spread 10.0% within one process")
 
@@ -252,7 +254,8 @@ def test_a_generated_source_digest_that_differs_between_processes_is_no_kernel_d
     assert cold_and_warm["stats"]["stable"]
     second = process_result(1, [0.1005, 0.100], "s" * 64)  # profiled too, another source: another kernel
     other = merge.merge([first, second], [])["backends"]["x"]
-    assert other["observations"]["notes"][0].startswith("the processes ran different kernels: process 0: k")
+    assert other["observations"]["notes"][0]["kind"] == "kernels_differ"  # coded; the words are verdict_text's
+    assert observation_text(other["observations"]["notes"][0]).startswith("the processes ran different kernels: process 0: k")
     assert not other["stats"]["stable"]
 
 
@@ -303,3 +306,17 @@ def test_a_change_in_time_that_is_none_in_cycles_is_the_clocks():
     unread = cell(0.511, 1724.0)
     unread["stats"]["device_cycles"] = None
     assert policy.judge(cell(0.500, 1762.5), unread, RULE)["code"] == Code.REGRESSION
+
+
+def test_an_interval_whose_lower_end_falls_below_a_measurable_time_reads_zero():
+    """A wide interval of a short cell (few ok processes) reached 9.5e-8 ms at its lower end, which
+    the results' bounds refuse, and collect failed. Blind side: only the lower end is clipped; an
+    upper end is never near the bounds' 10^7 ms for a figure that was measured."""
+    from fabench.analysis.noise import interval
+    from fabench.results.bounds import bounds_problem
+
+    low, high = interval(0.02, 12.0)
+    assert low == 0.0 and 0.02 < high < 1e7
+    assert interval(0.02, 0.01)[0] > 0.0
+    assert bounds_problem({"device_ms": {"ci95": [low, high]}}) is None
+    assert bounds_problem({"device_ms": {"ci95": [0.02 * 2.718281828 ** -12.0, high]}}) is not None

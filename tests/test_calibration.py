@@ -5,10 +5,14 @@ without one say so, and the comparison page names that hardware in one line."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import os
 
 import pytest
 
-from fabench.analysis import analyse_run, calibration, noise, policy
+from fabench.analysis import analyse_run, calibration, policy
 from fabench.analysis.identity import hardware_identity, hardware_key
 from fabench.analysis.policy import Rule
 from fabench.report.compare_markdown import render_markdown
@@ -24,10 +28,78 @@ def analysed(entry: str) -> list[dict]:
     return analyse_run(json.loads((H200 / entry / "results.json").read_text()))["results"]
 
 
-def test_the_policys_defaults_are_the_calibrated_values():
-    """Rule's margin and the noise model's floor are what the fits say: one changed without the other fails."""
-    fits = list(calibration.calibrations().values())
-    assert fits and all(fit["margin"] == Rule().margin and fit["floor"] == noise.FLOOR for fit in fits)
+def yaml_with(tmp_path, monkeypatch, edit) -> None:
+    """calibrations.yaml as shipped, changed by `edit` (on its data), read in its place."""
+    import yaml
+
+    data = yaml.safe_load(calibration.CALIBRATIONS.read_text())
+    edit(data)
+    path = tmp_path / "calibrations.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setattr(calibration, "CALIBRATIONS", path)
+    calibration.calibrations.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _read_again():
+    calibration.calibrations.cache_clear()
+    yield
+    calibration.calibrations.cache_clear()
+
+
+def test_the_rule_takes_its_fitted_values_from_the_calibration_and_a_margin_there_changes_verdicts(tmp_path, monkeypatch):
+    old, new = analysed("cuda-13.0/0001-d37d7e44"), analysed("cuda-13.0/0002-7a004542")
+    h200 = hardware_identity(old)
+    fit = calibration.calibration_for(h200)
+    rule = Rule.of({}, h200)
+    assert (rule.margin, rule.between_run, rule.between_card, rule.fit) == (
+        fit["margin"], fit["between_run"], fit["between_card"], fit["name"])
+    entry = next(b for r in new for b in r["backends"].values() if b["status"] == "ok" and b["stats"].get("stable"))
+    slower = json.loads(json.dumps(entry))
+    for figure in ("device_ms", "wall_mean_ms", "device_cycles"):  # a slower kernel, in cycles too
+        if slower["stats"].get(figure):
+            slower["stats"][figure]["median"] *= 1.03
+    assert policy.judge(entry, slower, Rule.of({}), hardware=(h200, h200))["code"] == policy.Code.REGRESSION
+    # The same +3% under a fit whose margin is 5%: within it. Nothing else read the value.
+    yaml_with(tmp_path, monkeypatch, lambda d: d["fits"][d["fallback"]].update(margin=0.05))
+    verdict = policy.judge(entry, slower, Rule.of({}), hardware=(h200, h200))
+    assert verdict["code"] != policy.Code.REGRESSION and verdict["values"]["margin"] == 0.05
+    assert verdict["calibrated"] is True
+
+
+def test_the_noise_floor_is_read_from_the_calibration(tmp_path, monkeypatch):
+    before = analysed("cuda-13.0/0001-d37d7e44")
+    yaml_with(tmp_path, monkeypatch, lambda d: d["fits"][d["fallback"]].update(floor=0.05))
+    after = analysed("cuda-13.0/0001-d37d7e44")
+    sigma = [[e["stats"][e["stats"]["judged"]]["noise"]["sigma"] for r in run for e in r["backends"].values()
+              if e["status"] == "ok" and e["stats"][e["stats"]["judged"]].get("noise")] for run in (before, after)]
+    assert all(b < 0.05 <= a for b, a in zip(*sigma))
+
+
+def test_calibrated_only_when_the_rule_is_the_fits():
+    old, new = analysed("cuda-13.0/0001-d37d7e44"), analysed("cuda-13.0/0002-7a004542")
+    h200 = hardware_identity(old)
+    pairs = [(a["backends"][n], b["backends"][n]) for a, b in zip(old, new) for n in a["backends"]
+             if a["backends"][n]["status"] == "ok"]
+    fit = Rule.of({})
+    by_hand = Rule.of({"comparison": {"margin": 0.2}})  # what `--margin 0.2` makes
+    for rule, expected in ((fit, True), (by_hand, False)):
+        marks = {v.get("calibrated") for v in (policy.judge(a, b, rule, hardware=(h200, h200)) for a, b in pairs)
+                 if "calibrated" in v}
+        assert marks == {expected}
+    # The fit's own margin given by hand is the fit's rule: calibrated.
+    same = Rule.of({"comparison": {"margin": fit.margin}})
+    assert same.calibrated_on(h200) and not by_hand.calibrated_on(h200) and not fit.calibrated_on(MI300X)
+
+
+def test_no_fitted_value_is_copied_into_the_source():
+    """Each fitted value lives in calibrations.yaml only (a literal of it in src/ would be a second
+    source). Blind side: a value written another way (1.35e-2) is not found."""
+    values = {repr(fit[key]) for fit in calibration.calibrations().values() for key in calibration.FITTED_VALUES
+              if fit[key] not in (0, 0.0)}
+    found = [(path.name, value) for path in (REPO / "src").rglob("*.py") for value in values
+             if re.search(rf"(?<![\d.]){re.escape(value)}(?![\d])", path.read_text())]
+    assert values and found == []
 
 
 def test_every_calibration_names_real_runs_and_at_least_one_of_its_own_hardware():
@@ -39,6 +111,23 @@ def test_every_calibration_names_real_runs_and_at_least_one_of_its_own_hardware(
             assert (entry / "SHA256SUMS").is_file() and str(run["measured"]) in results[0]["method"]["process_exits"][0]["started"]
             own.append(hardware_key(hardware_identity(results)) == key)
         assert any(own), key  # a calibration fitted on other hardware only would be none
+
+
+def test_the_held_out_runs_are_in_their_archives_and_held_out_until_a_fit_names_them(tmp_path, monkeypatch):
+    import tarfile
+
+    (fit,) = {fit["name"]: fit for fit in calibration.calibrations().values()}.values()
+    for run in fit["held_out"]:
+        with tarfile.open(REPO / run["archive"]) as tar:
+            assert f"archive/{run['entry']}/results.json" in tar.getnames(), run
+    held = {run["entry"].split("/")[-1] for run in fit["held_out"]}
+    assert len(held) == 7 and {calibration.held_out_runs()[r] for r in held} == {"held out"}
+    # A fit that names one of them among its runs makes it in-sample (and may not also hold it out).
+    def name_one(data):
+        chosen = data["fits"][data["fallback"]]
+        chosen["runs"].append(chosen["held_out"].pop())
+    yaml_with(tmp_path, monkeypatch, name_one)
+    assert sorted(calibration.held_out_runs().values()).count("fitted") == 6
 
 
 def test_a_verdict_by_the_rule_says_whether_its_hardware_is_calibrated():
@@ -66,13 +155,80 @@ def test_the_comparison_names_uncalibrated_hardware_in_one_line():
     assert len(lines) == 1 and "AMD Instinct MI300X" in lines[0]
 
 
-def test_a_broken_calibration_file_is_refused_naming_the_entry(tmp_path, monkeypatch):
-    bad = tmp_path / "calibrations.yaml"
-    bad.write_text("fits: {f: {margin: 0.01}}\ncalibrations: []\n")
-    monkeypatch.setattr(calibration, "CALIBRATIONS", bad)
-    calibration.calibrations.cache_clear()
-    try:
-        with pytest.raises(calibration.CalibrationError, match=r"^calibrations.yaml: fits.f: floor missing"):
-            calibration.calibrations()
-    finally:
-        calibration.calibrations.cache_clear()
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["fits"][d["fallback"]].pop("floor"), "fits.h200-h100-2026-11-25: 'floor' is a required property"),
+    (lambda d: d["fits"][d["fallback"]].update(margin="1.35%"), "fits.h200-h100-2026-11-25.margin: '1.35%' is not of type 'number'"),
+    (lambda d: d["fits"][d["fallback"]].update(margin=2), "fits.h200-h100-2026-11-25.margin: 2 is greater than or equal"),
+    (lambda d: d["fits"][d["fallback"]].update(between_card=-0.01), "fits.h200-h100-2026-11-25.between_card: -0.01 is less than"),
+    (lambda d: d["fits"][d["fallback"]].update(runs=[]), "fits.h200-h100-2026-11-25.runs: [] should be non-empty"),
+    (lambda d: d["fits"][d["fallback"]].update(extra=1), "fits.h200-h100-2026-11-25: Additional properties"),
+    (lambda d: d.update(fallback="nowhere"), "fallback: 'nowhere' is not a fit named under fits"),
+    (lambda d: d["calibrations"][0].update(fit="nowhere"), "calibrations[0].fit: 'nowhere' is not a fit"),
+    (lambda d: d["calibrations"][1]["hardware"].pop("arch"), "calibrations[1].hardware: 'arch' is a required property"),
+    (lambda d: d["fits"][d["fallback"]]["held_out"].append(d["fits"][d["fallback"]]["runs"][0]), "held_out: cuda-13.0/0001-d37d7e44 is also a run"),
+])
+def test_a_broken_calibration_file_is_refused_on_one_line_naming_the_key(tmp_path, monkeypatch, edit, message):
+    yaml_with(tmp_path, monkeypatch, edit)
+    with pytest.raises(calibration.CalibrationError) as err:
+        calibration.calibrations()
+    assert str(err.value).startswith("calibrations.yaml: ") and message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_command_says_a_broken_calibration_file_in_one_line(tmp_path):
+    """Through the installed file's place: a copy of the package with a file missing its floor."""
+    import shutil
+
+    package = tmp_path / "src" / "fabench"
+    shutil.copytree(REPO / "src" / "fabench", package)
+    path = package / "analysis" / "calibrations.yaml"
+    path.write_text(path.read_text().replace("    floor: 0.001\n", "", 1))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    done = subprocess.run([sys.executable, "-m", "fabench.cli", "compare", "--root", str(H200), "--out-md",
+                           str(tmp_path / "c.md")], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "fabench compare: error: calibrations.yaml: fits.h200-h100-2026-11-25: 'floor' is a required property"]
+
+
+def test_compare_takes_the_unseen_noise_from_the_fit_else_from_the_archives_repeats(tmp_path, monkeypatch):
+    """On calibrated hardware the fit's between-run and between-card noise (the archive's own
+    estimate stated beside it); with the H200's calibration removed, the archive's repeats."""
+    from fabench.analysis.components import between_runs
+
+    fitted = compare_entries(list_entries(H200), Rule.of({}))
+    (noise,) = fitted["noise"]
+    fit = calibration.fallback()
+    assert (noise["between_run"], noise["between_card"]) == (fit["between_run"], fit["between_card"])
+    assert set(noise["source"].values()) == {f"calibration {fit['name']}"}
+    runs = [(e.id, analyse_run({"results": e.results()["results"]})["results"]) for e in list_entries(H200)]
+    own = between_runs(runs)
+    assert noise["archive_estimate"] == {"between_run": own["between_run"], "between_card": own["between_card"]}
+    assert "this archive's repeats show" in render_markdown(fitted)
+
+    yaml_with(tmp_path, monkeypatch, lambda d: d["calibrations"].pop(0))  # the H200 has no fit now
+    alone = compare_entries(list_entries(H200), Rule.of({}))
+    (noise,) = alone["noise"]
+    assert set(noise["source"].values()) == {"this archive's repeats"}
+    assert noise["between_card"] == own["between_card"] and own["between_card"] != fit["between_card"]
+    verdicts = [c["vs_previous"] for row in alone["rows"] for c in row["cells"] if c.get("vs_previous")]
+    assert {v.get("calibrated") for v in verdicts if "calibrated" in v} == {False}
+    # A value the config sets is the config's, on any hardware.
+    chosen = compare_entries(list_entries(H200), Rule.of({"comparison": {"between_card": 0.01}}))
+    assert chosen["noise"][0]["between_card"] == 0.01 and chosen["noise"][0]["source"]["between_card"] == "the config"
+
+
+def test_fabench_compare_with_a_margin_by_hand_is_not_calibrated(tmp_path):
+    """`--margin 0.2` on the calibrated H200: every verdict by the rule says calibrated false; the
+    same comparison without it, true."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    marks = []
+    for extra in ([], ["--margin", "0.2"]):
+        out = tmp_path / f"c{len(extra)}.json"
+        done = subprocess.run([sys.executable, "-m", "fabench.cli", "compare", "--root", str(H200), "--out-json",
+                               str(out), "--out-md", str(tmp_path / "c.md"), *extra], env=env, capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr
+        verdicts = [c["vs_previous"] for row in json.loads(out.read_text())["rows"] for c in row["cells"]
+                    if c.get("vs_previous") and c["vs_previous"].get("calibrated") is not None]
+        marks.append({v["calibrated"] for v in verdicts})
+    assert marks == [{True}, {False}]

@@ -84,6 +84,9 @@ BAD_CONFIGS = {
     "build arg under image": (_set("image", {"AITER_COMMIT": "abc"}), "go under image.build_args"),
     "misspelt block": (lambda c: c.update(platform={}), "did you mean 'platforms' instead of 'platform'?"),
     "misspelt key": (_set("timing.trails", 3), "did you mean 'trials' instead of 'trails'?"),
+    # a config file's dotted key (Snakemake's own --config refuses a dotted key before the workflow reads it)
+    "dotted key": (lambda c: c.update({"timing.trials": 3}), "a key of a block is written nested, not dotted: "
+                   "timing: {trials: ...} in a config file, or --config 'timing={trials: ...}'"),
 }
 
 

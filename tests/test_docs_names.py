@@ -315,7 +315,7 @@ def test_every_name_a_docstring_gives_exists():
     ("`fabench archive stor results/local`", "no such fabench command: archive stor"),
     ("`fabench comapre`", "no such fabench command: comapre"),
     ("`measure_mode()` in workflow/rules/common.smk", "no such function: measure_mode()"),
-    ("the plan's checked() asks", "no such function: checked()"),
+    ("the plan's checked_twice() asks", "no such function: checked_twice()"),
 ])
 def test_a_name_that_does_not_exist_is_found(text, problem):
     assert problem in problems_in(text)

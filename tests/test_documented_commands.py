@@ -103,13 +103,14 @@ def readme_commands(section: str) -> list[list[str]]:
 def test_the_readme_alone_makes_a_second_run_archives_compares_and_gates(first_run, tmp_path):
     """Issue 40: a new user's second run, archive, compare and CI gate, typed from the README as it
     is written, after the first run (here the CPU test experiment, whose platform label is the one
-    the README shows). Each command works; the store of a run already archived says so by exit 4."""
+    the README shows). Each command works; the store of a run already archived says so by exit 5."""
     directory = tmp_path / "work"
     shutil.copytree(first_run[0], directory, symlinks=True)
     commands = readme_commands("A second run, keep it, and compare")
     assert [c[:2] for c in commands][:2] == [["snakemake", "--cores"], ["snakemake", "--cores"]]
     assert "run=local2" in commands[0]
-    expected = {"archive store": 4, "compare": None}  # compare: 0, or 3 on a regression (noise on a CPU)
+    # compare: 0, 3 on a regression or 4 with too few cells judged (a CPU's noise decides which)
+    expected = {"archive store": 5, "compare": None}
     for command in commands:
         if command[0] == "snakemake":
             proc = snakemake(directory, *command[1:], config=tiny_config())
@@ -119,7 +120,7 @@ def test_the_readme_alone_makes_a_second_run_archives_compares_and_gates(first_r
                                   capture_output=True, text=True, timeout=300)
             want = expected[" ".join(command[1:3]) if command[1] == "archive" else command[1]]
         if want is None:
-            assert proc.returncode in (0, 3), proc.stderr[-3000:]
+            assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]
             assert re.search(r"fabench compare: 2 archived runs; .* cells judged", proc.stderr), proc.stderr
         else:
             assert proc.returncode == want, (command, proc.stdout[-2000:] + proc.stderr[-3000:])

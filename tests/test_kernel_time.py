@@ -4,6 +4,9 @@ them (ts and dur in microseconds, kernels in start order)."""
 
 from __future__ import annotations
 
+import copy
+import math
+
 import time
 
 import pytest
@@ -342,13 +345,14 @@ def test_the_report_counts_the_cells_each_check_judged_and_those_that_agree():
     cells = [cell(0.025, 0.0251), cell(1.0, 1.05), unjudged]
     counts = check_counts(Run(cells), "second_method")
     assert (counts["cells"], counts["judged"], counts["agreeing"]) == (3, 2, 1)
-    for entry, graph in zip(cells, ([0.0185] * 5, [0.0300] * 5, None)):  # agrees, differs, not taken
+    for entry, graph in zip(cells, ([0.0181] * 5, [0.0300] * 5, None)):  # agrees, differs, not taken
         if graph:
             entry["trials"][-1]["kernel_time_graph"] = {"per_call_ms": graph, "calls": 40, "replays": 5,
-                                                        "gap_ms": 0.0012, "kernels_per_call": 1}
+                                                        "gap_ms": 0.0002, "kernels_per_call": 1}
         analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
     counts = check_counts(Run(cells), "kernel_time")
     assert (counts["cells"], counts["judged"], counts["agreeing"]) == (3, 2, 1) and "graph" in counts["method"]
+    assert counts["bound"] == 0.05  # the report states the power bound beside the counts
 
 
 # ---------------------------------------------------------------- the kernels' own time by graphs
@@ -364,7 +368,7 @@ def test_graphs_that_read_the_kernels_plus_their_launch_gaps_agree_with_cupti():
 
     # 20 us of kernels; the graph adds two launch gaps of ~1 us: +10%, inside 2 x 1.2 us = 12%.
     trials = [graph_trial(p, 0.020, [0.0219, 0.0221, 0.0220, 0.0220, 0.0222]) for p in (0, 1)]
-    check = kernel_time_check(trials)
+    check = kernel_time_check(trials, bound=math.inf)  # the agreement rule alone (20 us: its power is below)
     assert check["agrees"] is True and check["reason"] is None
     assert check["difference"] == pytest.approx(0.10, abs=0.002)
     assert check["tolerance_parts"]["gaps"] == pytest.approx(0.12)
@@ -375,8 +379,40 @@ def test_graphs_that_read_the_kernels_plus_their_launch_gaps_agree_with_cupti():
 def test_graphs_beyond_the_gaps_or_below_the_noise_disagree(per_call):
     from fabench.analysis.kernel_check import kernel_time_check
 
-    check = kernel_time_check([graph_trial(p, 0.020, per_call) for p in (0, 1)])
+    check = kernel_time_check([graph_trial(p, 0.020, per_call) for p in (0, 1)], bound=math.inf)
     assert check["agrees"] is False and check["reason"]
+
+
+def test_a_check_wider_than_its_bound_could_not_judge_and_says_its_power():
+    """20 us of kernels with two launch gaps of 1.2 us: the check's tolerance reaches 12%, so a 10%
+    error in the figure would pass as agreement. Above the 5% bound it says it could not judge,
+    with its half-width; at 0.2 ms the same gaps leave it 1.2% wide and it judges."""
+    from fabench.analysis.kernel_check import JUDGE_BOUND, kernel_time_check
+
+    short = kernel_time_check([graph_trial(p, 0.020, [0.0300] * 5) for p in (0, 1)])  # +50%, yet unjudged
+    assert short["agrees"] is None and short["half_width"] > JUDGE_BOUND == 0.05
+    assert short["reason"].startswith("could not judge") and "+50.0%" in short["reason"]
+    long = kernel_time_check([graph_trial(p, 0.200, [0.2110] * 5) for p in (0, 1)])  # +5.5%
+    assert long["half_width"] < JUDGE_BOUND and long["agrees"] is False
+
+
+def test_a_cell_the_check_disagrees_on_carries_it_into_its_claims():
+    from fabench.analysis import claims
+    from fabench.analysis.policy import Rule
+
+    def cell(graph_ms):
+        trials = [dict(graph_trial(p, 0.200, graph_ms), index=i, device_ms=None, wall_mean_ms=0.4, iters=10)
+                  for p in (0, 1) for i in range(3)]
+        for t in trials:  # the graph check runs in a process's last trial only
+            if t["index"] != 2:
+                del t["kernel_time_graph"]
+        return analyse_entry({"status": "ok", "trials": trials}, {"platform": "cuda", "flops": 1e9, "method": {}})
+
+    good, bad = cell([0.2015] * 5), cell([0.2110] * 5)
+    assert bad["cross_check"]["kernel_time"]["agrees"] is False
+    claim = claims.compare(good, bad, Rule(), names=("x", "y"), same_job=True)
+    assert claim["checked"] == "differs" and "check of the kernels' own time differs for y (+5.5%" in claim["why"]
+    assert claims.compare(good, copy.deepcopy(good), Rule(), same_job=True)["checked"] == "agrees"
 
 
 def test_a_call_that_cannot_be_captured_leaves_the_check_unjudged_and_old_results_without_one():
@@ -391,7 +427,7 @@ def test_a_call_that_cannot_be_captured_leaves_the_check_unjudged_and_old_result
 def test_one_launch_gap_below_cupti_still_agrees():
     from fabench.analysis.kernel_check import kernel_time_check
 
-    check = kernel_time_check([graph_trial(p, 0.020, [0.0190] * 5) for p in (0, 1)])  # 1 us below, gap 1.2 us
+    check = kernel_time_check([graph_trial(p, 0.020, [0.0190] * 5) for p in (0, 1)], bound=math.inf)  # 1 us below
     assert check["agrees"] is True and check["tolerance_parts"]["gap_below"] == pytest.approx(0.06)
 
 
@@ -403,19 +439,20 @@ def test_a_captured_call_that_ran_other_kernels_is_not_judged():
         t["kernel_shares"] = [{"name": "gemm_a", "us_per_call": 15, "share": 0.75},
                               {"name": "softmax", "us_per_call": 5, "share": 0.25}]
         t["kernel_time_graph"]["device_work"] = ["gemm_b", "softmax"]
-    check = kernel_time_check(trials)
+    check = kernel_time_check(trials, bound=math.inf)
     assert check["agrees"] is None and "gemm_b" in check["reason"] and "gemm_a" in check["reason"]
     for t in trials:
         t["kernel_time_graph"]["device_work"] = ["softmax", "gemm_a"]
-    assert kernel_time_check(trials)["agrees"] is False  # the same kernels, 50% slower: a disagreement
+    assert kernel_time_check(trials, bound=math.inf)["agrees"] is False  # the same kernels, 50% slower: a disagreement
 
 
-def test_the_cell_is_judged_by_the_kernel_time_check_first():
-    trials = [dict(graph_trial(p, 0.020, [0.0215] * 5), wall_mean_ms=0.2, iters=100, device_ms=None,
+def test_the_kernel_time_check_judges_a_cell_through_its_analysis():
+    trials = [dict(graph_trial(p, 0.200, [0.2015] * 5), wall_mean_ms=0.4, iters=100, device_ms=None,
                    warmup_iters=10, gpu_state=None) for p in (0, 1)]
     entry = {"status": "ok", "trials": trials}
     analyse_entry(entry, {"platform": "cuda", "flops": 1e9, "method": {}})
     assert entry["cross_check"]["kernel_time"]["agrees"] is True
+    assert entry["cross_check"]["kernel_time"]["half_width"] < 0.05  # 0.2 ms, two gaps of 1.2 us: it can judge
 
 
 def test_a_chunk_queued_behind_a_busy_gpu_is_proven_fed_from_the_chunk_before_it():

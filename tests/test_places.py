@@ -7,6 +7,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import pytest
 from fabench import places
 from fabench.measure.launch import lease as device_lease
 from fabench.measure.launch import worker_client
+from fabench.measure.spec import job_spec
 from fabench.places import LEASE_DIR_ENV, WORKER_DIR_ENV, PlaceError, check_env_places
+from fabench.shapes import parse_shape_id
+from workflow_util import REPO, tiny_config
 
 NOBODY = 65534
 
@@ -143,3 +148,70 @@ def test_a_link_planted_at_a_gpu_lock_never_changes_its_target(tmp_path):
     with pytest.raises(PlaceError, match="is a symbolic link"):
         device_lease.try_lock(gpu, folder, "test", print)
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+
+
+def read_only_mount_works() -> bool:
+    """Whether this host lets an unprivileged user namespace bind-mount a folder read-only."""
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            "mount --bind /tmp /tmp && mount -o remount,ro,bind /tmp /tmp"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or not read_only_mount_works(),
+                    reason="needs user namespaces to mount a folder read-only without root")
+def test_a_workers_folder_on_a_read_only_file_system_is_one_line_naming_the_variable(short):
+    """A real read-only file system (a bind mount made read-only in a user namespace of its own):
+    the plan's check and a job in worker mode each say so in one line naming FABENCH_WORKER_DIR,
+    no OSError traceback. Blind side: a folder read-only by its mode is not tried (root here writes
+    anyway)."""
+    short.chmod(0o700)
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s64-h2-d32"), platform="cpu")
+    read_only = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                 f'mount --bind {short} {short} && mount -o remount,ro,bind {short} {short} && exec "$@"', "sh"]
+    env = {**os.environ, WORKER_DIR_ENV: str(short),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    expected = f"{WORKER_DIR_ENV}: {short} is on a read-only file system; set {WORKER_DIR_ENV} to a folder you can write"
+    plan = subprocess.run([*read_only, sys.executable, "-c", "import os; from fabench.places import check_env_places; "
+                           "print(check_env_places(os.environ))"], capture_output=True, text=True, env=env)
+    assert plan.stdout.strip() == repr([expected]), plan.stderr
+    job = subprocess.run([*read_only, sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out",
+                          str(short / "process-0.json"), "--process", "0", "--mode", "worker", "--worker-idle-s", "5"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert job.returncode == 1 and "Traceback" not in job.stdout + job.stderr, job.stderr
+    assert job.stderr.strip().splitlines()[-1] == f"[fabench] job failed: tuned b1-s64-h2-d32 process 0: {expected}"
+
+
+def test_the_next_measuring_process_removes_the_folders_of_ended_ones_only(tmp_path, monkeypatch):
+    """A measuring process killed with its launcher leaves its folder; the next process_scratch
+    (the next measuring process) removes it: a real process's, started and killed here. A live
+    process's folder, another user's, a link and an older fabench's folder stay."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # read TMPDIR again
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "from fabench.places import process_scratch; "
+                                  "print(process_scratch(), flush=True); import time; time.sleep(60)"],
+                                 stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+        killed = Path(child.stdout.readline().strip())
+        live_child = subprocess.Popen([sys.executable, "-c", "from fabench.places import process_scratch; "
+                                       "print(process_scratch(), flush=True); import time; time.sleep(60)"],
+                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+        live = Path(live_child.stdout.readline().strip())
+        child.kill()
+        child.wait()
+        others = tmp_path / f"{places.SCRATCH_PREFIX}{killed.name.split('-')[3]}-1-1-x"  # no such process
+        others.mkdir()
+        if os.getuid() == 0:
+            os.chown(others, NOBODY, NOBODY)
+        older = tmp_path / f"{places.SCRATCH_PREFIX}abc123"
+        older.mkdir()
+        link = tmp_path / f"{places.SCRATCH_PREFIX}{killed.name.split('-')[3]}-2-2-y"
+        link.symlink_to(tmp_path)
+        assert killed.is_dir() and live.is_dir()
+        mine = Path(places.process_scratch())
+        assert not killed.exists()
+        assert live.is_dir() and older.is_dir() and link.is_symlink() and mine.is_dir()
+        assert others.is_dir() or os.getuid() != 0  # another user's, kept (only root can make one here)
+        live_child.kill()
+        live_child.wait()
+    finally:
+        tempfile.tempdir = None

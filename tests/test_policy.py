@@ -207,15 +207,17 @@ def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
     flags = [f["code"] for f in cli["flags"]]
     assert "regression" not in flags and "improvement" not in flags  # no speed-up from a backend newly available
     assert flags.count("now_available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
-    # Every judgement of a cell measured stable in both runs (vs previous and vs baseline) answers
-    # but the two whose change is the SM clock's (0003 is another card, held at another clock) and
-    # two on that other card whose noise, never below what each cell's two processes show
-    # (fabench.analysis.noise.cell_sigma), hides 1.4-1.6%, more than the 1.35% margin.
+    # Judgements of cells measured stable in both runs (vs previous and vs baseline): those on one
+    # card answer; 0003 ran on another card, and the calibration's between-card noise (0.31%, the
+    # fit's: calibrations.yaml) widens every judgement against it, so 32 of its cells are noisy,
+    # and two more are the SM clock's. Measured, not chosen: the price of the between-card noise
+    # (docs/archive.md, "The trade-off").
     judged = [c[kind] for row in cli["rows"] for c in row["cells"] for kind in ("vs_previous", "vs_baseline")
               if c.get(kind) and c[kind]["code"] not in ("unstable", "now_available", "not_ok")]
     answered = [v for v in judged if v["verdict"] in ("same", "changed")]
-    assert len(answered) >= 0.9 * len(judged)
-    assert sorted(v["code"] for v in judged if v not in answered) == ["clock"] * 2 + ["noisy"] * 2
+    missed = [v for v in judged if v not in answered]
+    assert missed and all("cuda-13.0/0003-25eb76a9" in v["values"]["runs"] for v in missed)  # every one against the other card
+    assert sorted({v["code"] for v in missed}) == ["clock", "noisy"]
 
 
 @pytest.mark.parametrize("key, value, expected", [
@@ -255,3 +257,34 @@ def test_a_run_of_one_process_per_job_predicts_nothing_and_compare_cannot_tell()
              for b in a["backends"] if a["backends"][b]["status"] == "ok" == n["backends"][b]["status"]]
     verdicts = [policy.judge(a, b, DEFAULTS)["code"] for a, b in pairs if a["stats"].get("stable") and b["stats"].get("stable")]
     assert verdicts and set(verdicts) == {Code.ONE_PROCESS}
+
+
+def compare_cli(tmp_path, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "fabench.cli", "compare", *args, "--out-md", str(tmp_path / "c.md")],
+                          env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_a_ci_gate_fails_where_it_judged_too_few_cells(tmp_path):
+    """`--fail-on regression` on two runs of which no cell could be judged (another experiment:
+    every cell `other_experiment`) exits 4, not 0; `--min-answered` sets the share, alone too."""
+    import tarfile
+
+    with tarfile.open(REPO / "examples" / "h200-x2-2026-11-27" / "archive.tgz") as tar:
+        for name in tar.getnames():
+            if name.startswith("archive/cuda-13.0/0001-3878ea69/"):
+                tar.extract(name, tmp_path, filter="data")
+    other = tmp_path / "archive" / "cuda-13.0" / "0001-3878ea69"
+    pair = [str(H200 / "cuda-13.0" / "0002-7a004542"), str(other)]
+    gated = compare_cli(tmp_path, *pair, "--fail-on", "regression", "--out-json", str(tmp_path / "c.json"))
+    answers = json.loads((tmp_path / "c.json").read_text())["answers"]
+    assert answers["answered"] == 0 and answers["judged"] >= 20
+    assert gated.returncode == 4, gated.stderr
+    assert gated.stderr.strip().splitlines()[-1] == (
+        f"fabench compare: 0 of {answers['judged']} ok cells compared got an answer (0%), fewer than --min-answered 90%")
+    assert compare_cli(tmp_path, *pair).returncode == 0  # a report, no gate asked for
+    # The committed H200 runs: 91 of 110 ok cells answered vs previous (83%; 10 failed in both: not counted).
+    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "0.8").returncode == 0
+    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "85%").returncode == 4
+    refused = compare_cli(tmp_path, "--root", str(H200), "--min-answered", "1.5")
+    assert refused.returncode == 2 and "--min-answered: '1.5': give a share between 0 and 1" in refused.stderr

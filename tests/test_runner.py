@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import jsonschema
 import pytest
@@ -97,8 +98,9 @@ def test_cpu_job_measures_what_can_run_and_says_why_the_rest_cannot(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="counts the processes a CPU measures in")
 def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tmp_path):
     """The workflow's path: each process its own `--process N` run, then the merge. A process that
-    wrote no result leaves its exit in the job's method and the other processes' figures stand; a
-    process beyond the CPU's count (cpu.repeats 1) writes a marker the merge skips."""
+    wrote no result leaves its exit in the job's method, and the cells the other processes measured
+    are failed with why, their trials kept; a process beyond the CPU's count (cpu.repeats 1) writes
+    a marker the merge skips."""
     config = tiny_config(backends=["native", "sdpa"], roles={p: {"baseline": "native", "vendor": "sdpa",
                                                                  "triton": "native"} for p in ("cpu", "cuda", "rocm")})
     measured, kernel_config = run_job(tmp_path, config, extra=["--process", "0"], name="process-0.json")
@@ -116,7 +118,10 @@ def test_process_files_merge_into_the_job_keeping_the_processes_that_measured(tm
     jsonschema.validate(job, RESULT_SCHEMA)
     assert [(p["index"], p["wrote_result"]) for p in job["method"]["process_exits"]] == [(0, True), (2, False)]
     native = job["backends"]["native"]
-    assert native["status"] == "ok" and {t["process"] for t in native["trials"]} == {0} and native["stats"]["wall_mean_ms"]["n"] == 2
+    # Not "ok" from the process that was left: failed, saying which process was lost and why.
+    assert native["status"] == "failed" and native["reason"].startswith("process 2 was killed by SIGKILL")
+    assert "figures are of process 0 alone" in native["reason"]
+    assert {t["process"] for t in native["trials"]} == {0} and native["stats"]["wall_mean_ms"]["n"] == 2
 
     alone = merge.merge_files([tmp_path / "process-2.json"])
     jsonschema.validate(alone, RESULT_SCHEMA)
@@ -268,3 +273,32 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     assert native["status"] == "failed" and native["reason"].endswith(
         f"no process of the job wrote a result: process 0 timed out after {timeout_s} s (measure.job_timeout_s): its measuring "
         "process was killed")
+
+
+def test_a_measuring_process_killed_at_its_timeout_leaves_no_temporary_folder(tmp_path):
+    """The process's own folder of aiter configs (fabench.places.process_scratch) is there while it
+    measures; killed at its timeout it cannot remove it, and its launcher does. Blind side: a
+    launcher killed too leaves the folder to the next measuring process's sweep, not run here."""
+    spec = job_spec(tiny_config(), "tuned", parse_shape_id("b1-s512-h2-d64"), platform=planned_platform(docker=False))
+    kernel_config = tmp_path / "aiter.json"
+    kernel_config.write_text(json.dumps({"fwd": {"default": TUNED}}))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(tmp_path / "process-0.json"),
+           "--aiter-config", str(kernel_config), "--process", "0", "--mode", "isolate",
+           "--timeout-s", "15" if spec.platform == "cpu" else "60"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    # Frozen as soon as its folder is there (aiter's loader reads the variant's config from it, before
+    # any backend is set up), so that no load on this host lets the job finish first.
+    deadline = time.monotonic() + 120
+    while not (folders := list(scratch.glob("fabench-aiter-configs-*"))):
+        assert time.monotonic() < deadline and runner.poll() is None, "the measuring process made no folder"
+        time.sleep(0.01)
+    [measuring] = subprocess.run(["pgrep", "-P", str(runner.pid)], capture_output=True, text=True).stdout.split()
+    os.kill(int(measuring), signal.SIGSTOP)
+    assert [f"-{measuring}-" in folder.name for folder in folders] == [True]
+    assert runner.wait(timeout=180) == 0
+    assert "timed out" in json.loads((tmp_path / "process-0.json").read_text())["method"]["process_exits"][0]["reason"]
+    assert not list(scratch.iterdir())

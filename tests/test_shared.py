@@ -30,7 +30,7 @@ SHAPES = [{"batch": 4, "seq": 512, "heads": 8, "head_dim": 256}, {"batch": 4, "s
 
 def test_the_registration_says_which_backends_read_the_variant_config():
     reads = {name: backend.reads_variant_config for name, backend in BACKENDS.items()}
-    assert not any(reads[n] for n in ("native", "sdpa", "sdpa_cudnn", "sdpa_flash"))
+    assert not any(reads[n] for n in ("native", "sdpa", "sdpa_cudnn", "sdpa_flash", "fa4"))
     assert reads["triton"] and reads["flex"]  # aiter's patched file; FlexAttention's kernel_options
 
 
@@ -45,14 +45,14 @@ def test_the_plan_shares_from_the_first_variant_only():
 
 
 def test_a_job_that_shares_leaves_those_backends_out_and_makes_no_inputs_when_nothing_is_left():
-    config = tiny_config(backends=["native", "sdpa", "ck"])
+    config = tiny_config(backends=["native", "sdpa", "triton"])  # aiter's Triton kernel reads the variant's config
     spec = job_spec(config, "tuned", SHAPE, shared_from="default")
     assert shared_here(spec) == ["native", "sdpa"]
     result = run_job(spec, None, "test")
-    assert list(result["backends"]) == ["ck"] and result["backends"]["ck"]["status"] == "unavailable"
+    assert list(result["backends"]) == ["triton"] and result["backends"]["triton"]["status"] == "unavailable"
     assert result[SHARED_KEY] == {"measured_in": "default", "backends": ["native", "sdpa"]}
     phases = {p["phase"] for p in timeline.current().record()["phases"]}  # this job's, just recorded
-    assert "device set-up" in phases and "inputs and fp32 reference" not in phases  # ck cannot run here: no fp32 reference made for nothing
+    assert "device set-up" in phases and "inputs and fp32 reference" not in phases  # triton cannot run here: no fp32 reference made for nothing
 
 
 def test_the_measuring_job_measures_every_backend():

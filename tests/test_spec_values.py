@@ -98,6 +98,7 @@ def test_a_spec_is_refused_where_its_config_is_and_only_there(key):
     ("settings.tolerance.min_cosine", 2.0, "settings.tolerance.min_cosine: 2.0 is greater than the maximum"),
     ("settings.timing.max_noise", 0, "settings.timing.max_noise: 0 is less than or equal to the minimum"),
     ("settings.backends", [], "settings.backends: [] should be non-empty"),
+    ("shared_from", "../default", "shared_from: the name '../default' does not match"),
 ])
 def test_a_value_the_config_refuses_is_one_line_naming_the_specs_key(place, bad, expected):
     """An unknown backend among them: once a KeyError traceback inside the measuring process."""
@@ -201,3 +202,20 @@ def test_the_sweep_types_hold_exactly_the_keys_a_sweep_job_reads():
     schema = yaml.safe_load(SCHEMA.read_text())["properties"]["sweep"]["properties"]
     assert [f.name for f in dataclasses.fields(Sweep)] == list(JOB_KEYS)
     assert {f.name for f in dataclasses.fields(SweepTiming)} == set(schema["timing"]["properties"])
+
+
+def test_the_container_launcher_reads_the_jobs_arguments_on_the_host_first(tmp_path, capsys):
+    """The image reads the types alone: its launcher refuses, before any container starts, what
+    the command in it would refuse on a host (the docker tests run the container itself)."""
+    from fabench.container.job import RUNNER_MODULE, SWEEP_MODULE, _check_in_host
+
+    config = tmp_path / "tuned.json"
+    config.write_text("{}")
+    out = str(tmp_path / "process-0.json")
+    _check_in_host(RUNNER_MODULE, ["--spec", json.dumps(job_value()), "--out", out, "--process", "0"], config)
+    for module, spec, more in ((RUNNER_MODULE, set_at(job_value(), "settings.seed", 2**32), ["--process", "0"]),
+                               (SWEEP_MODULE, set_at(sweep_value(), "sweep.keep", 0), [])):
+        with pytest.raises(SystemExit) as ended:
+            _check_in_host(module, ["--spec", json.dumps(spec), "--out", out, *more], config)
+        err = capsys.readouterr().err
+        assert ended.value.code == USAGE and err.count("\n") == 1 and "argument --spec: " in err, err

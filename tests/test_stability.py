@@ -17,6 +17,7 @@ import pytest
 from fabench.analysis import analyse_run, entry as analysis, policy, stats
 from fabench.analysis.detector import detector_check
 from fabench.analysis.noise import LEVEL
+from fabench.measure import observations
 from fabench.results import detector_markdown
 from fabench.results.contract import backend_entry
 
@@ -100,6 +101,57 @@ def test_a_run_with_one_device_loop_has_no_profiler_overhead():
 def test_a_note_that_changes_the_figure_makes_it_unstable(note, code):
     got = gpu_cell([note])
     assert not got["stats"]["stable"] and got["stats"]["unstable_codes"] == [code]
+
+
+@pytest.mark.parametrize("item, legacy_note", [
+    (observations.warmup_unsettled(0, 2, 1000), "process 0 trial 2: warm-up did not settle within 1000 ms"),
+    (observations.no_kernel_time(1, 0, "the trace holds 7 kernels, not the 9 expected"),
+     "process 1 trial 0: no kernel time: the trace holds 7 kernels, not the 9 expected"),
+    (observations.kernels_differ([{"process": 0, "names": ["k"], "source_sha256": "aa", "launch": None},
+                                  {"process": 1, "names": ["j"], "source_sha256": "bb", "launch": None}]),
+     "the processes ran different kernels: process 0: k (source sha256 aa, launch None); "
+     "process 1: j (source sha256 bb, launch None)"),
+])
+def test_a_coded_observation_and_the_older_words_for_it_are_one_verdict(item, legacy_note):
+    """The measuring process records a kind with values; an older result recorded English for the
+    same observation. Both give one stability verdict, codes and words alike: the words come from
+    verdict_text, and no reworded sentence can re-code a cell (it is never parsed)."""
+    coded, older = gpu_cell([item])["stats"], gpu_cell([legacy_note])["stats"]
+    assert not coded["stable"] and coded["unstable_codes"] == older["unstable_codes"] != ["note"]
+    assert coded["unstable_reason"] == older["unstable_reason"]
+    reworded = gpu_cell([{**item, "text": "worded otherwise"}])["stats"]  # the words decide nothing
+    assert reworded["unstable_codes"] == coded["unstable_codes"] and "worded otherwise" in reworded["unstable_reason"]
+    validate_notes([item])
+
+
+def validate_notes(notes: list) -> None:
+    import json
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "workflow" / "schemas" /
+                         "result.schema.json").read_text())
+    observed = schema["$defs"]["backend"]["properties"]["observations"]
+    jsonschema.validate({"notes": notes, "do_bench_reason": None}, observed)
+
+
+def test_every_english_note_of_the_committed_runs_reads_back_as_it_was_written():
+    """legacy.coded keeps an older note's words: the analysis of every committed run states the same
+    reasons it did (and the kinds its words name). Blind side: only the notes these runs hold."""
+    import json
+
+    from fabench.analysis import legacy
+    from fabench.analysis.verdict_text import observation_text
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    notes = [n for f in root.rglob("results.json") for r in json.loads(f.read_text())["results"]
+             for e in r["backends"].values() for n in (e.get("observations") or {}).get("notes", [])]
+    assert notes  # the H100 runs hold "different kernels" notes
+    for note in notes:
+        item = legacy.coded(note)
+        assert observation_text(item) == note
+        assert item["kind"] == ("kernels_differ" if note.startswith(legacy.KERNELS_NOTE) else item["kind"])
+
 
 
 def test_a_clock_held_down_that_moved_the_trials_is_named_beside_their_spread():

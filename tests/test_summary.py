@@ -165,8 +165,47 @@ def test_one_process_per_job_gives_no_interval_and_no_claim(tmp_path):
     assert found["precision"]["code"] == "one process"
     assert found["precision"]["one_process"] == found["precision"]["cells"] == 30
     assert {g["code"] for g in found["fastest"]["groups"]} == {"untold"}
+    # The first screen says which setting gives the paired test (newcomer review, finding 1) ...
+    assert {g["setting"] for g in found["fastest"]["groups"]} == {"cpu: {repeats: 2}"}
+    # ... and names no backend whose paired trials lead by less than the margin (FlexAttention's 0.7-1.1%).
+    assert [g["trials_lead"] for g in found["fastest"]["groups"]] == [None, None]
     assert found["tuning"]["claim"] == "cannot tell" and found["tuning"]["reason_code"] == "one_process"
     assert found["tuning"]["counts"] == {"cannot tell": 5}
+
+
+def test_one_process_per_job_names_the_backend_every_paired_trial_put_ahead_untested(tmp_path):
+    """SDPA made 3x faster in every trial of one process: the line names it as ahead in every paired
+    trial, says it is untested, and gives the setting that tests it."""
+    collected, config = cpu_run(tmp_path, 1)
+    for result in collected["results"]:
+        for trial in result["backends"]["sdpa"]["trials"]:
+            trial["wall_mean_ms"] /= 3
+    found = context(analyse_run(collected), config)
+    leads = [g["trials_lead"] for g in found["fastest"]["groups"]]
+    assert all(lead and lead["leader"] == "SDPA" and lead["least"] > 1.5 for lead in leads), leads
+    text = render(collected, config, PUBLISHED)
+    assert "was ahead of the next in every paired trial at every shape" in text and "untested" in text
+    assert "`cpu: {repeats: 2}` (two processes a job) gives the paired test" in text
+
+
+def test_the_summary_counts_the_kernel_time_checks_and_the_claims_carry_a_disagreement():
+    """A real H100 x2 run (examples/h100-x2-2026-11-25): every ok cell's graph check is counted as
+    agree, differ or could not judge; native fp32 at seq 4096 differs (+1.5-2.1% in every run), and
+    a claim on that cell says so."""
+    import tarfile
+
+    with tarfile.open(ROOT / "examples" / "h100-x2-2026-11-25" / "archive-0001.tar.gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/results.json"))
+        collected = analyse_run(json.load(tar.extractfile(member)))
+        config = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("/config.json"))))
+    run = Run(collected, config)
+    checked = summary.precision(run)["checked"]
+    assert sum(checked.values()) == summary.precision(run)["cells"] and checked["differ"] >= 1
+    result = next(r for r in run.results if r["variant"] == "default" and r["shape"]["seq"] == 4096)
+    native = result["backends"]["native"]
+    assert native["cross_check"]["kernel_time"]["agrees"] is False  # +1.5%, tolerance +-0.9% (its run's figure)
+    claim = run.claim(result["backends"]["sdpa_cudnn"], native, ("cuDNN", "Native"))
+    assert claim["checked"] == "differs" and "differs for Native (+1.5%" in claim["why"]
 
 
 def test_with_processes_to_compare_a_cpu_run_states_its_interval_and_reaches_verdicts(tmp_path):
@@ -179,21 +218,22 @@ def test_with_processes_to_compare_a_cpu_run_states_its_interval_and_reaches_ver
 
 def test_a_backend_the_policy_cannot_tell_from_the_fastest_shares_the_lead(h200):
     collected, config = copy.deepcopy(h200[0]), h200[1]
-    # Native made the fastest at every main shape of the last variant, its trials unstable: the
-    # policy cannot tell it from the next ones, so it leads with them; the next the policy puts
-    # behind a leader is still named.
+    # Native made the fastest at every main shape of the last variant, its trials spread (unstable):
+    # paired with cuDNN's trials they point both ways, so the policy cannot tell it from the next
+    # ones (the noise hides a difference beyond the margin) and it leads with them; the next the
+    # policy puts behind a leader is still named.
     for result in collected["results"]:
         if result["variant"] == "tuned" and result["shape"]["head_dim"] == 256:
             native, cudnn = result["backends"]["native"], result["backends"]["sdpa_cudnn"]
             stats = native["stats"]
-            stats["stable"], stats["unstable_reason"] = False, "made unstable by the test"
+            stats["stable"], stats["unstable_reason"], stats["unstable_codes"] = False, "made unstable", ["spread"]
             stats["device_ms"]["median"] = cudnn["stats"]["device_ms"]["median"] * 0.95
             # Its trials straddle cuDNN's (10% below and 5% above in turn): not every one apart.
             for trial, other, factor in zip(native["trials"], cudnn["trials"], [0.9, 1.05] * 10):
                 trial["device_ms"] = other["device_ms"] * factor
     main = context(collected, config)["fastest"]["groups"][0]
     assert main["code"] == "winner" and main["leaders"][0] == "Native" and "SDPA (cuDNN)" in main["leaders"]
-    assert "unstable trials" in main["reasons"] and len(main["untold"]) == 4
+    assert main["reasons"] == ["noise wider than the margin"] and len(main["untold"]) == 4
     assert "Triton" not in main["leaders"]
 
 

@@ -8,7 +8,10 @@
 # Every run is archived under OUT/archive (config `archive.root`) and timed from Snakemake's start.
 # Then (acceptance) card 1 runs the preview preset, warm.
 #   cold:       card 0 runs the default experiment cold (c2) while card 1 runs the GPU tests.
-# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold
+#   verdicts:   issue 36's three runs in one lease: card 0 runs the default experiment cold (c6), then
+#               warm (w6), then the preview warm and, where FABENCH_PEER names a script, the peer
+#               (nvbench) on the same card, while card 1 runs the GPU tests; then both cards (m6).
+# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts
 # A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
 # Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
 set -uo pipefail
@@ -96,6 +99,22 @@ acceptance)
     wait "$tests"
     timed m2 on_card 0,1 experiment m2 --profile profiles/multi-gpu --resources gpu=2
     timed preview on_card 1 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
+    ;;
+verdicts)
+    gpu_tests 1 &
+    tests=$!
+    timed c6 on_card 0 experiment c6 --cores 1
+    timed w6 on_card 0 experiment w6 --cores 1
+    timed preview on_card 0 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
+    if [ -n "${FABENCH_PEER:-}" ]; then
+        timed peer on_card 0 python3 "$FABENCH_PEER" "$out/nvbench.json"
+    fi
+    wait "$tests"
+    timed m6 on_card 0,1 experiment m6 --profile profiles/multi-gpu --resources gpu=2
+    ;;
+*)
+    note "no such plan: $plan (smoke, acceptance, cold or verdicts)"
+    exit 2
     ;;
 esac
 cp -r results "$out/results" 2>/dev/null

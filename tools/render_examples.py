@@ -11,6 +11,10 @@ only read: an archive tarball (examples/h100/archive-*.tar.gz) is unpacked into 
 folder. An example without an archive but with a run's results.json (examples/h200-sweep) is
 rendered from those, with the config files its README names.
 
+The published numbers a stored config names are read from the project's report/published/ only
+(fabench.results.published.stored_published). A missing folder, an unreadable tarball or entry is
+one line naming it, exit status 1.
+
 Deterministic and idempotent: the output depends on the archived data, the config files and the
 code only (no clock: an archived run has no Snakemake start to time from), and a file whose
 bytes would not change is not rewritten.
@@ -24,6 +28,7 @@ import json
 import sys
 import tarfile
 import tempfile
+import zlib
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -32,12 +37,13 @@ import yaml
 from fabench.analysis import analyse_run
 from fabench.analysis.policy import Rule
 from fabench.config_layers import replace_whole_values
-from fabench.files import write_atomic
+from fabench.files import read_json, write_atomic
 from fabench.report.latency_plot import latency_png
 from fabench.report.speedup_plot import speedup_png
 from fabench.report.render import render
+from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries
-from fabench.results.published import load_published
+from fabench.results.published import PublishedError, stored_published
 
 ROOT = Path(__file__).resolve().parent.parent
 # Figures of a report, each drawn from the results and the config's comparison rule (the
@@ -89,8 +95,15 @@ def archive_of(example: Path, stack: ExitStack) -> Path | None:
     if not tarballs:
         return None
     where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fabench-example-")))
-    with tarfile.open(tarballs[-1]) as tar:
-        tar.extractall(where, filter="data")
+    try:
+        # filter="data": no member is written outside the folder, none is a link out of it
+        with tarfile.open(tarballs[-1]) as tar:
+            tar.extractall(where, filter="data")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+        why = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
+        raise ExampleError(f"{tarballs[-1]}: not a readable archive tarball ({why})") from None
+    if not (where / "archive").is_dir():
+        raise ExampleError(f"{tarballs[-1]}: holds no archive/ folder")
     return where / "archive"
 
 
@@ -99,8 +112,10 @@ def run_of(example: Path, stack: ExitStack) -> tuple[dict, dict, dict | None, st
     archive = archive_of(example, stack)
     if archive is not None:
         entry = newest_entry(archive)
-        config = json.loads((entry.path / "config.json").read_text())
-        return entry.results(), config, None, entry.id
+        try:
+            return entry.results(), read_json(entry.path / "config.json"), None, entry.id
+        except (OSError, ValueError, ArchiveError) as err:  # not JSON; changed since it was verified
+            raise ExampleError(f"{example}: {entry.id}: {err}") from None
     if example.name in RUN_CONFIGS and (example / "results.json").is_file():
         sweep = example / "tune" / "sweep.json"
         return (json.loads((example / "results.json").read_text()), merged_config(list(RUN_CONFIGS[example.name])),
@@ -121,7 +136,10 @@ def render_example(example: Path) -> list[Path]:
     with ExitStack() as stack:
         collected, config, sweep, source = run_of(example, stack)
     analysed = analyse_run(collected)
-    published = load_published(ROOT / config["published"]) if config.get("published") else None
+    try:
+        published = stored_published(config, ROOT, f"{example.name} {source} config.json")
+    except PublishedError as err:
+        raise ExampleError(str(err)) from None
     rule = Rule.of(config)
     changed = [example / path for _, path, draw in FIGURES if write_if_changed(example / path, draw(analysed, rule))]
     markdown = render(analysed, config, published, figures=[(title, path) for title, path, _ in FIGURES], sweep=sweep)
@@ -136,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=Path, default=ROOT / "examples", help="the examples folder")
     parser.add_argument("names", nargs="*", help="examples to render (default: every one)")
     args = parser.parse_args(argv)
+    if not args.examples.is_dir():
+        print(f"render_examples: {args.examples}: no such folder of examples", file=sys.stderr)
+        return 1
     names = args.names or sorted(p.name for p in args.examples.iterdir() if p.is_dir())
     try:
         for name in names:
+            if not (args.examples / name).is_dir():
+                raise ExampleError(f"{args.examples / name}: no such example")
             for path in render_example(args.examples / name):
                 print(path)
     except ExampleError as err:

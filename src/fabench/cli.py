@@ -5,9 +5,9 @@
     fabench archive verify ENTRY [--root archive]
     fabench compare [ENTRY ...] [--root archive] [--configfile FILE] [--margin M] [--baseline ENTRY]
                     [--published FILE] [--out-md FILE] [--out-json FILE] [--out-csv FILE]
-                    [--out-html FILE] [--plots DIR] [--fail-on regression]
+                    [--out-html FILE] [--plots DIR] [--fail-on regression] [--min-answered SHARE]
     fabench detector-check [ENTRY ...] [--root archive ...] [--configfile FILE] [--margin M]
-                    [--out-md FILE] [--out-json FILE]
+                    [--out-md FILE] [--out-json FILE] [--trade-off]
 
 Both judge by the comparison policy (fabench.analysis.policy) that `snakemake compare` applies:
 its defaults, or the `comparison` key of --configfile (a workflow config), --margin over it.
@@ -18,9 +18,13 @@ for its newest intact entry) under --root. `compare` without entries compares ev
 Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
 out of a comparison, a run refused as incomplete) or an entry that could not be written (a full
 disk: nothing is left of it); 2 a usage error (bad option or --label, no such entry); 3 a
-regression, with `compare --fail-on regression`; 4 `archive store` of a run whose measurements
-are already an intact entry (nothing stored; the entry is printed: a "store every run" step may
-accept 0 and 4); 130 interrupted (SIGINT or SIGTERM: an entry is stored whole or not at all).
+regression, with `compare --fail-on regression`; 4 too few cells judged: the share of ok cells
+compared with the previous entry that got same or changed is below `compare --min-answered`
+(with `--fail-on regression` its default is 0.9, else it is asked for alone), so a CI gate fails
+where it has no evidence (a regression, 3, is reported first); 5 `archive store` of a run whose
+measurements are already an intact entry (nothing stored; the entry is printed: a "store every
+run" step may accept 0 and 5); 130 interrupted (SIGINT or SIGTERM: an entry is stored whole or
+not at all).
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from fabench.analysis.calibration import CalibrationError
 from fabench.files import OutputPathError, output_file_arg, output_folder_arg, write_atomic, write_json
 
-USAGE, INTEGRITY, REGRESSION, ALREADY_ARCHIVED, INTERRUPTED = 2, 1, 3, 4, 130
+USAGE, INTEGRITY, REGRESSION, TOO_FEW_ANSWERED, ALREADY_ARCHIVED, INTERRUPTED = 2, 1, 3, 4, 5, 130
+MIN_ANSWERED = 0.9  # compare --min-answered's default: the share of cells the acceptance asks answered
 
 
 class UsageError(Exception):
@@ -79,6 +85,16 @@ def margin_type(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.02 or 2%)") from None
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give a fraction between 0 and 1 (0.02 or 2%)")
+    return value
+
+
+def share_type(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (0.9 or 90%)") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a share between 0 and 1 (0.9 or 90%)")
     return value
 
 
@@ -165,6 +181,10 @@ def build_parser() -> Parser:
     compare.add_argument("--plots", type=output_folder_arg, metavar="DIR", help="write versions-<variant>.png here")
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
                          "(for CI)")
+    compare.add_argument("--min-answered", type=share_type, metavar="SHARE",
+                         help="exit with status 4 when fewer than this share of the ok cells compared with the previous "
+                         f"entry got an answer (same or changed) (default: {MIN_ANSWERED} with --fail-on, else "
+                         "never; 0: never)")
     check = commands.add_parser("detector-check", help="the change detector's false alarms, answers, calibration "
                                 "and sensitivity on archived runs (a known change injected)")
     check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
@@ -173,13 +193,15 @@ def build_parser() -> Parser:
     check.add_argument("--out-md", type=output_or_discard, help="write the Markdown here (default: standard output; "
                        f"{os.devnull}: nowhere)")
     check.add_argument("--out-json", type=output_or_discard, help="write the check as JSON here")
-    from fabench.analysis.policy import Rule
-
+    check.add_argument("--trade-off", action="store_true", help="also judge the same pairs by other designs of the "
+                       "rule (margins, with and without the between-run and between-card noise): the table in "
+                       "docs/archive.md")
     for sub in (compare, check):
         sub.add_argument("--configfile", type=Path, metavar="FILE", help="a workflow config (YAML): its "
                          "`comparison` key sets the policy, as in `snakemake compare` (default: the policy's defaults)")
         sub.add_argument("--margin", type=margin_type, help="the smallest change called a regression or an "
-                         f"improvement, as a fraction or percent (default: the config's, else {Rule.of({}).margin})")
+                         "improvement, as a fraction or percent (default: the config's, else the calibration's of "
+                         "the hardware judged: src/fabench/analysis/calibrations.yaml)")
     return parser
 
 
@@ -314,6 +336,12 @@ def cmd_compare(args) -> int:
     if flags and args.fail_on == "regression":
         print(f"{prog}: failing on {len(flags)} regression flag(s) (--fail-on regression)", file=sys.stderr)
         return REGRESSION
+    answers = comparison["answers"]
+    least = args.min_answered if args.min_answered is not None else MIN_ANSWERED if args.fail_on else 0.0
+    if answers["judged"] and answers["share"] < least:
+        print(f"{prog}: {answers['answered']} of {answers['judged']} ok cells compared got an answer "
+              f"({answers['share']:.0%}), fewer than --min-answered {least:.0%}", file=sys.stderr)
+        return TOO_FEW_ANSWERED
     return 0
 
 
@@ -368,7 +396,7 @@ def cmd_detector_check(args) -> int:
     if len(runs) < 2:
         return fail(prog, f"error: {len(runs)} usable entr{'y' if len(runs) == 1 else 'ies'}: the check needs "
                           f"two runs of one experiment on the same GPU model", USAGE)
-    check = detector_check(runs, rule)
+    check = detector_check(runs, rule, trade_off=args.trade_off)
     write_outputs(args, render(check), check)
     return INTEGRITY if len(runs) < len(entries) else 0
 
@@ -390,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[(args.command, getattr(args, "action", None))](args)
     except OutputPathError as err:  # checked at parsing; again at writing, should the path change meanwhile
+        return fail(prog, f"error: {err}", USAGE)
+    except CalibrationError as err:  # the installed calibrations.yaml, checked where first read
         return fail(prog, f"error: {err}", USAGE)
     except BrokenPipeError:  # fabench compare | head
         return 0

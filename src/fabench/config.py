@@ -108,7 +108,11 @@ def _hint(error, where: str) -> str | None:
     known = list(error.schema.get("properties", {}))
     hints = []
     for key in (k for k in error.instance if k not in known):
-        if "build_args" in known and re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(key)):
+        if "." in str(key) and str(key).split(".")[0] in known:
+            block, _, inner = str(key).partition(".")
+            hints.append(f"a key of a block is written nested, not dotted: {block}: {{{inner}: ...}} in a config "
+                         f"file, or --config '{block}={{{inner}: ...}}'")
+        elif "build_args" in known and re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(key)):
             hints.append(f"build arguments such as {key} go under {where}.build_args")
         elif close := difflib.get_close_matches(str(key), known, n=1):
             hints.append(f"did you mean {close[0]!r} instead of {key!r}?")

@@ -4,6 +4,9 @@ Writing: a reader never sees half of a file, and no path given as an output (a c
 command-line option) replaces what is not a regular file: every file fabench writes goes through
 write_atomic. Reading: a JSON file holds only finite numbers and is nested no deeper than any file
 fabench writes; anything else is one line naming the file and the field (read_json, loads_json).
+Paths named by data (a variant's name in a results file, a path in a stored config, a file found
+in a run folder) are confined to their folder and never followed through a link (confined_path);
+nothing but the archive's store writes inside an archive entry (output_target refuses it).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import math
 import os
 import secrets
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 # Deeper than any file fabench writes (a results.json is about 10 levels), far below where
 # Python's parser or the schema validator would run out of stack.
@@ -27,6 +30,43 @@ class OutputPathError(ValueError):
 
 class JsonReadError(ValueError):
     """A JSON text fabench refuses to read; the message is one line naming the source and field."""
+
+
+class DataPathError(ValueError):
+    """A path named by data that fabench will not follow; the message is one line naming where it came from."""
+
+
+# An archive entry (fabench.results.archive_layout) is a folder holding both of these files; only the
+# archive's store (which writes SHA256SUMS last, in a staging folder) writes in one.
+ENTRY_RECORD, ENTRY_SUMS = "record.json", "SHA256SUMS"
+
+
+# ---------------------------------------------------------------- paths named by data
+
+def confined_path(root: str | os.PathLike, name: str, what: str) -> Path:
+    """`root`/`name`, where `name` comes from data rather than from the user's command line: refused
+    (DataPathError, one line naming `what`) when it is empty, absolute, climbs with '..', or passes
+    through a symbolic link anywhere below `root` (the last part included). `root` itself is the
+    caller's (a folder the user named, the project): it is taken as it is."""
+    text = str(name)
+    pure = PurePosixPath(text)
+    if not text or "\0" in text or pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise DataPathError(f"{what}: {text[:80]!r} is not a relative path inside {root} (no '..', not absolute)")
+    path = Path(root)
+    for part in pure.parts:
+        path = path / part
+        if path.is_symlink():
+            raise DataPathError(f"{what}: {path} is a symbolic link, which fabench does not follow; "
+                                "give the file itself")
+    return path
+
+
+def archive_entry_of(path: str | os.PathLike) -> Path | None:
+    """The archive entry folder that `path` lies in (or is), else None."""
+    for folder in (Path(os.path.abspath(path)), *Path(os.path.abspath(path)).parents):
+        if (folder / ENTRY_RECORD).is_file() and (folder / ENTRY_SUMS).is_file():
+            return folder
+    return None
 
 
 # ---------------------------------------------------------------- writing
@@ -61,6 +101,10 @@ def output_target(path: str | os.PathLike, folder_must_exist: bool = True) -> Pa
         if kind:
             via = f" (through the link to {target})" if target != path else ""
             raise OutputPathError(f"{path}: is {kind}{via}; give the path of a regular file")
+    entry = archive_entry_of(target)
+    if entry is not None:
+        raise OutputPathError(f"{path}: lies in the archive entry {entry}, which only `fabench archive store` "
+                              "writes, once; give a path outside the archive")
     if folder_must_exist and not target.parent.is_dir():
         raise OutputPathError(f"{path}: the folder {target.parent} does not exist (create it first)")
     return target

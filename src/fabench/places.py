@@ -8,6 +8,11 @@
   the host, like /tmp. Used when it is a real folder either private to its owner (this user or
   root) or, when others may write in it, sticky (only a file's owner may remove or rename it).
 
+- A measuring process's own temporary folder (aiter's configs: `process_scratch`): named by the
+  process (its PID namespace, PID and start time), removed by the process at its end, and, when it
+  was killed first, by the next measuring process of this user or by its launcher
+  (`remove_orphaned_scratch`): a folder whose process no longer runs is removed, none other.
+
 Files inside are opened without following links (O_NOFOLLOW) and must be regular files.
 `check_env_places` says what is wrong before any job starts (the plan calls it); `private_dir`
 and `shared_dir` make or accept the folder at run time, or raise PlaceError, one line naming the
@@ -19,7 +24,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
+import shutil
 import stat
+import tempfile
+import time
 from pathlib import Path
 
 WORKER_DIR_ENV = "FABENCH_WORKER_DIR"
@@ -28,6 +37,9 @@ DEFAULT_LEASE_DIR = "/tmp/fabench-gpu-leases"  # host-wide: every user's and wor
 # A worker's socket is <folder>/w-<24 hex digits>.sock; a unix socket's path holds at most 107 bytes.
 SOCKET_NAME_BYTES = len("/w-.sock") + 24
 AF_UNIX_PATH_MAX = 107
+
+
+SCRATCH_PREFIX = "fabench-aiter-configs-"
 
 
 class PlaceError(OSError):
@@ -81,7 +93,8 @@ def open_file(path: Path, flags: int, variable: str, mode: int = 0o600) -> int:
                              f"or set {variable} to a folder of your own") from None
         if err.errno == errno.ENXIO:  # a FIFO or socket no one reads: no regular file either
             raise _not_regular(path, variable) from None
-        raise
+        raise PlaceError(f"{variable}: {path} cannot be opened ({err.strerror}); set {variable} to a folder "
+                         "you can write") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _not_regular(path, variable)
@@ -149,6 +162,11 @@ def _problem(path: Path, variable: str, shared: bool) -> str | None:
         return f"{variable}: {path} is a symbolic link (to {target}), which fabench does not follow; {fix}"
     if not stat.S_ISDIR(info.st_mode):
         return f"{variable}: {path} is not a folder; remove it or {fix}"
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        return f"{variable}: {path} is on a read-only file system; set {variable} to a folder you can write"
+    # A shared folder may be another's with lock files made for all; a private one is written here.
+    if not shared and not os.access(path, os.W_OK | os.X_OK):
+        return f"{variable}: {path} is not writable by you; set {variable} to a folder you can write"
     mine = info.st_uid == os.getuid()
     others_write = info.st_mode & 0o022
     if not shared:
@@ -164,3 +182,69 @@ def _problem(path: Path, variable: str, shared: bool) -> str | None:
     if not others_write and not mine and info.st_uid != 0:
         return f"{variable}: {path} is private to uid {info.st_uid}; {fix}"
     return None
+
+
+# ---------------------------------------------------------------- a measuring process's temporary folder
+
+def process_scratch(prefix: str = SCRATCH_PREFIX) -> str:
+    """A new temporary folder of this process, named `prefix`<pid namespace>-<pid>-<start time>-...,
+    made after removing those of this user's processes that have ended (killed before they could
+    remove their own). Where /proc does not tell a process's start, a plain temporary folder."""
+    remove_orphaned_scratch(prefix=prefix)
+    tag = _process_tag(os.getpid())
+    return tempfile.mkdtemp(prefix=f"{prefix}{tag}-" if tag else prefix)
+
+
+def remove_orphaned_scratch(ended_pid: int | None = None, prefix: str = SCRATCH_PREFIX,
+                            wait_s: float = 5.0) -> list[Path]:
+    """Remove the temporary folders (process_scratch) of this user's processes that no longer run,
+    in this PID namespace; the folders removed. `ended_pid`: a process just killed (a measuring
+    worker, which is not the caller's child), waited for up to `wait_s` until the kill has landed."""
+    if ended_pid is not None:
+        deadline = time.monotonic() + wait_s
+        while _start_time(ended_pid) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    namespace = _pid_namespace()
+    if namespace is None:
+        return []
+    pattern = re.compile(re.escape(prefix) + r"(\d+)-(\d+)-(\d+)-[^/]+")
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        match = pattern.fullmatch(path.name)
+        if not match or match.group(1) != namespace:
+            continue  # a folder of another namespace (a container sharing /tmp) or of an older fabench
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue  # another user's, or a link: never followed, never removed
+        if _start_time(int(match.group(2))) == match.group(3):
+            continue  # its process still runs
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or None
+    except OSError:
+        return None
+
+
+def _process_tag(pid: int) -> str | None:
+    namespace, start = _pid_namespace(), _start_time(pid)
+    return f"{namespace}-{pid}-{start}" if namespace and start else None
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat's 22nd field), None when
+    it does not run (gone, or a zombie: killed, not yet reaped). With the PID it names one process,
+    whatever PID is given to another later."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()  # after the command's name, which may hold spaces
+    return None if fields[0] in ("Z", "X") else fields[19]

@@ -27,8 +27,10 @@ from fabench.files import write_json
 from fabench.gitinfo import git_commit
 from fabench.measure.launch import lease
 from fabench.measure.launch.devices import DECLARED_ENV, DeviceError
+from fabench.measure.launch.runner import MEASURED_AGAIN_MAX
 from fabench.measure.spec import job_spec
 from fabench.resources import SCHEMA_DIR
+from fabench.results.merge import times_lost
 from fabench.results.published import PublishedError, load_published
 from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
 from fabench.shapes import shape_id
@@ -360,6 +362,14 @@ class Plan:
         if not self.docker:
             options += ["--mode", self.measure_mode(cluster), "--worker-idle-s", str(settings["worker_idle_s"])]
         return HowToMeasure(shlex.join(options))
+
+    @staticmethod
+    def measured_again(process_file: str) -> str:
+        """The runner's --measured-again for a job's process file (fabench.results.merge.times_lost):
+        a count once the process was lost, so that the job's params change and Snakemake measures it
+        again; nothing for a process never lost, whose params stay as they were."""
+        count = times_lost(Path(process_file))
+        return f" --measured-again {count}" if 0 < count <= MEASURED_AGAIN_MAX else ""
 
     def stop_measuring_workers(self, cluster: bool) -> str | None:
         """At the workflow's end, its measuring workers end at once instead of when idle. Called by

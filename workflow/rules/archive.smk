@@ -4,6 +4,7 @@
 #   snakemake --cores 1 compare    every archived entry side by side, regressions flagged
 # The work is in fabench.results.archive_store, .unarchived, .archive_read, .compare and fabench.report.compare_markdown,
 # .plots.
+from fabench.analysis.calibration import CalibrationError
 from fabench.analysis.policy import (
     Rule as ComparisonRule,
     RuleError as ComparisonRuleError,
@@ -92,6 +93,8 @@ rule archive:
     params:
         root=config["archive"]["root"],
         own_runs=list(RUNS),
+        # this config's runs when they are previews, which are not archived (said so)
+        previews=list(RUNS) if config.get("preview") else [],
         schema=SCHEMA_DIR / "result.schema.json",
     script:
         "../scripts/archive_finished.py"
@@ -101,7 +104,7 @@ rule archive:
 try:
     refuse_retired_comparison_keys(config)
     COMPARISON = ComparisonRule.of(config).as_dict()
-except ComparisonRuleError as err:
+except (ComparisonRuleError, CalibrationError) as err:
     raise WorkflowError(f"invalid config: {err}") from None
 
 

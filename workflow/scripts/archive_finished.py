@@ -19,6 +19,8 @@ def say(line):
     print(f"archive: {line}", file=sys.stderr, flush=True)
 
 
+for run in sm.params.previews:
+    say(f"results/{run} is a preview (config.preview: true), too few samples to compare versions by: not archived")
 outcome = store_unarchived(WORKFLOW_RESULTS, Path(sm.params.root), sm.params.own_runs,
                            schema=result_schema(sm.params.schema), notify=say)
 for stored in outcome:

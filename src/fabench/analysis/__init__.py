@@ -10,6 +10,9 @@ launched, and notes on what went wrong. Everything derived from them comes from 
     entry      one backend of one job: medians, spread, stability, the independent cross-checks
     noise      one run: noise pooled over cells of similar duration, the CI of each cell's median
                and the prediction interval for another run on the same hardware
+    components the noise model's components (within a process, between processes, runs and cards),
+               each estimated from data
+    calibration  the rule's fitted values per GPU model (calibrations.yaml), checked strictly
     policy     the one comparison rule (Rule, its config key `comparison`): two runs of a cell are
                changed / same / cannot tell; steps in a series of archived runs; a figure against
                a published number

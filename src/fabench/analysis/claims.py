@@ -17,14 +17,16 @@ any difference between them is run-to-run noise, and no claim that one variant i
 
 from __future__ import annotations
 
-from fabench.analysis import policy, verdict_text
-from fabench.analysis.figures import METRICS
+from fabench.analysis import calibration, policy, verdict_text
+from fabench.analysis.identity import hardware_identity
+from fabench.analysis.figures import METRICS, cell_metric
+from fabench.analysis.pairs import Pair, PairNoise
 from fabench.analysis.policy import Code, Rule, judge
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
-# The claim's code where an unstable cell is still beaten by every trial (policy.trials_apart).
+# The claim's code where an unstable cell of another job is still beaten by every process (policy.processes_apart).
 SEPARATED = "separated"
 ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
 
@@ -39,7 +41,8 @@ def _published_figure(entry: dict) -> float | None:
 
 def _claim(claim: str, faster: str | None, ratio: float | None, why: str, metric: str | None = None,
            code: str | None = None) -> dict:
-    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "code": code}
+    return {"claim": claim, "faster": faster, "ratio": ratio, "why": why, "metric": metric, "code": code,
+            "paired": None, "checked": None}
 
 
 def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
@@ -57,7 +60,8 @@ def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
 
 
 def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] = ("a", "b"),
-            published: bool = False) -> dict:
+            published: bool = False, same_job: bool = False, pair_noise: PairNoise | None = None,
+            between_runs: float = 0.0) -> dict:
     """What the run may say about two analysed backend entries of it: the policy's verdict
     (fabench.analysis.policy.judge, a taken as the old and b as the new) in a claim's words.
 
@@ -66,7 +70,11 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     "same" (within the margin), "below margin" (real, but within the margin), "cannot tell",
     "as published" or "not measured"; `faster` is set where the direction is a claim (faster,
     below margin, as published). `names` name the cells in `why`. `published`: the cells are a
-    publication's numbers, which carry no analysis: compared as published, and the claim says so."""
+    publication's numbers, which carry no analysis: compared as published, and the claim says so.
+    `same_job`: the two are backends of one job, interleaved trial by trial in its processes: the
+    policy's paired test (policy.paired) at the process unit, with the run's pooled noise of such
+    pairs (`pair_noise`, pairs.PairNoise); else the verdict between two runs' figures (policy.judge),
+    with the unstable exception at the process unit (policy.processes_apart)."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both", code=Code.MISSING)
     figures = _published_figure(a), _published_figure(b)
@@ -74,34 +82,82 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
         low, high = sorted(figures)
         return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
                       "published figures, no noise estimate: compared as published", "wall_mean_ms")
-    verdict = judge(a, b, rule, names=names)
+    metric = cell_metric(a, b)
+    # Paired where the two have partner trials (results from before trials have none: judged as figures).
+    if same_job and metric is not None and Pair.of(a, b, metric) is not None:
+        verdict = policy.paired(a, b, metric, rule, pair_noise, names=names, between_runs=between_runs)
+    else:
+        verdict = judge(a, b, rule, names=names)
     metric, ratio, code = verdict["metric"], verdict["ratio"], verdict["code"]
     # The verdict's change reads "new against old" between runs; two cells of one run say it as a factor.
     reason = verdict_text.reason(verdict)
     if ratio is None:
         return _claim("cannot tell", None, None, reason, metric, code)
     faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
-    why = f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
-    if verdict["verdict"] == "cannot tell" and code == Code.UNSTABLE:
-        apart = policy.trials_apart(a, b, metric, rule)
+    slower = names[0 if faster == "b" else 1]
+    why = f"{slower} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
+    if verdict["verdict"] == "cannot tell" and code == Code.UNSTABLE and not same_job:
+        apart = policy.processes_apart(a, b, metric, rule)
         if apart is not None:
-            return _claim("faster", faster, factor, f"{names[0 if faster == 'b' else 1]} {factor:.2f}x slower in "
-                                                    f"{METRICS[metric]}: {apart_text(apart, rule)}", metric, SEPARATED)
-    if verdict["verdict"] == "cannot tell":
-        return _claim("cannot tell", None, factor, why, metric, code)
-    if verdict["verdict"] == "changed":
-        return _claim("faster", faster, factor, why, metric, code)
-    if code == Code.SMALL_CHANGE:
-        return _claim("below margin", faster, factor, why, metric, code)
-    return _claim("same", None, factor, why, metric, code)
+            return _claim("faster", faster, factor, f"{slower} {factor:.2f}x slower in {METRICS[metric]}: "
+                                                    f"{verdict_text.apart_text(apart, rule)}", metric, SEPARATED)
+    kind = ("cannot tell" if verdict["verdict"] == "cannot tell" else "faster" if verdict["verdict"] == "changed"
+            else "below margin" if code == Code.SMALL_CHANGE else "same")
+    found = _claim(kind, faster if kind in ("faster", "below margin") else None, factor, why, metric, code)
+    # The paired trials' evidence (policy.paired), with the side they point to: what a one-process
+    # run shows without a test, and the summary says so.
+    paired = verdict["values"].get("paired")
+    found["paired"] = paired and {**paired, "side": faster}
+    return checked(found, a, b, names)
 
 
-def apart_text(apart: dict, rule: Rule) -> str:
-    """policy.trials_apart's finding in words."""
-    return (f"every one of the {apart['slower_trials']} trials of the slower beyond every one of the "
-            f"{apart['faster_trials']} of the faster, by {apart['gap']:.1%} at least (more than the "
-            f"{rule.margin:.2%} margin; rank order p = {apart['p']:.3f}), though trials of a cell spread beyond "
-            f"stable_spread")
+def checked(claim: dict, a: dict, b: dict, names: tuple[str, str]) -> dict:
+    """The claim (in place; returned) with what the kernels' own time check (graphs against CUPTI,
+    fabench.analysis.kernel_check) says of its cells: `checked` "differs" where it disagrees on
+    either (the claim's device figure is then in doubt by the check's difference, and `why` says
+    so), "agrees" where it agrees on both, else None (not checked, or could not judge)."""
+    checks = [((e.get("cross_check") or {}).get("kernel_time") or {}) for e in (a, b)]
+    differs = [(name, c) for name, c in zip(names, checks) if c.get("agrees") is False]
+    if claim["metric"] != "device_ms":
+        claim["checked"] = None
+    elif differs:
+        claim["checked"] = "differs"
+        claim["why"] += "; the graphs' check of the kernels' own time differs for " + ", ".join(
+            f"{name} ({c['difference']:+.1%}, tolerance {c['tolerance']['low']:+.1%} to {c['tolerance']['high']:+.1%})"
+            for name, c in differs)
+    else:
+        claim["checked"] = "agrees" if all(c.get("agrees") for c in checks) else None
+    return claim
+
+
+class WithinRun:
+    """The claims on cells of one run's results: two backends of one job (interleaved trial by
+    trial in its processes) by the paired test with the run's pooled noise of such pairs, computed
+    once per metric; any other two by the verdict between figures. A cell's calibrated shift between
+    runs on this hardware (the fit's `between_run`, calibrations.yaml) joins the paired test,
+    so a claim holds for another run too; without it the claim's words say it is this run's."""
+
+    def __init__(self, results: list[dict], rule: Rule, published: bool = False):
+        self.results, self.rule, self.published = results, rule, published
+        self._job = {id(entry): index for index, r in enumerate(results) for entry in r["backends"].values()}
+        self._noise: dict[tuple[str, bool], PairNoise | None] = {}
+        fit = None if published else calibration.calibration_for(hardware_identity(results))
+        self.between_runs = float((fit or {}).get("between_run") or 0.0)
+
+    def pair_noise(self, metric: str, unsteady: bool = False) -> PairNoise | None:
+        """The run's pooled noise of paired cells (pairs.PairNoise): of stable pairs, or `unsteady`
+        for a pair with an unstable cell (its own noise pools with the unstable pairs too)."""
+        if (metric, unsteady) not in self._noise:
+            self._noise[metric, unsteady] = PairNoise.of(self.results, metric, unsteady)
+        return self._noise[metric, unsteady]
+
+    def claim(self, a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b")) -> dict:
+        same_job = a is not None and b is not None and self._job.get(id(a), -1) == self._job.get(id(b), -2)
+        metric = cell_metric(a, b) if same_job else None
+        unsteady = same_job and not all((e.get("stats") or {}).get("stable", True) for e in (a, b))
+        return compare(a, b, self.rule, names=names, published=self.published, same_job=same_job,
+                       pair_noise=self.pair_noise(metric, unsteady) if metric else None,
+                       between_runs=self.between_runs)
 
 
 # Which cells ran the same code is the comparison policy's question (one code identity).

@@ -10,7 +10,9 @@ from __future__ import annotations
 from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
 from fabench.analysis.kernel_check import kernel_time_check
+from fabench.analysis.verdict_text import observation_text
 from fabench.config import schema_default
+from fabench.measure.observations import Kind
 from fabench.measure.record import EVENT_RESOLUTION_MS
 
 # What a result that does not record them was measured with: the config's defaults (the schema's).
@@ -34,34 +36,37 @@ def metric_summary(values: list[float], processes: list[int]) -> dict:
 SPREAD, CLOCK, WARMUP, KERNELS, UNFED_PAIRS, NOTE = "spread", "clock", "warm-up", "kernels", "unfed pairs", "note"
 
 
-def doubt_code(note: str) -> str:
-    """The code of a note that doubts the figure (see sort_notes for those that do not)."""
-    if "warm-up did not settle" in note:
+def doubt_code(item: dict) -> str:
+    """The code of an observation that doubts the figure (see sort_notes for those that do not)."""
+    kind = item["kind"]
+    if kind == Kind.WARMUP_UNSETTLED:
         return WARMUP
-    if note.startswith(legacy.KERNELS_NOTE) or ": no kernel time: " in note:
+    if kind in (Kind.KERNELS_DIFFER, Kind.NO_KERNEL_TIME):
         return KERNELS
-    return UNFED_PAIRS if legacy.stream_doubted(note) == "loop" else NOTE
+    return UNFED_PAIRS if legacy.stream_doubted(item.get("text", "")) == "loop" else NOTE
 
 
-def sort_notes(notes: list[str], figure_is_pairs: bool) -> tuple[list[str], dict[str, list[str]]]:
-    """(the notes that doubt the figure, {stream: the notes that doubt only that stream}). A GPU that
-    caught up with the host doubts the periods and event pairs of that stream, not a kernel's own
-    duration: only where the figure is the event pairs of the device loop (results from before the
-    kernels' own time was the figure) is the loop's note a doubt on the figure. Notes of streams
-    measured again no more often than one batch's retries (legacy.remeasured_note_holds) doubt nothing."""
+def sort_notes(notes: list[dict], figure_is_pairs: bool) -> tuple[list[dict], dict[str, list[str]]]:
+    """(the observations that doubt the figure, {stream: the words of the notes that doubt only that
+    stream}). A GPU that caught up with the host doubts the periods and event pairs of that stream,
+    not a kernel's own duration: only where the figure is the event pairs of the device loop
+    (results from before the kernels' own time was the figure) is the loop's note a doubt on the
+    figure. Notes of streams measured again no more often than one batch's retries
+    (legacy.remeasured_note_holds) doubt nothing. Those notes are older results' (kind `note`)."""
     figure, streams = [], {}
-    for note in notes:
-        if not legacy.remeasured_note_holds(note):
+    for item in notes:
+        text = item.get("text", "") if item["kind"] == Kind.NOTE else ""
+        if not legacy.remeasured_note_holds(text):
             continue
-        stream = legacy.stream_doubted(note)
+        stream = legacy.stream_doubted(text)
         if stream is None or (stream == "loop" and figure_is_pairs):
-            figure.append(note)
+            figure.append(item)
         else:
-            streams.setdefault(stream, []).append(note)
+            streams.setdefault(stream, []).append(text)
     return figure, streams
 
 
-def stability(figure: dict, stable_spread: float, doubts: list[str],
+def stability(figure: dict, stable_spread: float, doubts: list[dict],
               trials: list[dict] = ()) -> tuple[bool, str | None, list[str]]:
     """(stable, reason, codes). Stable when each process's trials of the judged figure lie within
     `stable_spread` of each other and no observation that changes that figure (`doubts`: warm-up
@@ -71,7 +76,7 @@ def stability(figure: dict, stable_spread: float, doubts: list[str],
     clock held down that moves the figure moves its trials: then the reason says so (code `clock`,
     beside `spread`); one that does not move them is no doubt on it (and the comparison tells a
     clock's change by the cycles, policy.clock_explains)."""
-    reasons, codes = list(doubts), [doubt_code(note) for note in doubts]
+    reasons, codes = [observation_text(item) for item in doubts], [doubt_code(item) for item in doubts]
     within = figure.get("within_spread", figure["spread"])
     if within > stable_spread:
         reasons.insert(0, f"{legacy.SPREAD_REASON}{within:.1%} within one process ({figure['n']} trials in "
@@ -84,7 +89,7 @@ def stability(figure: dict, stable_spread: float, doubts: list[str],
     return (not reasons), ("; ".join(reasons) or None), sorted(set(codes))
 
 
-def trial_stats(trials: list[dict], stable_spread: float, doubts: list[str]) -> dict:
+def trial_stats(trials: list[dict], stable_spread: float, doubts: list[dict]) -> dict:
     wall = metric_summary(*trial_values(trials, "wall_mean_ms"))
     device_values = trial_values(trials, "device_ms")
     device = metric_summary(*device_values) if device_values[0] else None

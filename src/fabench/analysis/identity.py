@@ -78,13 +78,19 @@ def hardware_identity(results: list[dict]) -> dict:
     (GPU UUIDs; on a CPU, the host), as the results record them."""
     if not results:
         return {"platform": None, "device": None, "arch": None, "cards": []}
-    first = results[0]["provenance"]
+    # Results made by hand (tests, tools) may carry no provenance: hardware unknown, not an error.
+    provenance = [r.get("provenance") or {} for r in results]
+    first = provenance[0]
     gpu = first.get("gpu") or {}
     platform = results[0].get("platform")
     if platform == "cpu":
-        cards = sorted({f"host {r['provenance'].get('host')}" for r in results if r["provenance"].get("host")})
+        cards = sorted({f"host {p.get('host')}" for p in provenance if p.get("host")})
     else:
-        cards = sorted({(r["provenance"].get("gpu") or {}).get("uuid") for r in results} - {None})
+        # The card of each measuring process where its exit recorded it (a job may spread its
+        # processes over the cards of a host), else the run's.
+        cards = sorted(({(p.get("gpu") or {}).get("uuid") for p in provenance}
+                        | {e.get("gpu_uuid") for r in results for e in (r.get("method") or {}).get("process_exits") or []})
+                       - {None})
     return {"platform": platform, "device": gpu.get("name") or first.get("device"), "arch": first.get("arch"),
             "cards": cards}
 

@@ -19,6 +19,11 @@ gap (below): one such gap the other way: the L2 clear before a call runs after t
   with timestamps of its own; on an H100 small cells read up to 1.5 us below CUPTI's sum (one gap
   measured 1.5 us there).
 
+`half_width` is the check's power: the larger side of its tolerance; above JUDGE_BOUND (5%) the
+check could not tell a 5% error from agreement and says "could not judge" (agrees null). A
+disagreement reaches the claims on that cell (fabench.analysis.claims: `checked: differs`) and the
+summary counts them.
+
 `agrees` is null, with the reason, where the graphs were not taken (a CPU, a call that cannot be
 captured, no kernel-time samples) or the captured call ran other kernels than the eager one
 (a library may choose another algorithm under capture: then the graphs time other code). Results
@@ -33,14 +38,20 @@ import statistics
 from fabench.analysis import stats
 from fabench.measure.record import EVENT_RESOLUTION_MS, KERNEL_TIME_METHOD
 
+# The widest tolerance (either side, relative to the kernels' time) at which the check still judges:
+# wider, it could not tell a 5% error in the figure from agreement (disturbed H100 runs reached
+# +-173%, where a graph 129% above CUPTI "agreed"): "could not judge", with its half-width.
+JUDGE_BOUND = 0.05
+
 
 def graph_records(trials: list[dict]) -> list[dict]:
     return [t["kernel_time_graph"] | {"process": t.get("process", 0)} for t in trials if t.get("kernel_time_graph")]
 
 
-def kernel_time_check(trials: list[dict]) -> dict | None:
+def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | None:
     """The verdict of the graph method on the cell's CUPTI figure; None where no trial recorded it
-    (a CPU, or a result measured before the check existed)."""
+    (a CPU, or a result measured before the check existed). `bound`: the widest half-width at which
+    it judges (JUDGE_BOUND; the tests of the agreement rule alone lift it)."""
     records = graph_records(trials)
     if not records:
         return None
@@ -68,14 +79,18 @@ def kernel_time_check(trials: list[dict]) -> dict | None:
     gaps = kernels * gap_ms / figure
     low, high = -(sum(noise.values()) + gap_ms / figure), gaps + sum(noise.values())
     difference = graph / figure - 1.0
-    agrees = low <= difference <= high
+    half_width = max(-low, high)  # the check's power: an error in the figure below this passes unseen
+    agrees = (low <= difference <= high) if half_width <= bound else None
     out = {"method": KERNEL_TIME_METHOD, "graph_ms": round(graph, 6), "kernel_ms": round(figure, 6),
            "difference": round(difference, 6), "tolerance": {"low": round(low, 6), "high": round(high, 6)},
            "tolerance_parts": {**{k: round(v, 6) for k, v in noise.items()}, "gaps": round(gaps, 6),
                                "gap_below": round(gap_ms / figure, 6)},
            "gap_ms": gap_ms, "kernels_per_call": kernels, "calls_per_graph": calls,
-           "replays": len(per_call), "agrees": agrees, "reason": None}
-    if not agrees:
+           "replays": len(per_call), "half_width": round(half_width, 6), "agrees": agrees, "reason": None}
+    if agrees is None:
+        out["reason"] = (f"could not judge: its tolerance {low:+.1%} to {high:+.1%} is wider than +-{bound:.0%} "
+                         f"(graphs {difference:+.1%} against CUPTI)")
+    elif not agrees:
         out["reason"] = (f"graphs {graph:.4f} ms per call against CUPTI's {figure:.4f} ms: {difference:+.1%}, "
                          f"outside {low:+.1%} to {high:+.1%} (noise {sum(noise.values()):.1%}, "
                          f"{kernels} launch gap(s) of at most {gap_ms * 1000:.2f} us)")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from fabench.measure.observations import Kind, kernels_differ, no_kernel_time, warmup_unsettled
+
 SPREAD_REASON = "trials spread "
 # Results of commit 6933101 noted every profiled stream measured again (the GPU having reached a
 # call before the host queued it), summed over a trial's batches; a batch keeps an unfed stream
@@ -39,11 +41,32 @@ def notes(entry: dict) -> list[str]:
 
 
 def observations(entry: dict) -> dict:
-    """What the measuring processes observed beyond the trials, for any schema."""
+    """What the measuring processes observed beyond the trials, for any schema, each note a coded
+    item (fabench.measure.observations): results that recorded English notes are read into kinds."""
     recorded = entry.get("observations")
     if recorded is None:
         recorded = {"notes": notes(entry), "do_bench_reason": None, "recorded_cross_check": entry.get("cross_check")}
-    return {**recorded, "notes": [n for n in recorded.get("notes", []) if kernels_note_holds(n)]}
+    return {**recorded, "notes": [coded(n) for n in recorded.get("notes", [])
+                                  if not isinstance(n, str) or kernels_note_holds(n)]}
+
+
+_WARMUP = re.compile(r"^process (\d+) trial (\d+): warm-up did not settle within (.+) ms$")
+_NO_KERNEL_TIME = re.compile(r"^process (\d+) trial (\d+): no kernel time: (.*)$", re.DOTALL)
+
+
+def coded(note: str | dict) -> dict:
+    """An observation as a coded item: a recorded item as it is; an English note of an older result
+    by the kind its words name, keeping its words (`text`) so that it reads as it did; a note no
+    kind fits as `note`."""
+    if not isinstance(note, str):
+        return note
+    for pattern, make in ((_WARMUP, warmup_unsettled), (_NO_KERNEL_TIME, no_kernel_time)):
+        found = pattern.match(note)
+        if found:
+            return {**make(int(found.group(1)), int(found.group(2)), found.group(3)), "text": note}
+    if note.startswith(KERNELS_NOTE):
+        return {**kernels_differ([]), "text": note}
+    return {"kind": Kind.NOTE.value, "text": note}
 
 
 def kernels_note_holds(note: str) -> bool:

@@ -13,9 +13,11 @@ error sigma / sqrt(P), and another run of P' processes differs from this one by
 sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
   ci95: this run's median +- t(df) * sigma / sqrt(P)              (where the true time lies)
   pi95: this run's median +- t(df) * sigma * sqrt(1/P + 1/P)      (where another run will read)
-with sigma^2 = pooled variance + FLOOR^2. Calibrated on two default runs on one card, each run's
-medians against the other's pi95 (nominal 5%): 8 of 100 on the committed H200 pair, 2 of 120 on
-the shared H100 pair, both within the binomial bound (examples/h200/detector-check.md).
+with sigma^2 = pooled variance + floor^2, the floor from the calibration of the run's hardware
+(calibrations.yaml; fabench.analysis.calibration.values_for). What a run cannot see by itself,
+its own shift as a whole and its card's (fabench.analysis.components), widens the pi95 by the
+calibration's between-run and between-card components: another run may read on another card.
+How often another run's medians land outside it: `fabench detector-check` (docs/archive.md).
 
 Pooling never makes a cell's interval narrower than its own replicates allow: its ci95 holds at
 least the distribution-free interval of the median from its replicates' order statistics (all of
@@ -33,15 +35,17 @@ from __future__ import annotations
 
 import math
 
-from fabench.analysis import stats
+from fabench.analysis import calibration, stats
+from fabench.analysis.identity import hardware_identity
 from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_result, power_capped
 from fabench.analysis.figures import METRICS
+from fabench.measure.record import MIN_MS
 
 LEVEL = 0.95
 POOL_CELLS = 16
-# Below about 0.1% the trials' figures are quantised (on an H200, cells of 25 us repeat to the
-# last digit between processes); a pooled estimate of zero noise would call any change real.
-FLOOR = 0.001
+# The floor (calibrations.yaml, per hardware): below about 0.1% the trials' figures are quantised
+# (on an H200, cells of 25 us repeat to the last digit between processes); a pooled estimate of
+# zero noise would call any change real.
 # A cell's own variance estimate overrides a smaller pooled one from this many degrees of freedom;
 # from fewer (two replicates), the replicates' own interval bounds it instead (cell_sigma).
 OWN_DF = 2
@@ -97,37 +101,45 @@ def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
 
 
 def interval(median: float, half_log: float) -> list[float]:
-    return [median * math.exp(-half_log), median * math.exp(half_log)]
+    """median x/÷ exp(half_log); a lower end below the shortest measurable time reads 0 (a wide
+    interval of a short cell from few ok processes reached 1e-7 ms, which no reader accepts)."""
+    low = median * math.exp(-half_log)
+    return [low if low >= MIN_MS else 0.0, median * math.exp(half_log)]
 
 
-def cell_sigma(cell: dict, pooled: float, t: float) -> float:
+def cell_sigma(cell: dict, pooled: float, t: float, floor: float) -> float:
     """The cell's relative noise: the pooled one (with the floor), but never less than its own
     estimate from OWN_DF degrees of freedom up, nor less than makes its ci95 (t * sigma / sqrt(n)
     about the median) hold the interval its replicates allow by themselves (stats.order_interval:
     every replicate up to 5 of them). One sigma, so the verdicts (fabench.analysis.policy) claim no
     more than the interval does."""
-    sigma = math.sqrt(max(pooled, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + FLOOR**2)
+    sigma = math.sqrt(max(pooled, cell["variance"] if cell["df"] >= OWN_DF else 0.0) + floor**2)
     low, high = stats.order_interval(cell["values"], LEVEL)
     median = cell["figure"]["median"]
     reach = max(math.log(median / low), math.log(high / median), 0.0)
     return max(sigma, reach * math.sqrt(cell["replicates"]) / t)
 
 
-def method_text(between: str, df: int, cells: int, replicates: int) -> str:
+def method_text(between: str, df: int, cells: int, replicates: int, fitted: dict) -> str:
     what = ("the spread between the processes' medians" if between == "processes" else
             "the spread between the trials of one process (no second process: the noise from process to "
             "process is not included, so another run may land outside)")
-    predicts = ("pi95: where another run of the same experiment on the same hardware should read"
+    predicts = ("pi95: where another run of the same experiment on the same hardware should read (with the "
+                f"between-run noise of {fitted['between_run']:.2%} and the between-card noise of "
+                f"{fitted['between_card']:.2%}, calibration {fitted['name']})"
                 if between == "processes" else
                 "no prediction interval: one process cannot tell where another run will read")
     return (f"Student-t {LEVEL:.0%} intervals from {what}, pooled over the {cells} cells nearest in duration "
-            f"({df} degrees of freedom), never below the cell's own, with a {FLOOR:.1%} floor; ci95: this run's "
+            f"({df} degrees of freedom), never below the cell's own, with a {fitted['floor']:.1%} floor; ci95: this run's "
             f"median over {replicates} replicates, at least as wide as the range of the median its replicates "
             f"allow by themselves; {predicts}")
 
 
 def add_intervals(results: list[dict], metric: str) -> None:
     cells = _cells(results, metric)
+    fitted = calibration.values_for(hardware_identity(results))
+    # Another run differs from this one by its own shift and, on another card, by the card's too.
+    unseen = 2 * fitted["between_run"] ** 2 + 2 * fitted["between_card"] ** 2
     for index, cell in enumerate(cells):
         variance, df, pooled_cells = _pooled(cells, index)
         figure, replicates = cell["figure"], cell["replicates"]
@@ -135,17 +147,22 @@ def add_intervals(results: list[dict], metric: str) -> None:
             figure.update(ci95=None, pi95=None, noise=None)
             continue
         t = stats.t_quantile(stats.two_sided(LEVEL), df)
-        sigma = cell_sigma(cell, variance, t)
+        sigma = cell_sigma(cell, variance, t, fitted["floor"])
         figure["ci95"] = interval(figure["median"], t * sigma / math.sqrt(replicates))
         # One process per job cannot see the noise from process to process, the largest part of
         # what separates two runs (two CPU runs in a row: 6 of 20 medians inside such an interval):
         # no prediction interval is given rather than one that does not predict.
-        figure["pi95"] = (interval(figure["median"], t * sigma * math.sqrt(2.0 / replicates))
+        # The between-run and between-card parts are known from many cells: stats.welch_df.
+        pi_df = stats.welch_df([(2.0 * sigma**2 / replicates, df), (unseen, math.inf)])
+        pi_t = stats.t_quantile(stats.two_sided(LEVEL), pi_df)
+        # Never narrower than the process part alone at the run's own t (as before the components).
+        reach = max(pi_t * math.sqrt(2.0 * sigma**2 / replicates + unseen), t * sigma * math.sqrt(2.0 / replicates))
+        figure["pi95"] = (interval(figure["median"], reach)
                           if cell["between"] == "processes" else None)
         figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
                            "between": cell["between"]}
         if metric == cell["stats"].get("judged"):
-            cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates)
+            cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates, fitted)
 
 
 def analyse_run(collected: dict) -> dict:

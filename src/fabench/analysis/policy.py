@@ -4,8 +4,10 @@ be compared at all. compare, step detection, the report's claims, published vs r
 detector-check, the merge and tools/ all ask here.
 
 A cell's change is d = log(new median / old median); its noise is the two runs' pooled noise
-(fabench.analysis.noise): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new), with df degrees of
-freedom. Two tests on it, as asv and nvbench do (docs/archive.md compares them):
+(fabench.analysis.noise) and what no run sees by itself (fabench.analysis.components):
+sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new + 2 between_run^2 [+ 2 between_card^2 where the
+runs' cards differ]), the components the rule's (the calibration's), with the degrees of freedom
+of that sum (stats.welch_df). Two tests on it, as asv and nvbench do (docs/archive.md compares them):
   beyond the noise   |d| > t(1 - alpha/2, df) * sd: at most `alpha` of the cells of two runs of one
                      experiment on one card are beyond the noise by chance;
   within the margin  the change's (1 - 2 * equivalence_alpha) interval, d +- t(1 - equivalence_alpha,
@@ -19,6 +21,10 @@ The verdict, with its reason code (Code):
                                       run is unstable, has no interval, ran on other hardware, other
                                       code (where the caller expects the same), another experiment,
                                       or the change is the SM clock's (`clock`).
+Two backends of one job (the report's claims within a run) are interleaved trial by trial in
+each process: `paired` applies the same two tests to the mean of their paired log ratios over the
+processes, the process the unit (fabench.analysis.pairs). `processes_apart` tells two unstable
+cells of different jobs apart by their process medians.
 The policy returns codes and values, never sentences: its callers write the words
 (fabench.analysis.verdict_text), so a rewording changes no decision and no test of one.
 The margin is the change a user cares about; its default is chosen from the measured noise between
@@ -28,10 +34,11 @@ runs on one card and on two cards of one GPU model (docs/archive.md, "The compar
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 
-from fabench.analysis import calibration, stats
+from fabench.analysis import calibration, pairs, stats
 from fabench.analysis.figures import METRICS, cell_metric, trial_values
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
@@ -48,26 +55,48 @@ class RuleError(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    """The comparison rule's parameters (config key `comparison`)."""
+    """The comparison rule's parameters (config key `comparison`). The fitted ones (margin and the
+    between-run and between-card noise, calibration.RULE_VALUES) come from the calibration of the
+    hardware judged (calibrations.yaml, read by Rule.of and Rule.on) where the config leaves them
+    out; `chosen` names those the config set, `fit` the fit the others came from."""
 
-    margin: float = 0.0135  # the smallest change called a regression or improvement
+    margin: float | None = None  # the smallest change called a regression or improvement
     alpha: float = 0.02  # chance that one cell of two runs of one experiment is beyond the noise by chance
     equivalence_alpha: float = 0.05  # chance that a change beyond the margin is called same
     power: float = 0.8  # for the smallest detectable change, stated beside "cannot tell"
     published_margin: float = 0.05  # published (no interval) vs reproduced: a difference beyond this
+    between_run: float | None = None  # sd of a whole run's shift on one card (fabench.analysis.components)
+    between_card: float | None = None  # sd of one card's shift against another of the model
+    chosen: tuple = ()  # the fitted values the config set (not taken from the calibration)
+    fit: str | None = None  # the calibration fit the other fitted values came from
+    hardware_key: tuple | None = None  # the hardware whose fit (or the fallback) filled them; None: the fallback
 
     def __post_init__(self):
+        if self.fit is None:  # built from settings (Rule.of), not a copy of a resolved rule
+            fitted = calibration.values_for(dict(zip(calibration.HARDWARE_KEYS, self.hardware_key))
+                                            if self.hardware_key else None)
+            chosen = {name for name in calibration.RULE_VALUES if getattr(self, name) is not None}
+            for name in calibration.RULE_VALUES:
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, fitted[name])
+            object.__setattr__(self, "chosen", tuple(sorted(chosen | set(self.chosen))))
+            object.__setattr__(self, "fit", fitted["name"])
         for name in ("margin", "alpha", "equivalence_alpha", "published_margin"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.015 for 1.5%)")
+        for name in ("between_run", "between_card"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 0.5:
+                raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a relative sd in [0, 0.5) (0.002 for 0.2%)")
         if isinstance(self.power, bool) or not isinstance(self.power, (int, float)) or not 0.5 <= self.power < 1:
             raise RuleError(f"{CONFIG_KEY}.power: {self.power!r}; expected a probability in [0.5, 1)")
 
     @classmethod
-    def of(cls, config: dict | None) -> "Rule":
-        """The rule of a workflow config: its `comparison` key, the policy's defaults for what it
-        leaves out. The one way to build a rule from settings, so every consumer reads the same key.
+    def of(cls, config: dict | None, hardware: dict | None = None) -> "Rule":
+        """The rule of a workflow config: its `comparison` key; what it leaves out, the fitted values
+        of `hardware`'s calibration (else the fallback fit's, calibrations.yaml) and the policy's
+        defaults. The one way to build a rule from settings, so every consumer reads the same key.
         Only `comparison` is read: an archived run's config may still hold the retired keys, which a
         config about to be used is refused for (refuse_retired)."""
         given = (config or {}).get(CONFIG_KEY) or {}
@@ -76,18 +105,42 @@ class Rule:
         unknown = sorted(set(given) - set(cls.keys()))
         if unknown:
             raise RuleError(f"{CONFIG_KEY}.{unknown[0]}: unknown key; expected one of {', '.join(cls.keys())}")
-        return cls(**{k: v for k, v in given.items() if v is not None})
+        return cls(**{k: v for k, v in given.items() if v is not None},
+                   hardware_key=calibration.hardware_key(hardware) if hardware else None)
+
+    def on(self, hardware: dict | None) -> "Rule":
+        """This rule for a verdict on `hardware`: the values the config set kept, the others from
+        that hardware's fit (the fallback's where it has none)."""
+        key = calibration.hardware_key(hardware) if hardware else None
+        if key == self.hardware_key or key is None:
+            return self
+        return Rule.of({CONFIG_KEY: self.as_dict()}, hardware)
+
+    def calibrated_on(self, hardware: dict | None) -> bool:
+        """Whether this rule is the calibration of `hardware`: it has a fit, and the rule's fitted
+        values are that fit's (a margin set by hand, even on calibrated hardware, is not)."""
+        fit = calibration.calibration_for(hardware)
+        return fit is not None and all(getattr(self, name) == fit[name] for name in calibration.RULE_VALUES)
 
     @staticmethod
     def keys() -> list[str]:
-        return [f.name for f in fields(Rule)]
+        return [f.name for f in fields(Rule) if f.name not in ("chosen", "fit", "hardware_key")]
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The rule as a `comparison` config: the values the config set and the policy's own
+        parameters (the calibration fills the rest again where it is read: Rule.of)."""
+        return {k: getattr(self, k) for k in self.keys()
+                if k not in calibration.RULE_VALUES or k in self.chosen}
+
+    def values(self) -> dict:
+        """Every parameter the rule judges by, the fitted ones included, and where those came from."""
+        return {**{k: getattr(self, k) for k in self.keys()}, "fit": self.fit, "chosen": list(self.chosen)}
 
     def text(self) -> str:
         return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
-                f"(at most {self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by "
+                f"(between their processes, and the between-run noise of {self.between_run:.2%} and, where their cards "
+                f"differ, the between-card noise of {self.between_card:.2%}: at most {self.alpha:.1%} of the cells of "
+                f"two runs of one experiment lie beyond it by chance) AND by "
                 f"more than the margin of {self.margin:.2%}; same when the change's "
                 f"{1 - 2 * self.equivalence_alpha:.0%} interval lies within +-{self.margin:.2%} (a change beyond the "
                 f"noise but within the margin is named `small_change`); "
@@ -139,12 +192,20 @@ def _noise(figure: dict) -> tuple[float, int, int] | None:
     return noise["sigma"], noise["df"], noise["replicates"]
 
 
-def change_noise(old: dict, new: dict) -> tuple[float, int] | None:
-    """(sd of the log change, degrees of freedom) from both runs' pooled noise."""
+def change_noise(old: dict, new: dict, rule: "Rule | None" = None, other_cards: bool = False) -> tuple[float, float] | None:
+    """(sd of the log change, degrees of freedom): both runs' process noise, and, with a rule, the
+    noise a run cannot see by itself (fabench.analysis.components): twice the between-run variance,
+    and twice the between-card variance where the two runs' cards differ. Those come from many
+    cells of other runs (calibrations.yaml): they count as known, and the degrees of freedom are
+    the sum's (stats.welch_df)."""
     a, b = _noise(old), _noise(new)
     if a is None or b is None:
         return None
-    return math.sqrt(a[0] ** 2 / a[2] + b[0] ** 2 / b[2]), min(a[1], b[1])
+    process = a[0] ** 2 / a[2] + b[0] ** 2 / b[2]
+    unseen = 0.0
+    if rule is not None:
+        unseen = 2 * rule.between_run ** 2 + (2 * rule.between_card ** 2 if other_cards else 0.0)
+    return math.sqrt(process + unseen), stats.welch_df([(process, min(a[1], b[1])), (unseen, math.inf)])
 
 
 def noise_limit(sd: float, df: int, rule: Rule) -> float:
@@ -202,30 +263,42 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
     unstable = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (old, new))
                 if not e["stats"].get("stable", True)}
     if unstable:
-        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable})
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": unstable, "unstable_codes": {
+            i: e["stats"].get("unstable_codes") for i, e in zip(names, (old, new)) if i in unstable}})
     one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
     if one_process:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
-    noise = change_noise(a, b)
+    rule = rule.on(hardware[0] if hardware else None)  # the fitted values of the hardware judged
+    noise = change_noise(a, b, rule, other_cards=bool(hardware) and not same_card(*hardware))
     if noise is None:
         return _verdict(Code.NO_INTERVAL, names, **base)
-    # Whether the rule's margin and floor were fitted on this hardware (fabench.analysis.calibration).
-    return calibration.mark(_by_rule(old, new, noise, rule, names, base), hardware)
+    # Whether the rule is the calibration of this hardware (fabench.analysis.calibration).
+    calibrated = rule.calibrated_on(hardware[0]) if hardware else None
+    return calibration.mark(_by_rule(old, new, noise, rule, names, base), hardware, calibrated)
 
 
 def _by_rule(old: dict, new: dict, noise: tuple[float, int], rule: Rule, names: tuple[str, str], base: dict) -> dict:
     sd, df = noise
+    return _tests(math.log(base["ratio"]), sd, df, rule, names, base, {},
+                  lambda limit: clock_explains(old, new, base["metric"], limit))
+
+
+def _tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str], base: dict, values: dict,
+           clock=None) -> dict:
+    """The rule's two tests on a log change d with standard error sd (df degrees of freedom), the
+    verdict judge and paired share: changed beyond the noise and the margin (unless `clock(limit)`
+    finds the clock's change), small_change beyond the noise only, same within the margin by the
+    equivalence interval, else noisy. Fills base's interval and detectable (in place)."""
     limit = noise_limit(sd, df, rule)
-    d = math.log(base["ratio"])
     reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
     base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
-    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha}
+    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha, **values}
     margin = math.log1p(rule.margin)
     beyond_noise = abs(d) > limit
     if beyond_noise and abs(d) > margin:
-        clock = clock_explains(old, new, base["metric"], limit)
-        if clock:
-            return _verdict(Code.CLOCK, names, **base, values={**values, **clock})
+        explained = clock(limit) if clock else None
+        if explained:
+            return _verdict(Code.CLOCK, names, **base, values={**values, **explained})
         return _verdict(Code.REGRESSION if d > 0 else Code.IMPROVEMENT, names, **base, values=values)
     if beyond_noise:
         return _verdict(Code.SMALL_CHANGE, names, **base, values=values)
@@ -266,7 +339,7 @@ def clock_explains(old: dict, new: dict, metric: str, limit: float) -> dict | No
 
 def find_step(points: list[tuple[str, dict]], rule: Rule) -> dict | None:
     """The step in a series of one cell's analysed figures ([(entry id, figure)] in time order,
-    same hardware): the split whose before and after means differ most in units of their noise,
+    same hardware; the rule resolved for it, Rule.on): the split whose before and after means differ most in units of their noise,
     when that difference is beyond the noise (the rule's alpha) and the rule's margin; None
     without one. Needs 3 runs."""
     usable = [(entry, f) for entry, f in points if f and f.get("noise") and f.get("median")]
@@ -277,7 +350,7 @@ def find_step(points: list[tuple[str, dict]], rule: Rule) -> dict | None:
     for split in range(1, len(usable)):
         before, after = usable[:split], usable[split:]
         shift = _log_mean(after) - _log_mean(before)
-        sd = math.sqrt(_mean_variance(before) + _mean_variance(after))
+        sd = math.sqrt(_mean_variance(before, rule) + _mean_variance(after, rule))
         score = abs(shift) / sd if sd else 0.0
         if (score > stats.t_quantile(stats.two_sided(1 - rule.alpha), df) and abs(shift) > math.log1p(rule.margin)
                 and (best is None or score > best["score"])):
@@ -290,8 +363,9 @@ def _log_mean(part: list) -> float:
     return sum(math.log(f["median"]) for _, f in part) / len(part)
 
 
-def _mean_variance(part: list) -> float:
-    return sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] for _, f in part) / len(part) ** 2
+def _mean_variance(part: list, rule: Rule) -> float:
+    # Each run's figure carries its process noise and its own shift (the between-run component).
+    return sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] + rule.between_run ** 2 for _, f in part) / len(part) ** 2
 
 
 # ---------------------------------------------------------------- a figure against a published number
@@ -319,25 +393,80 @@ def judge_published(figure: dict, published_ms: float, rule: Rule) -> dict:
 
 # ---------------------------------------------------------------- two cells of one run
 
-def trials_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
-    """Whether two cells of one run are told apart although one is unstable (the claims' exception
-    to `unstable`, fabench.analysis.claims): every trial of the slower lies beyond every trial of
-    the faster by more than the rule's margin, and that order is beyond chance at the rule's alpha
-    (the exact rank test at its extreme: two-sided p = 2 / C(n + m, n); 6 trials a cell give 0.002).
-    An unstable cell's trials spread, but a difference larger than all of that spread is settled by
-    them (cuDNN at (4,4096,8,256) on an H100, 7% spread, against aiter's kernel 2x slower). A cell
-    of one process never is: its trials leave the noise between processes out.
+def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise | None",
+           names: tuple[str, str] = ("a", "b"), between_runs: float = 0.0) -> dict:
+    """The verdict on two backends of one job (interleaved in its processes), as judge's on two
+    runs reads it (b the new, a the old: ratio b / a): a paired test at the process unit.
 
-    Returns {faster ("a" or "b"), slower_trials, faster_trials, gap (the least relative gap), p},
-    or None; the caller writes the words."""
-    values = [trial_values(entry.get("trials") or [], metric) for entry in (a, b)]
-    if any(len(set(processes)) < 2 for _, processes in values):
+    Each process gives the mean of its paired trials' log ratios (fabench.analysis.pairs); their
+    mean d over the P processes is the run's change, with standard error sqrt(s^2 / P), s^2 the
+    largest of the pair's own variance over processes, what its trials inside each process put into
+    a process mean (pairs.Pair.within_mean_variance), and the run's pooled one (df: the pooled
+    degrees of freedom, one per process beyond each job's first). Then the rule's tests as judge
+    applies them: beyond the noise |d| > t(1 - alpha/2, df) * se (the two-sided p is stated:
+    Student's t, valid where the process effects on a ratio are normal with one variance across the
+    run's pairs), faster where also beyond the margin; same within the margin by the
+    equivalence interval; else cannot tell. `between_runs`: the standard deviation (log) of a
+    cell's own shift from run to run on this hardware, where a calibration knows it; each cell has
+    its own, so 2 * between_runs^2 joins the variance and the claim holds for another run too;
+    without it (0) the claim is about this run's processes, and the words say so. One process per job gives no variance between
+    processes: no test and no p, `one_process`, with the paired trials' count and range in `paired`
+    for the words. A cell doubted beyond spread (pairs.doubted) is `unstable`."""
+    pair = pairs.Pair.of(b, a, metric)  # log(b / a): the new over the old, as judge reads a change
+    if pair is None:
+        return _verdict(Code.NO_FIGURE, names)
+    d = pair.mean
+    trials = {"trials": len(pair.ratios), "processes": pair.processes,
+              "consistent": sum(1 for r in pair.ratios if r * d > 0), "test": "paired",
+              "least": math.exp(min(abs(r) for r in pair.ratios)) if all(r * d > 0 for r in pair.ratios) else None}
+    base = {"metric": metric, "ratio": math.exp(d)}
+    doubts = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (a, b)) if pairs.doubted(e)}
+    if doubts:
+        return _verdict(Code.UNSTABLE, names, **base, values={"unstable": doubts, "paired": trials, "unstable_codes": {
+            i: e["stats"].get("unstable_codes") for i, e in zip(names, (a, b)) if i in doubts}})
+    if pair.processes < 2:
+        return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": list(names), "paired": trials})
+    own = max(pair.variance, pair.within_mean_variance)
+    variance, df = (max(own, pooled.variance), pooled.df) if pooled else (own, pair.processes - 1)
+    sd = math.sqrt(variance / pair.processes + 2 * between_runs ** 2)
+    t = abs(d) / sd if sd else math.inf
+    trials.update(p=stats.t_two_sided_p(t, df), df=df, pooled_pairs=pooled.pairs if pooled else None,
+                  between_runs=between_runs)
+    return _tests(d, sd, df, rule, names, base, {"paired": trials})
+
+
+def processes_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
+    """Whether two cells of one run measured in different jobs (no partners trial by trial) are
+    told apart although one is unstable (the claims' exception to `unstable`,
+    fabench.analysis.claims): at the process unit, the unit that carries the noise. Every process
+    median of the slower lies beyond every one of the faster by more than the rule's margin, and
+    Welch's t on the log process medians puts the difference beyond chance at the rule's alpha
+    (valid where process effects are normal; the trials of one process are one observation).
+    Two processes a cell leave Welch about 2 degrees of freedom: only a gap far beyond the
+    processes' own spread passes (cuDNN at (4,4096,8,256) on an H100, 7% spread, against aiter's
+    kernel 2x slower). A cell of one process never is told apart.
+
+    Returns {faster ("a" or "b"), processes ([a's, b's]), gap (the least relative gap between
+    process medians), p, df}, or None; the caller writes the words."""
+    logs = []
+    for entry in (a, b):
+        values, processes = trial_values(entry.get("trials") or [], metric)
+        medians = stats.process_medians(values, processes) if values else []
+        if len(medians) < 2 or min(medians) <= 0:
+            return None
+        logs.append([math.log(m) for m in medians])
+    la, lb = logs
+    faster = "a" if max(la) < min(lb) else "b" if max(lb) < min(la) else None
+    if faster is None:
         return None
-    (va, _), (vb, _) = values
-    p = 2 / math.comb(len(va) + len(vb), len(va))
-    faster = "a" if max(va) < min(vb) else "b" if max(vb) < min(va) else None
-    fast, slow = (va, vb) if faster == "a" else (vb, va)
-    if faster is None or p > rule.alpha or min(slow) <= max(fast) * (1 + rule.margin):
+    fast, slow = (la, lb) if faster == "a" else (lb, la)
+    gap = math.exp(min(slow) - max(fast)) - 1
+    va, vb = (stats.log_variance([math.exp(x) for x in side]) / len(side) for side in (la, lb))
+    se = math.sqrt(va + vb)
+    # Welch-Satterthwaite degrees of freedom (the processes of each cell, their variances unequal).
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if va + vb else math.inf
+    t = abs(statistics.fmean(lb) - statistics.fmean(la)) / se if se else math.inf
+    p = stats.t_two_sided_p(t, df)
+    if p > rule.alpha or gap <= rule.margin:
         return None
-    return {"faster": faster, "slower_trials": len(slow), "faster_trials": len(fast),
-            "gap": min(slow) / max(fast) - 1, "p": p}
+    return {"faster": faster, "processes": [len(la), len(lb)], "gap": gap, "p": p, "df": df}

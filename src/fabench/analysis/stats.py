@@ -49,6 +49,24 @@ def t_quantile(probability: float, df: float) -> float:
     return float(_scipy().t.ppf(probability, df))
 
 
+def welch_df(parts: list[tuple[float, float]]) -> float:
+    """The degrees of freedom of a sum of variance estimates [(variance, df)] (Welch-Satterthwaite):
+    a part known from many cells (df = inf) adds variance but no uncertainty of its own, so a sum
+    of a 1-df process part and such a part is not held to t(1)."""
+    total = sum(v for v, _ in parts)
+    spread = sum(v * v / df for v, df in parts if v > 0 and not math.isinf(df))
+    return math.inf if spread == 0 else total * total / spread
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """The two-sided p of Student's t statistic |t| with df degrees of freedom (0 for an infinite t)."""
+    if math.isinf(t):
+        return 0.0
+    if math.isinf(df):
+        return 2 * (1 - statistics.NormalDist().cdf(abs(t)))
+    return float(2 * _scipy().t.sf(abs(t), df))
+
+
 def two_sided(level: float) -> float:
     """The upper quantile's probability of a two-sided interval at `level`."""
     return 1.0 - (1.0 - level) / 2.0

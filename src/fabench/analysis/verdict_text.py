@@ -10,6 +10,25 @@ from __future__ import annotations
 
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import Code
+from fabench.analysis.legacy import KERNELS_NOTE
+from fabench.measure.observations import Kind
+
+
+def observation_text(item: dict) -> str:
+    """A measuring process's observation (fabench.measure.observations) in words; an older result's
+    note keeps the words it was recorded in (`text`)."""
+    if item.get("text"):
+        return item["text"]
+    kind = item["kind"]
+    if kind == Kind.WARMUP_UNSETTLED:
+        return f"process {item['process']} trial {item['trial']}: warm-up did not settle within {item['max_warmup_ms']} ms"
+    if kind == Kind.NO_KERNEL_TIME:
+        return f"process {item['process']} trial {item['trial']}: no kernel time: {item['why']}"
+    if kind == Kind.KERNELS_DIFFER:
+        return KERNELS_NOTE + "; ".join(
+            f"process {p['process']}: {', '.join(p['names'])} (source sha256 {str(p.get('source_sha256'))[:12]}, "
+            f"launch {p.get('launch')})" for p in item["processes"])
+    return f"{kind}: {', '.join(f'{k}={v}' for k, v in item.items() if k != 'kind')}"
 
 # Why a run of one process per job (a CPU run) supports no verdict between runs, in every caller's words.
 ONE_PROCESS_WHY = "one process per job: the noise between processes is not estimated"
@@ -49,12 +68,54 @@ def _status_reason(code: Code, values: dict) -> str | None:
     return f"runs again (was {not_ok_text(old)} in {runs[0]})"
 
 
+def paired_text(values: dict) -> str:
+    """The paired test's evidence (policy.paired): its processes and trials, the p where it was computed."""
+    found = values["paired"]
+    side = (f"all {found['trials']} paired trials on this side" if found["consistent"] == found["trials"] else
+            f"{found['consistent']} of {found['trials']} paired trials on this side")
+    if found.get("p") is None:
+        return f"{side}, in {found['processes']} process(es)"
+    pooled = f", the noise pooled over the run's {found['pooled_pairs']} pairs" if found.get("pooled_pairs") else ""
+    runs = (f"with a run's own shift of {found['between_runs']:.2%} a cell (calibrated)" if found.get("between_runs")
+            else "in this run (no calibrated shift between runs is included)")
+    return (f"paired test over {found['processes']} processes ({side}{pooled}) {runs}: p = {found['p']:.2g} "
+            f"(Student t, {found['df']} df: process effects on a ratio taken as normal)")
+
+
+def one_process_paired(values: dict) -> str:
+    """Two backends of one job measured in one process: what their paired trials show, and why no test."""
+    found = values["paired"]
+    shown = (f"every one of {found['trials']} paired trials on this side, by {found['least']:.2f}x at least"
+             if found.get("least") else f"{found['consistent']} of {found['trials']} paired trials on this side")
+    return f"{shown}, but all in one process: {ONE_PROCESS_WHY}, so no test ({REPEATS_SETTING} gives one)"
+
+
+# The setting that runs each job in two processes, which the paired test needs (a CPU host's default is one).
+REPEATS_SETTING = "two processes a job, `cpu: {repeats: 2}` on a CPU host"
+
+
+def apart_text(apart: dict, rule) -> str:
+    """policy.processes_apart's finding in words."""
+    return (f"every process median of the slower ({apart['processes']} processes) beyond every one of the faster, "
+            f"by {apart['gap']:.1%} at least (more than the {rule.margin:.2%} margin; Welch t over process medians "
+            f"p = {apart['p']:.2g}, {apart['df']:.1f} df), though trials of a cell spread beyond stable_spread")
+
+
 def reason(verdict: dict) -> str:
     """Why the verdict is what it is, in words, without the change itself."""
     code, values = verdict["code"], verdict["values"]
     status = _status_reason(code, values)
     if status:
         return status
+    if "paired" in values:
+        if code == Code.ONE_PROCESS:
+            return one_process_paired(values)
+        if code != Code.UNSTABLE:
+            return f"{_words(code, values)}; {paired_text(values)}"
+    return _words(code, values)
+
+
+def _words(code: Code, values: dict) -> str:
     margin = f"the {values['margin']:.2%} margin" if "margin" in values else "the margin"
     words = {
         Code.REGRESSION: lambda: f"beyond the noise and {margin}",

@@ -8,8 +8,9 @@ The wing is four rooms, each importing only the rooms below it (tests/test_impor
 * here      the measurement itself: the job spec (spec), how a measuring process is invoked
             (invocation), the job (job) and one backend's trials in it (cell), when a trial
             stops (stopping), where and with what it ran (provenance), its phases (timeline),
-            its metrics, the variables that hand a process its GPU (visibility), and what a
-            result records (record: fabench.results.contract hands it on to the readers).
+            its metrics, the variables that hand a process its GPU (visibility), what a
+            result records (record: fabench.results.contract hands it on to the readers), and
+            what a process observes beyond its trials, as coded kinds (observations).
 * backends/ what is measured: the backends (registry), aiter's kernel loader, why a backend failed.
 * device/   the accelerator: the platform, the GPU's clocks and state, the device timers, graph
             replays and the profiled kernels.

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from fabench.measure import metrics, stopping, timeline
+from fabench.measure import metrics, observations, stopping, timeline
 from fabench.measure.device import graph_time, kernels, timing
 from fabench.measure.backends.registry import Backend, Prepared, Problem
 from fabench.measure.backends.failures import classify_failure
@@ -33,7 +33,7 @@ class Cell:
     def __init__(self, backend: Backend, problem: Problem, reference: torch.Tensor, job: Measurement, process: int = 0):
         self.backend, self.problem, self.reference, self.job, self.process = backend, problem, reference, job, process
         self.entry = backend_entry(backend.label)
-        self.notes: list[str] = []
+        self.notes: list[dict] = []  # coded observations (fabench.measure.observations)
         self.do_bench_reason: str | None = None
         self.prepared: Prepared | None = None
         self.timer: timing.DeviceTimer | None = None
@@ -156,8 +156,7 @@ class Cell:
             self.fail(err, f"trial {index} of process {self.process}: ")
             return
         if not warm["settled"]:
-            self.notes.append(f"process {self.process} trial {index}: warm-up did not settle within "
-                              f"{settings.max_warmup_ms} ms")
+            self.notes.append(observations.warmup_unsettled(self.process, index, settings.max_warmup_ms))
         self.entry["trials"].append({
             "process": self.process, "index": index, "iters": iters, "wall_mean_ms": wall,
             # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
@@ -191,7 +190,7 @@ class Cell:
             try:
                 return self._profiled_stream(calls)
             except UnreadableTrace as err:
-                self.notes.append(f"process {self.process} trial {index}: no kernel time: {err}")
+                self.notes.append(observations.no_kernel_time(self.process, index, str(err)))
         samples, periods = self.timer.samples_and_periods(calls)
         return {"device_samples_ms": _rounded(samples), "period_events_ms": _rounded(periods)}
 

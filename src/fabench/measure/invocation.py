@@ -19,6 +19,7 @@ from pathlib import Path
 from fabench.config import SpecError, config_schema, option_error
 from fabench.files import output_file_arg
 from fabench.measure.spec import JobSpec, SweepSpec, in_image
+from fabench.places import PlaceError
 
 # FlashAttention-4 keeps its compiled kernels on disk only when asked to (its cache is off by default).
 MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
@@ -139,8 +140,9 @@ def report_failure(err: BaseException, spec: JobSpec, process: int | None) -> No
     """The failure's reason as the last line of output, so that the terminal and the job's log
     both end with it (the workflow tees the job's output to its log); a traceback before it only
     for an error nobody foresaw."""
-    if not isinstance(err, JobError):
+    foreseen = isinstance(err, (JobError, PlaceError))  # PlaceError: a folder the environment names
+    if not foreseen:
         traceback.print_exc()
     name = f"{spec.variant} {spec.shape_id}" + (f" process {process}" if process is not None else "")
-    reason = str(err) if isinstance(err, JobError) else f"{type(err).__name__}: {err}"
+    reason = str(err) if foreseen else f"{type(err).__name__}: {err}"
     print(f"[fabench] job failed: {name}: {reason}", file=sys.stderr, flush=True)

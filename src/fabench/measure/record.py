@@ -17,6 +17,11 @@ from fabench.measure.stopping import StopRule
 # do_bench cross-check, the kernels it launched and its compile time (issue 8).
 SCHEMA_VERSION = 3
 
+# 1 ns: below every clock fabench reads (CUDA events resolve about 0.5 us), so a time under it that
+# is not zero was not measured. Zero is kept: an interval's lower end below it is clipped to zero
+# (fabench.analysis.noise.interval), as results/bounds.py accepts.
+MIN_MS = 1e-6
+
 # A process file that is no measurement: a process beyond its platform's repeats (planned for a
 # GPU that the job did not find), which measured nothing and is left out of the merge.
 SKIPPED_KEY = "_skipped"

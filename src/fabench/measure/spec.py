@@ -216,13 +216,17 @@ class JobSpec(_Read):
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @staticmethod
-    def as_config(value: dict) -> tuple[dict, dict[str, str]]:
+    def as_config(value: dict) -> list[tuple[dict, dict[str, str]]]:
         """The config this spec's values come from (the keys the job reads), and where each of its
-        keys stands in the spec."""
+        keys stands in the spec; the variant it shares from, a variant's name too."""
         variant = value["variant"]
         config = {**value["settings"], "run": value["run"], "shapes": [value["shape"]],
                   "variants": {variant: {"triton": value["triton"]}}}
-        return config, {"run": "run", "shapes.0": "shape", f"variants.{variant}.triton": "triton", "variants": "variant"}
+        configs = [(config, {"run": "run", "shapes.0": "shape", f"variants.{variant}.triton": "triton",
+                             "variants": "variant"})]
+        if value.get("shared_from") is not None:
+            configs.append(({"variants": {value["shared_from"]: {"triton": {}}}}, {"variants": "shared_from"}))
+        return configs
 
 
 @dataclass(frozen=True)
@@ -262,12 +266,12 @@ class SweepSpec(_Read):
     reference_triton: dict[str, int | bool]
 
     @staticmethod
-    def as_config(value: dict) -> tuple[dict, dict[str, str]]:
+    def as_config(value: dict) -> list[tuple[dict, dict[str, str]]]:
         reference = value["sweep"]["reference"]
         config = {**value["settings"], "shapes": [value["shape"]], "sweep": value["sweep"],
                   "variants": {reference: {"triton": value["reference_triton"]}}}
-        return config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
-                        "variants": "sweep.reference", "sweep": "sweep"}
+        return [(config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
+                          "variants": "sweep.reference", "sweep": "sweep"})]
 
 
 def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None,
@@ -300,15 +304,18 @@ def values_error(cls, value: dict) -> str | None:
     it would come from is. None in the image (see RUNTIME_ENV)."""
     if in_image():
         return None
-    config, places = cls.as_config(value)
+    for config, places in cls.as_config(value):
 
-    def place(where: str) -> str:
-        for key, spec_key in places.items():
-            if where == key or where.startswith(key + "."):
-                return spec_key + where[len(key):]
-        return "settings" if where == "(top level)" else f"settings.{where}"
+        def place(where: str, places=places) -> str:
+            for key, spec_key in places.items():
+                if where == key or where.startswith(key + "."):
+                    return spec_key + where[len(key):]
+            return "settings" if where == "(top level)" else f"settings.{where}"
 
-    return schema_error(config, _spec_schema(), place)
+        problem = schema_error(config, _spec_schema(), place)
+        if problem:
+            return problem
+    return None
 
 
 @functools.cache

@@ -13,6 +13,7 @@ import time
 from typing import Iterator
 
 from fabench.analysis import claims
+from fabench.analysis.identity import hardware_identity
 from fabench.analysis.policy import Rule
 from fabench.results.shared import measured_once, shown
 from fabench.shapes import main_head_dim, shape_key, shape_text
@@ -87,7 +88,9 @@ class Run:
         collected = shown(collected)
         self.name = collected.get("run") or config.get("run")
         self.config = config
-        self.rule = Rule.of(config)  # the comparison policy's rule every claim of the report follows
+        # The comparison policy's rule every claim of the report follows, with the fitted values of
+        # the hardware the run measured (calibrations.yaml).
+        self.rule = Rule.of(config, hardware_identity(collected["results"]))
         # A publication's numbers recast as a run (tests/support/published_run.py): no job of it ever started.
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
@@ -97,6 +100,7 @@ class Run:
         self.variants = self._variant_order(collected["results"])
         self.results = sorted(collected["results"], key=self._order)
         self.first = self.results[0]
+        self.within = claims.WithinRun(self.results, self.rule, self.published)  # every claim of the report
 
     def _variant_order(self, results: list[dict]) -> list[str]:
         """The config's order; a variant with results but not in the config goes last."""
@@ -111,8 +115,9 @@ class Run:
         return self.variants.index(result["variant"]), not main, shape["head_dim"], shape_key(shape)
 
     def claim(self, a: dict | None, b: dict | None, names: tuple[str, str]) -> dict:
-        """The policy's claim on two cells of this run (fabench.analysis.claims.compare)."""
-        return claims.compare(a, b, names=names, rule=self.rule, published=self.published)
+        """The policy's claim on two cells of this run (fabench.analysis.claims.WithinRun): paired
+        where both are backends of one job (interleaved trial by trial in its processes)."""
+        return self.within.claim(a, b, names=names)
 
     def role_claim(self, result: dict, first: str, second: str) -> dict:
         """The policy's claim on two roles' cells of one job (a = first, b = second), named by label."""

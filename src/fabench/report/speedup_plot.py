@@ -37,7 +37,8 @@ def speedup_figure(collected: dict, rule: Rule):
     results = collected["results"]
     variants, groups = variants_of(results), families_of(r["shape"] for r in results)
     baseline = backend_label(results, results[0]["roles"]["baseline"])
-    panels = [(group, speedup_series(results, variants, group, rule)) for group in groups]
+    within = claims.WithinRun(results, rule)  # the report's claims: baseline and role of one job, paired
+    panels = [(group, speedup_series(results, variants, group, within)) for group in groups]
     if not any(values for _, series in panels for *_, values in series):
         return message_figure("No speedup to draw: the baseline or the compared backends did not run.")
     bars = max(len(series) for _, series in panels) * max(len({r["shape"]["seq"] for r in results}), 1)
@@ -68,14 +69,15 @@ def speedup_figure(collected: dict, rule: Rule):
     return fig
 
 
-def speedup_series(results: list[dict], variants: list[str], group: tuple, rule: Rule) -> list[tuple[str, str, list]]:
+def speedup_series(results: list[dict], variants: list[str], group: tuple,
+                   within: claims.WithinRun) -> list[tuple[str, str, list]]:
     """(role, variant, (speedup, mark, unstable) per sequence length) of every role and variant that ran in
     the group."""
     cells, seqs = group_cells(results, group)
     series = []
     for role in SPEEDUP_ROLES:
         for variant in variants:
-            values = [speedup(cells.get((variant, seq)), role, rule) for seq in seqs]
+            values = [speedup(cells.get((variant, seq)), role, within) for seq in seqs]
             if any(value is not None for value, *_ in values):
                 series.append((role, variant, values))
     return series
@@ -103,7 +105,7 @@ def role_entry(result: dict | None, role: str) -> dict | None:
     return None if result is None else result["backends"].get(result["roles"][role])
 
 
-def speedup(result: dict | None, role: str, rule: Rule) -> tuple[float | None, str | None, bool]:
+def speedup(result: dict | None, role: str, within: claims.WithinRun) -> tuple[float | None, str | None, bool]:
     """(baseline median / the role's median, the policy's mark on the two, whether either cell is
     unstable), (None, None, False) without both."""
     if result is None:
@@ -112,7 +114,7 @@ def speedup(result: dict | None, role: str, rule: Rule) -> tuple[float | None, s
     base, mine = timing(base_entry)[0], timing(entry)[0]
     if not base or not mine:
         return None, None, False
-    claim = claims.compare(base_entry, entry, rule, names=("baseline", role))
+    claim = within.claim(base_entry, entry, names=("baseline", role))
     return base / mine, SPEEDUP_MARKS.get(claim["claim"]), unstable(base_entry) or unstable(entry)
 
 

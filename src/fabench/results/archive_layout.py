@@ -29,8 +29,8 @@ import json
 import re
 from typing import Mapping
 
-RECORD = "record.json"
-SUMS = "SHA256SUMS"
+from fabench.files import ENTRY_RECORD as RECORD, ENTRY_SUMS as SUMS  # what makes a folder an entry
+
 RECORD_FORMAT_V1 = "fabench-archive-entry/1"  # run id hash = content_sha256; identity derived
 RECORD_FORMAT = "fabench-archive-entry/2"  # + measurements_sha256; run id hash = identity
 LOCK = ".lock"

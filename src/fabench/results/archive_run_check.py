@@ -1,7 +1,9 @@
 """Whether a run directory is a finished run, ready to archive: its resolved config is there, its
 collected results.json passes the collector's checks, its report.md exists, and every job of its
-config (and every job a caller names) has its result file and its result in results.json. Every
-way into the archive (the archive rule, `fabench archive store`, archive_run) applies this check.
+config (and every job a caller names) has its result file and its result in results.json. Its
+config is checked against the config schema as the workflow checks a config, and a preview
+(config.preview: too few samples to compare versions by) is refused. Every way into the archive
+(the archive rule, `fabench archive store`, archive_run) applies this check.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from pathlib import Path
 from typing import Iterable
 
 import jsonschema
+import yaml
 
 from fabench import files
+from fabench.config import consistency_error, schema_error
+from fabench.resources import SCHEMA_DIR
 from fabench.files import JsonReadError
 from fabench.results.archive_layout import ArchiveError
 from fabench.results.collect import contract_problems, result_schema, run_problems, schema_problems
@@ -22,6 +27,14 @@ class IncompleteRun(ArchiveError):
     def __init__(self, run_dir: Path, reasons: list[str]):
         self.run_dir, self.reasons = run_dir, reasons
         super().__init__(f"{run_dir} is not a finished run: " + "; ".join(reasons))
+
+
+class PreviewRun(ArchiveError):
+    """A preview (config.preview) is never archived: the message says why, on one line."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(f"{run_dir} is a preview (config.preview: true), too few samples to compare versions by: "
+                         "not archived; measure a run without config/preview.yaml to keep it")
 
 
 def read_json(path: Path) -> tuple[object, str | None]:
@@ -71,7 +84,16 @@ def read_config(path: Path | None) -> tuple[dict | None, str | None]:
     if error is None and not (isinstance(config, dict) and isinstance(config.get("variants"), dict)
                               and isinstance(config.get("shapes"), list)):
         error = f"{Path(path).name}: not a resolved config (no variants and shapes)"
+    if error is None:
+        problem = config_problem(config)
+        error = f"{Path(path).name}: {problem} (a config the workflow would refuse)" if problem else None
     return (config, None) if error is None else (None, error)
+
+
+def config_problem(config: dict) -> str | None:
+    """The first thing the config schema (or a rule across its keys) refuses in a resolved config."""
+    schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    return schema_error(config, schema) or consistency_error(config)
 
 
 def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[tuple[str, str]] = (),
@@ -88,6 +110,8 @@ def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[t
     config, error = read_config(config_path)
     if error:
         reasons.append(error)
+    elif config.get("preview"):
+        raise PreviewRun(run_dir)
     collected, error = read_json(run_dir / "results.json")
     if error:
         reasons.append(error)
@@ -97,9 +121,21 @@ def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[t
         reasons.append("report.md missing")
     if not reasons:
         reasons += missing_jobs(run_dir, collected, expected_jobs_from_config(config) | set(expected_jobs))
+        reasons += lost_processes(collected)
     if reasons:
         raise IncompleteRun(run_dir, reasons)
     return collected
+
+
+def lost_processes(collected: dict) -> list[str]:
+    """A job one of whose measuring processes wrote no result (killed, crashed, timed out) is not
+    finished: the workflow's next run measures that process again (fabench.results.merge.times_lost)."""
+    lost = [f"{r['variant']}/{r['shape_id']} process {e.get('index')}" for r in collected["results"]
+            for e in (r["method"].get("process_exits") or []) if isinstance(e, dict) and e.get("wrote_result") is False]
+    if not lost:
+        return []
+    return [f"{len(lost)} measuring process(es) lost, their cells failed: {', '.join(lost)} (the next snakemake "
+            "run measures them again)"]
 
 
 def missing_jobs(run_dir: Path, collected: dict, expected: set[tuple[str, str]]) -> list[str]:

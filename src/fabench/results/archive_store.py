@@ -29,7 +29,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping
 
-from fabench.files import write_atomic, write_json
+from fabench.files import DataPathError, confined_path, write_atomic, write_json
 from fabench.results.archive_layout import (IDS_DIR, LABEL_MAX, LABEL_PATTERN, RECORD, RECORD_FORMAT,
                                             RUN_ID_PATTERN, STAGING_PREFIX, SUMS, ArchiveError, content_sha256,
                                             measurements_sha256, sha256_hex, sums_text)
@@ -99,12 +99,21 @@ def _safe_name(name: str) -> str:
 
 
 def run_files(run_dir: Path) -> dict[str, Path]:
-    files = {name: run_dir / name for name in RUN_FILES if (run_dir / name).is_file()}
+    """The run's files an entry keeps, by their names in the entry. ArchiveError for any of them
+    that is a symbolic link or lies behind one (plots/ a link, say): an entry holds the run's own
+    files, never what a link in the run folder points at (fabench.files.confined_path)."""
+    found = [name for name in RUN_FILES if os.path.lexists(run_dir / name)]
     for pattern in RUN_GLOBS:
-        for path in sorted(run_dir.glob(pattern)):
-            if path.is_file():
-                files[path.relative_to(run_dir).as_posix()] = path
-    return files
+        found += [path.relative_to(run_dir).as_posix() for path in sorted(run_dir.glob(pattern))]
+    return {name: path for name, path in own_files(run_dir, found).items() if path.is_file()}
+
+
+def own_files(run_dir: Path, names: Iterable[str]) -> dict[str, Path]:
+    """Each name's path in the run folder; ArchiveError when one is, or lies behind, a symbolic link."""
+    try:
+        return {name: confined_path(run_dir, name, f"the run's file {name}") for name in dict.fromkeys(names)}
+    except DataPathError as err:
+        raise ArchiveError(f"{err}; not archived") from None
 
 
 def _read_files(run_dir: Path, extra_files: Mapping[str, os.PathLike | str]) -> dict[str, bytes]:
@@ -271,6 +280,11 @@ def archive_run(run_dir: Path, archive_root: Path, label: str | None = None,
     if label is not None:
         check_label(label)
     extra_files = dict(extra_files or {})
+    # A link among the run's files (or the run folder a link) refuses the run before any is read.
+    if run_dir.is_symlink():
+        raise ArchiveError(f"{run_dir}: a symbolic link, which fabench does not follow; give the run folder itself")
+    own_files(run_dir, [name for name in CONFIG_SOURCES if os.path.lexists(run_dir / name)])
+    run_files(run_dir)
     if "config.json" not in extra_files:
         found = [run_dir / name for name in CONFIG_SOURCES if (run_dir / name).is_file()]
         if found:

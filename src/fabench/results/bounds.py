@@ -24,9 +24,7 @@ from __future__ import annotations
 # 10^7 ms, about 2.8 hours: longer than any one figure fabench records (a trial, a call, a median);
 # the longest in the committed runs is a CPU job's 36 s.
 MAX_MS = 1e7
-# 1 ns: below every clock fabench reads (CUDA events resolve about 0.5 us), so a time under it that
-# is not zero was not measured. Zero is kept: an interval's lower end can be clipped to it.
-MIN_MS = 1e-6
+from fabench.measure.record import MIN_MS  # the shortest time a measurement can take
 MAX_SECONDS = 1e7  # a compile, a wait for a GPU lease: about 4 months
 MAX_RATIO = MAX_MS / MIN_MS
 MAX_MAGNITUDE = float(2**64)  # what 64 bits count: a seed, a FLOP count, a Unix time all fit

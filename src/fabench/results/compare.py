@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fabench.analysis import analyse_run, calibration, policy, verdict_text
+from fabench.analysis import analyse_run, calibration, components, policy, verdict_text
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import Code, Rule
 from fabench.results.archive_read import Entry, EntryChanged
@@ -126,9 +126,91 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
 
     Broken and schema-v1 entries are listed under left_out, with their problems, and take no
     part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order."""
-    ordered = sorted(entries, key=lambda e: e.sort_key)
+    used, left_out = _load(entries)
+    baseline = _baseline(baseline, [e.id for e, _ in used], left_out)
+    experiments = experiment_differences({entry.id: results for entry, results in used})
+    hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
+    rules, noise = noise_rules(used, rule, hardware)
+    rows, flags = _rows(used, baseline, lambda old, new: judge(old, new, rules[old["entry"]], hardware, experiments))
+    comparison = {
+        "format": COMPARE_FORMAT,
+        "steps": steps(rows, hardware, rules, experiments),
+        "rule": {**rule.values(), "text": rule_text(rule)},
+        "noise": noise,  # per GPU model: the between-run and between-card noise judged by, and whence
+        "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
+        "baseline": baseline,
+        "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
+        "experiments": experiments.differences,
+        "left_out": left_out,
+        "rows": rows,
+        "flags": flags,
+        "answers": answers(rows),
+        "published": None,
+    }
+    if published is not None:
+        comparison["published"] = {
+            "source": published.get("source", {}).get("document") or published.get("source", {}).get("title"),
+            "tolerance": rule.published_margin,
+            "rule": published_rule_text(rule),
+            "entries": [published_section(e, results, published, rule) for e, results in used],
+        }
+    return comparison
+
+
+def noise_rules(used: list[tuple[Entry, list[dict]]], rule: Rule, hardware: dict) -> tuple[dict, list[dict]]:
+    """The rule each entry's cells are judged by (entry id -> Rule) and, per hardware key, the
+    between-run and between-card noise it holds and where they came from. On hardware with a fit
+    of its own, the fit's (so its verdicts are the calibration's); on hardware without, the
+    estimate from this archive's repeats (entries of one experiment, cells of the same code) where
+    it has a pair of that kind, else the fallback fit's; a value the config set, always. The
+    archive's own estimate is stated beside the value used wherever there is one."""
+    by_key: dict[tuple, list] = {}
+    for entry, results in used:
+        by_key.setdefault(policy.hardware_key(hardware[entry.id]), []).append((entry.id, results))
+    rules, noise = {}, []
+    for key, runs in by_key.items():
+        identity = hardware[runs[0][0]]
+        own = components.between_runs(runs) if len(runs) > 1 else {"between_run": None, "between_card": None}
+        estimated = {name: own[name] for name in ("between_run", "between_card")
+                     if own[name] is not None and name not in rule.chosen}
+        base = rule.on(identity)
+        if estimated and calibration.calibration_for(identity) is None:
+            used_rule = Rule.of({policy.CONFIG_KEY: {**rule.as_dict(), **estimated}}, identity)
+            source = {name: "this archive's repeats" if name in estimated else _source(base, name)
+                      for name in ("between_run", "between_card")}
+        else:
+            used_rule = base
+            source = {name: _source(base, name) for name in ("between_run", "between_card")}
+        rules.update(dict.fromkeys((run_id for run_id, _ in runs), used_rule))
+        noise.append({"hardware": policy.hardware_text(identity), "between_run": used_rule.between_run,
+                      "between_card": used_rule.between_card, "source": source,
+                      "archive_estimate": {name: own[name] for name in ("between_run", "between_card")},
+                      "archive_pairs": own.get("pairs")})
+    return rules, noise
+
+
+def _source(rule: Rule, name: str) -> str:
+    return "the config" if name in rule.chosen else f"calibration {rule.fit}"
+
+
+def noise_line(noise: list[dict]) -> str | None:
+    """One line: the noise a run cannot see by itself, per GPU model, as judged by, and whence."""
+    def pct(value):
+        return "n/a" if value is None else f"{value:.2%}"
+    parts = [f"{n['hardware']}: between runs {pct(n['between_run'])} ({n['source']['between_run']}), between "
+             f"cards {pct(n['between_card'])} ({n['source']['between_card']})" +
+             (f"; this archive's repeats show {pct(n['archive_estimate']['between_run'])} and "
+              f"{pct(n['archive_estimate']['between_card'])}" if any(v is not None for v in n["archive_estimate"].values()) and
+              "this archive's repeats" not in n["source"].values() else "")
+             for n in noise]
+    return ("Noise no run sees by itself (added to two runs' noise; between cards where their cards differ): "
+            + "; ".join(parts) + ".") if parts else None
+
+
+def _load(entries: Iterable[Entry]) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
+    """The usable entries in order, each with its results analysed again, and those left out."""
     used, left_out = [], []
-    for entry in ordered:
+    for entry in sorted(entries, key=lambda e: e.sort_key):
         results, problems = usable_results(entry)
         if results is None:
             left_out.append({"id": entry.id, "path": str(entry.path), "problems": problems})
@@ -137,16 +219,23 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
     if not used:
         raise NothingToCompare("no entry left to compare: " + "; ".join(
             f"{x['id']}: {', '.join(x['problems'])}" for x in left_out) if left_out else "no entries given")
-    ids = [e.id for e, _ in used]
+    return used, left_out
+
+
+def _baseline(baseline: str | None, ids: list[str], left_out: list[dict]) -> str:
     if baseline is None:
-        baseline = ids[0]
-    elif baseline not in ids:
+        return ids[0]
+    if baseline not in ids:
         why = next((x["problems"] for x in left_out if x["id"] == baseline), None)
         raise CompareError(f"baseline {baseline}: " + (f"left out ({'; '.join(why)})" if why
                                                        else "not among the compared entries"))
-    experiments = experiment_differences({entry.id: results for entry, results in used})
+    return baseline
+
+
+def _rows(used: list[tuple[Entry, list[dict]]], baseline: str, verdict) -> tuple[list[dict], list[dict]]:
+    """One row per cell measured in some entry, each entry's cell judged against the previous entry
+    that has it and against the baseline by `verdict(old, new)`; and the flags among those verdicts."""
     tables = {entry.id: {(r["variant"], r["shape_id"]): r for r in results} for entry, results in used}
-    hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
     rows, flags = [], []
     for variant, sid, shape, backend in _row_order([results for _, results in used]):
         cells = []
@@ -158,47 +247,51 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
             continue  # never measured in any entry (another platform's backend)
         label = next(r["backends"][backend]["label"] for _, results in used for r in results
                      if r["variant"] == variant and r["shape_id"] == sid and backend in r["backends"])
-        base_cell = next((c for c in cells if c["entry"] == baseline and c["status"] is not None), None)
-        previous = None
-        for cell in cells:
-            cell["vs_previous"] = cell["vs_baseline"] = None
-            if cell["status"] is None:
-                continue
-            if previous is not None:
-                cell["vs_previous"] = {"entry": previous["entry"],
-                                       **judge(previous, cell, rule, hardware, experiments)}
-            if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
-                cell["vs_baseline"] = {"entry": baseline, **judge(base_cell, cell, rule, hardware, experiments)}
-            for kind in ("vs_previous", "vs_baseline"):
-                found = cell[kind]
-                if found and found["code"] in FLAGGED:
-                    flags.append({"code": found["code"], "variant": variant, "shape_id": sid, "backend": backend,
-                                  "label": label, "entry": cell["entry"], "against": found["entry"],
-                                  "against_kind": kind[3:], "ratio": found["ratio"], "why": found["why"]})
-            previous = cell
-        rows.append({"variant": variant, "shape_id": sid, "shape": shape, "backend": backend, "label": label,
-                     "cells": cells})
-    comparison = {
-        "format": COMPARE_FORMAT,
-        "steps": steps(rows, hardware, rule, experiments),
-        "rule": {**rule.as_dict(), "text": rule_text(rule)},
-        "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
-        "baseline": baseline,
-        "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
-        "experiments": experiments.differences,
-        "left_out": left_out,
-        "rows": rows,
-        "flags": flags,
-        "published": None,
-    }
-    if published is not None:
-        comparison["published"] = {
-            "source": published.get("source", {}).get("document") or published.get("source", {}).get("title"),
-            "tolerance": rule.published_margin,
-            "rule": published_rule_text(rule),
-            "entries": [published_section(e, results, published, rule) for e, results in used],
-        }
-    return comparison
+        row = {"variant": variant, "shape_id": sid, "shape": shape, "backend": backend, "label": label,
+               "cells": cells}
+        _judge_row(cells, baseline, verdict)
+        flags += _flags(row)
+        rows.append(row)
+    return rows, flags
+
+
+def _judge_row(cells: list[dict], baseline: str, verdict) -> None:
+    """Each present cell's vs_previous and vs_baseline verdicts (in place); the baseline is not
+    judged twice where it is the previous entry."""
+    base_cell = next((c for c in cells if c["entry"] == baseline and c["status"] is not None), None)
+    previous = None
+    for cell in cells:
+        cell["vs_previous"] = cell["vs_baseline"] = None
+        if cell["status"] is None:
+            continue
+        if previous is not None:
+            cell["vs_previous"] = {"entry": previous["entry"], **verdict(previous, cell)}
+        if base_cell is not None and cell is not base_cell and (previous is None or previous is not base_cell):
+            cell["vs_baseline"] = {"entry": baseline, **verdict(base_cell, cell)}
+        previous = cell
+
+
+def _flags(row: dict) -> list[dict]:
+    found = []
+    for cell in row["cells"]:
+        for kind in ("vs_previous", "vs_baseline"):
+            verdict = cell.get(kind)
+            if verdict and verdict["code"] in FLAGGED:
+                found.append({"code": verdict["code"], "variant": row["variant"], "shape_id": row["shape_id"],
+                              "backend": row["backend"], "label": row["label"], "entry": cell["entry"],
+                              "against": verdict["entry"], "against_kind": kind[3:], "ratio": verdict["ratio"],
+                              "why": verdict["why"]})
+    return found
+
+
+def answers(rows: list[dict]) -> dict:
+    """How many ok cells compared with the previous entry got an answer (same or changed), the share
+    `fabench compare --min-answered` gates on: {judged, answered, share (None without any)}."""
+    # A cell measured in neither run (the same failing status in both) is no ok cell to judge.
+    verdicts = [c["vs_previous"] for row in rows for c in row["cells"]
+                if c.get("vs_previous") and c["vs_previous"]["code"] != Code.NOT_OK]
+    answered = sum(v["verdict"] in ("same", "changed") for v in verdicts)
+    return {"judged": len(verdicts), "answered": answered, "share": answered / len(verdicts) if verdicts else None}
 
 
 class experiment_differences:
@@ -217,11 +310,12 @@ class experiment_differences:
         return self.found[(old, new)]
 
 
-def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> list[dict]:
+def steps(rows: list[dict], hardware: dict, rules: dict, experiments=None) -> list[dict]:
     """Cells whose series over the archived entries (one GPU model's and one experiment's, in
     archive order, three stable runs or more) steps somewhere beyond the noise and the margin
     (analysis.policy.find_step): where, by how much, and whether the card changed there (two cards
-    of one model differ by up to a few percent under a power cap)."""
+    of one model differ by up to a few percent under a power cap); `rules`: entry id -> the rule
+    its cells are judged by (noise_rules)."""
     found = []
     for row in rows:
         series: dict[tuple, list] = {}
@@ -233,7 +327,8 @@ def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> lis
                     same_model.append(cell)
         for cells in series.values():
             metric = cell_metric(*cells) if len(cells) >= 3 else None
-            step = policy.find_step([(c["entry"], c[metric]) for c in cells], rule) if metric else None
+            step = (policy.find_step([(c["entry"], c[metric]) for c in cells], rules[cells[0]["entry"]])
+                    if metric else None)
             if step:
                 cards = [hardware[step[side]]["cards"] for side in ("before", "after")]
                 found.append({"variant": row["variant"], "shape_id": row["shape_id"], "backend": row["backend"],

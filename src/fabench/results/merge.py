@@ -27,20 +27,24 @@ from pathlib import Path
 
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.identity import launched_kernels
-from fabench.analysis.legacy import KERNELS_NOTE
+from fabench.measure import observations
 from fabench.files import json_problem, output_file_arg, write_json
 from fabench.results.bounds import bounds_problem
 from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
 
 
-def merge(results: list[dict], processes: list[dict]) -> dict:
-    """The job's result from its processes' results (in process order) and how each process ended."""
+def merge(results: list[dict], processes: list[dict], lost: list[dict] = ()) -> dict:
+    """The job's result from its processes' results (in process order) and how each process ended.
+    `lost`: the records of the job's processes that wrote no result (fabench.measure.launch.launcher's
+    no_result); each backend measured ok by the others is failed with why (lost_reason)."""
     merged = copy.deepcopy(results[0])
     method = merged["method"]
     ids = [r["provenance"].get("process", i) for i, r in enumerate(results)]
     for name in merged["backends"]:
         merged["backends"][name] = merge_entry([r["backends"][name] for r in results], merged, ids)
+        if lost and merged["backends"][name]["status"] == "ok":
+            merged["backends"][name].update(status="failed", failure_kind="error", reason=lost_reason(lost, ids))
     method["process_exits"] = [dict(p, **_where(results, p["index"])) for p in processes]
     method["device_fallbacks"] = _fallbacks(results)
     failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
@@ -55,6 +59,17 @@ def merge(results: list[dict], processes: list[dict]) -> dict:
     return analyse_result(merged)
 
 
+def lost_reason(lost: list[dict], measured: list[int]) -> str:
+    """Why a cell whose other processes measured is failed: a process of it was lost (killed, crashed,
+    timed out), so its figures are of fewer processes than the method asks; the next run of the
+    workflow measures the lost process again (times_lost)."""
+    said = "; ".join(str(record["reference"].get("reason") or "a process wrote no result").removeprefix(
+        "no process of the job wrote a result: ") for record in lost)
+    ids = ", ".join(str(i) for i in measured)
+    return (f"{said}: a process of the cell was lost, its figures are of process {ids} alone "
+            "(the next run measures the lost one again)")
+
+
 def _where(results: list[dict], index: int) -> dict:
     """Where and when process `index` measured (its processes may run on different hosts or GPUs
     when the workflow runs them as jobs of their own); nothing for a process without a result."""
@@ -66,6 +81,21 @@ def _where(results: list[dict], index: int) -> dict:
             return {"host": prov.get("host"), "gpu_uuid": gpu.get("uuid"), "gpu_lease": lease.get("gpu"),
                     "started": prov.get("started"), "finished": prov.get("finished")}
     return {}
+
+
+def times_lost(process_file: Path) -> int:
+    """How many times this process of a job was lost (killed, crashed, timed out), as its process
+    file tells: the count its launcher was run with (--measured-again, recorded with how it
+    ended), one more when the file is the record of a process that wrote no result. Snakemake
+    re-runs a job whose params changed: a lost record's count differs from the one its job ran
+    with, so the next run measures it again, and the result then recorded keeps that count, so
+    the run after does not (once per loss, not forever). 0 for no file or one the merge refuses."""
+    try:
+        record = json.loads(Path(process_file).read_bytes())
+        count = int(record["method"]["process_exits"][0].get("measured_again", 0))
+        return count + (1 if record.get(PROCESS_FAILED_KEY) else 0)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return 0
 
 
 class ProcessFileError(ValueError):
@@ -117,9 +147,10 @@ def merge_files(paths: list[Path]) -> dict:
     _same_job(loaded)
     exits = sorted((e for r in results for e in r["method"].get("process_exits", [])), key=lambda e: e["index"])
     measured = [r for r in results if not r.get(PROCESS_FAILED_KEY)]
+    lost = [r for r in results if r.get(PROCESS_FAILED_KEY)]
     if measured:
         try:
-            return merge(measured, exits)
+            return merge(measured, exits, lost)
         except (KeyError, TypeError, ValueError, IndexError) as err:  # a file edited or cut inside
             names = ", ".join(str(p) for p, r in loaded.items() if SKIPPED_KEY not in r)
             raise ProcessFileError(f"the process files {names} do not merge ({type(err).__name__}: {err}): one "
@@ -181,21 +212,17 @@ def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     return merged
 
 
-def kernel_differences(entries: list[dict], ids: list[int]) -> list[str]:
-    """A note when the processes launched different kernels (fabench.analysis.policy's identity:
-    names, source digest, launch settings). Only a job's first process profiles its kernels; the
-    digest of what Inductor generated depends on the compile caches' state, not the kernel, and
-    is no evidence either way."""
+def kernel_differences(entries: list[dict], ids: list[int]) -> list[dict]:
+    """An observation (fabench.measure.observations.kernels_differ) when the processes launched
+    different kernels (fabench.analysis.policy's identity: names, source digest, launch settings).
+    Only a job's first process profiles its kernels; the digest of what Inductor generated depends
+    on the compile caches' state, not the kernel, and is no evidence either way."""
     profiled = [(i, e["kernels"]) for i, e in zip(ids, entries) if (e["kernels"] or {}).get("names") is not None]
     launched = {json.dumps(launched_kernels(k), sort_keys=True) for _, k in profiled}
     if len(launched) <= 1:
         return []
-    return [KERNELS_NOTE + "; ".join(_kernels_text(i, k) for i, k in profiled)]
-
-
-def _kernels_text(index: int, kernels: dict) -> str:
-    return (f"process {index}: {', '.join(kernels['names'])} (source sha256 {str(kernels.get('source_sha256'))[:12]}, "
-            f"launch {kernels.get('launch')})")
+    return [observations.kernels_differ([{"process": i, "names": list(k["names"]), "launch": k.get("launch"),
+                                          "source_sha256": k.get("source_sha256")} for i, k in profiled])]
 
 
 def _fallbacks(results: list[dict]) -> dict:

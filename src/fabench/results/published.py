@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from fabench.config import quote, schema_error
+from fabench.files import DataPathError, confined_path
 from fabench.results.bounds import bounds_problem
 from fabench.shapes import shape_id, shape_key
 from fabench.resources import SCHEMA_DIR
@@ -19,11 +20,34 @@ PUBLISHED_SCHEMA = SCHEMA_DIR / "published.schema.yaml"
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
 # The file config.yaml names (a path in the checkout): what an unreadable file is told to look like.
 EXAMPLE_NAME = "mi300x-2025-12-30.yaml"
+# Where the published numbers named by a stored config (an archived or collected run's config.json)
+# may lie: the project's own folder of them. A user's config names any file (the config check reads
+# it); a stored one is data, and points nowhere else.
+PUBLISHED_DIR = "report/published"
 
 
 class PublishedError(ValueError):
     """A published-numbers file the report cannot read: the message names the file and what is
     wrong, on one line."""
+
+
+def stored_published(config: dict, project: Path, source: str = "config.json") -> dict | None:
+    """The published numbers a stored config names (its `published`), None when it names none: read
+    only from the project's report/published/ folder, never through a symbolic link; PublishedError
+    (one line naming `source`) for a path elsewhere."""
+    name = config.get("published")
+    if not name:
+        return None
+    what = f"{source} published"
+    try:
+        path = confined_path(project, name, what)
+        folder = confined_path(project, PUBLISHED_DIR, what)
+    except DataPathError as err:
+        raise PublishedError(str(err)) from None
+    if folder not in path.parents:
+        raise PublishedError(f"{what}: {quote(name)} is not a file of {PUBLISHED_DIR}/, where a stored config's "
+                             "published numbers lie")
+    return load_published(path)
 
 
 def load_published(path: str | Path, schema: str | Path = PUBLISHED_SCHEMA) -> dict:

@@ -15,7 +15,6 @@ import importlib
 import importlib.util
 import math
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from fabench.measure.backends import aiter_kernel, fa4_kernel
+from fabench.places import process_scratch
 
 
 class FallbackError(RuntimeError):
@@ -284,8 +284,9 @@ def _aiter_package() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def process_configs_dir() -> str:
-    """This process's own directory for aiter's configs: the installed package is never written."""
-    directory = tempfile.mkdtemp(prefix="fabench-aiter-configs-")
+    """This process's own directory for aiter's configs: the installed package is never written.
+    Removed at exit; when the process is killed first, by the next one (fabench.places.process_scratch)."""
+    directory = process_scratch()
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     return directory
 

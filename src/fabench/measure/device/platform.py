@@ -7,9 +7,9 @@ the allocator's cache, the profiler's device activity, the device's properties a
 fields of a result's provenance. The timer (timing, graph_time), the profiled kernels (kernels),
 the state reader (gpu_state), the cell, the job and the measuring worker call these instead of
 torch.cuda, and compare no platform strings; a new vendor is a new class here. ROCm's HIP answers to
-torch.cuda, so Rocm differs from Cuda only in what names and reads its device. Only a backend that
-calls its own kernels (registry's CPU profile of a compiled call) and an exception's type
-(failures: torch.cuda.OutOfMemoryError) name torch.cuda elsewhere.
+torch.cuda, so Rocm differs from Cuda only in what names and reads its device. Elsewhere torch.cuda
+is named only by a backend asking about its own kernel (fa4_kernel: the compute capability its
+kernels need) and by an exception's type (failures: torch.cuda.OutOfMemoryError).
 """
 
 from __future__ import annotations

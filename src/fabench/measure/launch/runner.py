@@ -48,10 +48,12 @@ from fabench.measure.launch.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.launch.worker_client import run_in_worker
 from fabench.measure.record import SKIPPED_KEY
+from fabench.places import remove_orphaned_scratch
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
 MODES = ("isolate", "worker")
+MEASURED_AGAIN_MAX = 1000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,12 +67,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(default: the config's measure.worker_idle_s default)")
     parser.add_argument("--timeout-s", type=config_bounded("measure", "job_timeout_s"), default=None, metavar="S",
                         help="a measuring process still running after S seconds is killed and its job failed")
+    parser.add_argument("--measured-again", type=lost_count_arg, default=0,
+                        metavar="N", help="this process of the job was lost N times before (the workflow says so: "
+                        "fabench.results.merge.times_lost); recorded with how it ended")
     args = parser.parse_args(argv)
     # Read only where a worker is started: the schema is YAML, and a container's measuring process
     # (isolate mode, the image without PyYAML: the report's dependencies stay on the host) has none.
     if args.worker_idle_s is None and args.mode == "worker":
         args.worker_idle_s = float(schema_default("measure", "worker_idle_s"))
     return args
+
+
+def lost_count_arg(text: str) -> int:
+    """argparse type of --measured-again: a count, 0 to MEASURED_AGAIN_MAX."""
+    if not text.isdigit() or int(text) > MEASURED_AGAIN_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count from 0 to {MEASURED_AGAIN_MAX}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +139,12 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
         else:
             ended = run_process(args, commit, index, out)
         result = json.loads(out.read_text()) if out.is_file() else None
-    return result, {"index": index, **ended, "wrote_result": result is not None}
+    if result is None:  # killed, crashed or timed out: what it could not remove itself
+        # A worker that ended mid-job (no exit code) is not this launcher's child: wait for its end.
+        lost_worker = (ended.get("worker") or {}).get("pid") if ended.get("exit_code") is None else None
+        remove_orphaned_scratch(lost_worker)
+    again = {"measured_again": args.measured_again} if args.measured_again else {}
+    return result, {"index": index, **ended, "wrote_result": result is not None, **again}
 
 
 def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:

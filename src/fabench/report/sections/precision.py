@@ -9,6 +9,8 @@ from fabench.report.model import Run
 from fabench.analysis import stats
 from fabench.analysis.figures import run_metric, shown_figure
 from fabench.report.sections.timing import interval_names
+from fabench.analysis.components import run_components
+from fabench.analysis.identity import hardware_identity
 
 
 def measured_cells(run: Run):
@@ -65,6 +67,21 @@ def one_process_cells(run: Run, device: bool) -> int:
                if (shown_figure(b, metric).get("noise") or {}).get("between") == "trials")
 
 
+def noise_components(run: Run) -> dict:
+    """The noise model's components as this run states them (fabench.analysis.components): its own
+    within a process, between processes and between its cards, and from the calibration what it
+    cannot see by itself (between runs, between cards of the model)."""
+    own = run_components(run.results)
+    identity = hardware_identity(run.results)
+
+    def pct(value):
+        return None if value is None else f"{value:.2%}"
+    return {"within": pct(own["within_process"]), "between": pct(own["between_process"]),
+            "cards": pct(own["between_card_in_run"]), "run": pct(run.rule.between_run),
+            "card": pct(run.rule.between_card), "fit": run.rule.fit,
+            "calibrated": run.rule.calibrated_on(identity)}
+
+
 def context(run: Run, published: dict | None) -> dict | None:
     if not any(True for _ in measured_cells(run)):
         return None  # nothing recorded trials (e.g. published numbers recast as a run)
@@ -72,4 +89,5 @@ def context(run: Run, published: dict | None) -> dict | None:
     return {"figure": "device time" if device else "wall-clock time", "floor": noise_floor(run, device),
             "one_process": one_process_cells(run, device), "margin": f"{run.rule.margin:.2%}",
             "intervals": [md_text(n) for n in interval_names(run, device)],
-            "unstable": unstable_cells(run), "cross_check": cross_checks(run), **trial_counts(run)}
+            "unstable": unstable_cells(run), "cross_check": cross_checks(run), "components": noise_components(run),
+            **trial_counts(run)}

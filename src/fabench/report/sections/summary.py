@@ -62,16 +62,46 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     ranked = _ranked(result, metric)
     if len(ranked) < 2:
         return None
-    leaders, untold = [ranked[0]], []
+    leaders, untold, trials_lead = [ranked[0]], [], None
     for name, entry, _ in ranked[1:]:
         verdicts = [run.claim(entry, lead, names=(name, lead_name)) for lead_name, lead, _ in leaders]
+        if trials_lead is None:
+            trials_lead = _trials_lead(ranked[0][0], verdicts[0], run.rule.margin)
         behind = [v for v in verdicts if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
         if behind:
             return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
-                    "ratio": behind[0]["ratio"]}
+                    "ratio": behind[0]["ratio"], "trials_lead": None}
         untold += [str(v["code"] or v["claim"]) for v in verdicts if v["claim"] not in TIED]
         leaders.append((name, entry, None))
-    return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None}
+    return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None,
+            "trials_lead": trials_lead or None}
+
+
+def _trials_lead(leader: str, verdict: dict, margin: float) -> dict | False:
+    """Where two backends of one job ran in one process (no test: `one_process`), the fastest's lead
+    when every paired trial has it ahead of the next by more than the rule's margin: {leader, least
+    (the smallest paired factor), ratio}; False otherwise."""
+    paired = verdict.get("paired") or {}
+    if (verdict["code"] != "one_process" or paired.get("side") != "b" or not paired.get("least")
+            or paired["least"] <= 1 + margin):
+        return False
+    return {"leader": leader, "least": paired["least"], "ratio": verdict["ratio"]}
+
+
+def one_process_lead(run: Run, shapes: list[tuple[dict, dict]]) -> dict | None:
+    """The backend every paired trial put ahead of the next at every shape, in a run of one process
+    a job (which tests no difference), and the setting that would test it; None where there is none."""
+    leads = [s["trials_lead"] for _, s in shapes]
+    if not leads or not all(leads) or len({lead["leader"] for lead in leads}) > 1:
+        return None
+    label = md_text(run.first["backends"].get(leads[0]["leader"], {}).get("label") or leads[0]["leader"])
+    return {"leader": label, "least": min(lead["least"] for lead in leads),
+            "ratios": [min(lead["ratio"] for lead in leads), max(lead["ratio"] for lead in leads)]}
+
+
+def repeats_setting(run: Run) -> str:
+    """The setting that runs each job in two processes (a CPU host's config key, else the GPU's)."""
+    return "cpu: {repeats: 2}" if run.first.get("platform") == "cpu" else "timing: {repeats: 2}"
 
 
 def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
@@ -83,15 +113,20 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     shapes = [(r, s) for r, s in shapes if s is not None]
     label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
     line = {"head_dim": head_dim, "shapes": len(group), "metric": METRICS[metric], "code": "no clear winner",
-            "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": []}
+            "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": [],
+            "trials_lead": None, "setting": None}
     if not shapes:
         return {**line, "code": "not measured"}
     untold = [(r, s) for r, s in shapes if s["untold"]]
     line.update(untold=[md_text(run.shape_name(r["shape"])) for r, _ in untold],
                 reasons=[md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
-                    f for _, s in untold for f in s["untold"])])
+                    f for _, s in untold for f in s["untold"])],
+                # One process a job tests no pair: the setting that gives the paired test its second process.
+                setting=repeats_setting(run) if any("one_process" in s["untold"] for _, s in untold) else None)
     if all(s["beaten"] is None for _, s in shapes):
-        return {**line, "code": "untold"}  # the policy puts no backend behind another anywhere
+        # The policy puts no backend behind another anywhere; one process a job may still show one
+        # ahead in every paired trial, untested: the line says so, and which setting tests it.
+        return {**line, "code": "untold", "trials_lead": one_process_lead(run, shapes)}
     if len({tuple(sorted(s["leaders"])) for _, s in shapes}) > 1 or any(s["beaten"] is None for _, s in shapes):
         return {**line, "split": [{"shape": md_text(run.shape_name(r["shape"])),
                                    "leaders": [label(n) for n in s["leaders"]]} for r, s in shapes]}
@@ -164,7 +199,12 @@ def precision(run: Run) -> dict | None:
     widths = [(f["ci95"][1] - f["ci95"][0]) / 2 / f["median"] for f in figures if f.get("ci95") and f.get("median")]
     one_process = sum(1 for f in figures if (f.get("noise") or {}).get("between") == "trials")
     unstable = sum(1 for b in cells if not b["stats"].get("stable", True))
+    # The kernels' own time check per cell (fabench.analysis.kernel_check): agrees, differs, or could not judge.
+    checks = [((b.get("cross_check") or {}).get("kernel_time") or {}) for b in cells]
+    checked = {word: sum(1 for c in checks if c and c.get("agrees") is value)
+               for word, value in (("agree", True), ("differ", False), ("could not judge", None))}
     return {"code": "one process" if one_process == len(cells) else "intervals", "cells": len(cells),
+            "checked": checked if any(checks) else None,
             "half_width": stats.median(widths) if widths else None, "one_process": one_process,
             "unstable": unstable, "metric": METRICS[metric], "anchor": anchor("How precise is this run")}
 

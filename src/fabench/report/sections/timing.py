@@ -5,6 +5,7 @@ backend the jobs ran. Device columns appear only where some job had a device tim
 from __future__ import annotations
 
 from fabench.analysis.figures import run_metric, shown_figure
+from fabench.analysis.kernel_check import JUDGE_BOUND
 from fabench.analysis.noise import interval_name
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
@@ -123,7 +124,7 @@ def check_counts(run: Run, check: str) -> dict | None:
     if not judged:
         return None
     return {"cells": len(cells), "judged": len(judged), "agreeing": sum(1 for v in judged if v["agrees"]),
-            "method": joined(v.get("method") for v in verdicts)}
+            "method": joined(v.get("method") for v in verdicts), "bound": JUDGE_BOUND}
 
 
 def joined(values) -> str:
