@@ -37,6 +37,7 @@ onstart:
 
 onsuccess:
     stop_measuring_workers()
+    say_what_was_made()
 
 
 onerror:

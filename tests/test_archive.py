@@ -7,6 +7,7 @@ a real process. Nothing here runs a benchmark.
 from __future__ import annotations
 
 import csv
+import re
 import json
 import os
 import shutil
@@ -579,3 +580,74 @@ def test_the_record_and_the_comparison_name_the_card_where_the_results_do(tmp_pa
     header = next(line for line in render_markdown(compare_entries(list_entries(rocm_root), RULE)).splitlines()
                   if line.startswith("| Entry |"))
     assert "GPU" not in header.split("|")[5]
+
+
+def test_cli_compare_ends_with_one_result_line_and_takes_the_null_device(two_runs, tmp_path):
+    """A CI log shows what was judged, also when the Markdown goes to a file or nowhere (issue 40):
+    the newest two runs, the verdicts on their cells, where the page is."""
+    old, new, root = two_runs
+    edit_backend(new, *CELL, factor=1.12)
+    for run in (old, new):
+        archive(run, root)
+    page = tmp_path / "compare.md"
+    told = fabench("compare", "--root", str(root), "--margin", "5%", "--out-md", str(page), cwd=tmp_path)
+    assert told.returncode == 0 and told.stdout == "", told.stderr
+    [line] = [line for line in told.stderr.splitlines() if "archived runs;" in line]
+    assert re.fullmatch(rf"fabench compare: 2 archived runs; {NEW}/0001-\w+ against {OLD}/0001-\w+: \d+ cells "
+                        rf"judged: 1 regression, .*; see {re.escape(str(page))}", line), line
+    quiet = fabench("compare", "--root", str(root), "--margin", "5%", "--out-md", os.devnull, "--out-json", os.devnull,
+                    cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr
+    assert "1 regression" in quiet.stderr and "see " not in quiet.stderr
+
+
+def test_the_compare_summary_keeps_the_judged_pair_and_names_software_a_label_hides(tmp_path):
+    """Issue 40: a third run of other shapes (the docs' FlexAttention recipe) joined the archive and
+    the summary judged it against the second, 0 cells; a package installed between two runs of one
+    label went unsaid. Now the summary keeps the newest pair that shares cells, names the run it
+    passed over, and says what software differs under the label."""
+    root = tmp_path / "archive"
+    first = make_run(tmp_path / "a", "mi300x", versions=ROCM_6_4, seed=1)
+    second = make_run(tmp_path / "b", "mi300x", versions={**ROCM_6_4, "triton": "3.6.0"}, seed=2)
+    edit_backend(second, *CELL, factor=1.12)
+    other = make_run(tmp_path / "c", "mi300x", versions={**ROCM_6_4, "triton": "3.6.0"}, seed=3,
+                     shapes=[{"batch": 1, "seq": 256, "heads": 4, "head_dim": 64}])
+    ids = [archive(run, root, label="one").name for run in (first, second, other)]
+    comparison = compare_entries(list_entries(root), Rule.of({"comparison": {"margin": 0.05}}))
+    markdown = render_markdown(comparison)
+    summary = markdown.split("## Summary", 1)[1].split("## Runs", 1)[0]
+    assert f"`one/{ids[1]}` against `one/{ids[0]}`" in summary and "1 regression" in summary, summary
+    assert f"**Not judged against an earlier run**: `one/{ids[2]}`" in summary, summary
+    assert "**Software differs under one label** `one`" in summary and "triton 3.3.1 → 3.6.0 → 3.6.0" in summary
+    from fabench.report.compare_outputs import result_line
+    assert f"one/{ids[1]} against one/{ids[0]}" in result_line(comparison)
+    assert "label one holds runs of other software (triton 3.3.1 -> 3.6.0 -> 3.6.0)" in result_line(comparison)
+
+
+def test_compare_names_the_command_that_stores_a_run_only_where_it_would(tmp_path):
+    """Issue 40 (the tester's words): compare told the user `snakemake archive` stores a run that
+    `snakemake archive` refuses. Each line now says what the store itself would do with the run."""
+    from fabench.results.unarchived import STORE_COMMAND, store_unarchived, unarchived_lines
+
+    results, root = tmp_path / "results", tmp_path / "archive"
+
+    def run_in(name: str, runtime: str, seed: int) -> Path:
+        run_dir = make_run(results, name, versions=ROCM_6_4, seed=seed)
+        collected = read_results(run_dir)
+        for result in collected["results"]:
+            result["provenance"]["runtime"] = runtime
+        write_results(run_dir, collected)
+        return run_dir
+
+    run_in("plain", "local", 1)
+    run_in("boxed", "docker", 2)
+    broken = run_in("broken", "local", 3)
+    next((broken / "tuned").glob("*.json")).unlink()
+    lines = {line.split(" ", 1)[0]: line for line in unarchived_lines(results, root)}
+    assert lines[str(results / "plain")].endswith(f"`{STORE_COMMAND}` stores it")
+    assert f"`{STORE_COMMAND}` does not store" in lines[str(results / "boxed")]
+    assert "cannot be stored as it is" in lines[str(results / "broken")] and "missing" in lines[str(results / "broken")]
+    # what the store then does agrees with each line
+    outcome = {stored.run_dir.name: stored for stored in store_unarchived(results, root, schema=SCHEMA)}
+    assert outcome["plain"].entry is not None
+    assert outcome["boxed"].entry is None and outcome["broken"].entry is None

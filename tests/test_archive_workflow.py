@@ -18,6 +18,8 @@ from workflow_util import SNAKEFILE, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 
+# Snakemake's own last lines, after the workflow's (Snakefile onsuccess)
+SNAKEMAKES_LAST = ("Complete log", "Elapsed time")
 SHAPE = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
 
 
@@ -50,6 +52,20 @@ def test_archive_stores_every_finished_run_and_compare_names_one_it_does_not_hol
     assert pending in steps["compare"].stderr
     assert "## Finished runs not in the archive" not in (work / "compare" / "compare.md").read_text()
     assert re.search(r"results/tiny-a: archived as archive/cpu-a/0001-[0-9a-f]{8}", steps["archive"].stderr)
+    # Each command ends with its result in one line and the path to read it in full (issue 40).
+    last = {step: [line for line in proc.stderr.splitlines() if not line.startswith(SNAKEMAKES_LAST)][-1]
+            for step, proc in steps.items()}
+    assert re.fullmatch(r"run tiny-a: 2 jobs, cells \d+ ok, .*; Fastest at d_k=32 .*; "
+                        r"report: results/tiny-a/report.md \(results/tiny-a/report.html\)", last["report tiny-a"]), last
+    assert last["compare"] == ("compare: 1 archived run: nothing to compare it with yet; "
+                               "see compare/compare.md (compare/compare.html)"), last
+    assert re.fullmatch(r"compare: 2 archived runs; cpu-b/0001-\w+ against cpu-a/0001-\w+: \d+ cells judged: .*; "
+                        r"see compare/compare.md \(compare/compare.html\)", last["compare again"]), last
+    # the config's own run is named on the terminal too, and the last line names both (issue 40)
+    # (stored by the first compare, which compares only what is archived)
+    assert re.search(r"results/tiny-b: archived as archive/cpu-b/0001-[0-9a-f]{8}", steps["compare"].stderr)
+    assert re.search(r"archive: this config's run\(s\) in the archive: results/tiny-b as cpu-b/0001-[0-9a-f]{8}; "
+                     r"1 other finished run\(s\) archived, 0 not", steps["archive"].stderr)
     assert pending not in steps["compare again"].stderr
     entries = json.loads((work / "compare" / "compare.json").read_text())["entries"]
     assert [e["label"] for e in entries] == ["cpu-a", "cpu-b"], {k: p.stderr[-4000:] for k, p in steps.items() if k != "report tiny-a"}
@@ -153,8 +169,11 @@ def test_the_html_report_shows_the_reports_and_the_comparison_as_pages_in_a_real
 
     results = embedded_results(archived / "report.html")
     pages = {path: entry for path, entry in results.items() if path.endswith(".html")}
-    # this config's run (tiny-a was archived under another config) and the comparison of both entries
-    assert set(pages) == {"results/tiny-b/report.html", "compare/compare.html"}
+    # this config's run, the comparison of both entries, and every archived run's report: tiny-a was
+    # archived under another config and is in the report too (issue 40)
+    runs = {path for path in pages if path.startswith("compare/runs/")}
+    assert set(pages) - runs == {"results/tiny-b/report.html", "compare/compare.html"}
+    assert sorted(path.split("/")[-1].split("--")[0] for path in runs) == ["cpu-a", "cpu-b"], sorted(pages)
     assert not [path for path in results if path.endswith(".md")]  # no report offered as a download
     for path, entry in pages.items():
         head, _, data = entry["data_uri"].partition(",")
@@ -163,7 +182,7 @@ def test_the_html_report_shows_the_reports_and_the_comparison_as_pages_in_a_real
         shown.write_bytes(base64.b64decode(data))
         dom = browse(browser, shown, "--dump-dom").stdout
         assert "<table>" in dom and "<img" in dom and 'src="data:image/png;base64,' in dom
-        if path.startswith("results/"):
+        if path.startswith(("results/", "compare/runs/")):
             assert "<td>(1, 64, 2, 32)</td>" in dom and "<th>Native (ms)</th>" in dom
         else:
             assert "cpu-a" in dom and "cpu-b" in dom and "Native" in dom

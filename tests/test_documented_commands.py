@@ -5,6 +5,8 @@ environment the README installs (its tools are in every host lock: tests/test_en
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 
@@ -87,3 +89,40 @@ def test_a_command_line_count_a_cpu_run_does_not_use_is_warned_in_one_line(tmp_p
     quiet = snakemake(tmp_path, "-n", "--cores", "1", "report", "--config", "iters=2", config=tiny_config(),
                       env={"FABENCH_PLATFORM": "cpu"})
     assert "warning: on a CPU" not in quiet.stderr
+
+
+def readme_commands(section: str) -> list[list[str]]:
+    """The commands of the README section's bash blocks, in order, comments dropped."""
+    text = (REPO / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", body, re.S)
+    return [shlex.split(line, comments=True) for block in blocks for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_the_readme_alone_makes_a_second_run_archives_compares_and_gates(first_run, tmp_path):
+    """Issue 40: a new user's second run, archive, compare and CI gate, typed from the README as it
+    is written, after the first run (here the CPU test experiment, whose platform label is the one
+    the README shows). Each command works; the store of a run already archived says so by exit 5."""
+    directory = tmp_path / "work"
+    shutil.copytree(first_run[0], directory, symlinks=True)
+    commands = readme_commands("A second run, keep it, and compare")
+    assert [c[:2] for c in commands][:2] == [["snakemake", "--cores"], ["snakemake", "--cores"]]
+    assert "run=local2" in commands[0]
+    # compare: 0, 3 on a regression or 4 with too few cells judged (a CPU's noise decides which)
+    expected = {"archive store": 5, "compare": None}
+    for command in commands:
+        if command[0] == "snakemake":
+            proc = snakemake(directory, *command[1:], config=tiny_config())
+            want = 0
+        else:
+            proc = subprocess.run([sys.executable, "-m", "fabench.cli", *command[1:]], cwd=directory,
+                                  capture_output=True, text=True, timeout=300)
+            want = expected[" ".join(command[1:3]) if command[1] == "archive" else command[1]]
+        if want is None:
+            assert proc.returncode in (0, 3, 4), proc.stderr[-3000:]
+            assert re.search(r"fabench compare: 2 archived runs; .* cells judged", proc.stderr), proc.stderr
+        else:
+            assert proc.returncode == want, (command, proc.stdout[-2000:] + proc.stderr[-3000:])
+    assert (directory / "results" / "local2" / "report.md").is_file() and (directory / "compare.md").is_file()
+    assert (directory / "report.html").stat().st_size > 10_000

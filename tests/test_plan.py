@@ -226,3 +226,23 @@ def test_every_variable_that_names_a_place_is_checked_before_any_job(tmp_path):
         assert proc.returncode != 0
         lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "invalid environment:" in line]
         assert len(lines) == 1 and variable in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command_line, key", [
+    ({"iters": 20}, "cpu={iters: 20}"), ({"timing": {"repeats": 3}}, "cpu={repeats: 3}"),
+    ({"timing": {"trials": 7}}, "cpu={trials: 7}")])
+def test_the_cpu_warning_suggests_the_cpu_key_the_user_meant(command_line, key):
+    """The newcomer's `timing={repeats: 3}` was told to set `cpu={iters: 20}` (issue 40)."""
+    line = cpu_plan().unused_on_cpu(command_line)
+    assert line is not None and f"--config '{key}'" in line, line
+
+
+def test_how_a_job_is_measured_is_no_parameter_snakemake_tracks():
+    """The mode, idle time and timeout are how, not what: Snakemake records only plain values as a
+    rule's parameters (persistence._serialize_param), so these must not be one; the end-to-end check
+    is tests/test_workflow.py (a finished run planned in isolate mode measures nothing)."""
+    from snakemake.persistence import UNREPRESENTABLE, PersistenceBase
+
+    options = cpu_plan().measure_options(cluster=True)
+    assert "--mode isolate" in str(options)
+    assert PersistenceBase._serialize_param_builtin(None, options) is UNREPRESENTABLE

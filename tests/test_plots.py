@@ -14,7 +14,7 @@ from fabench.analysis.policy import Rule
 from fabench.report import plots
 from fabench.report.latency_plot import latency_figure
 from fabench.report.plot_common import UNSTABLE_LABEL
-from fabench.report.speedup_plot import speedup_figure
+from fabench.report.speedup_plot import UNSTABLE_BAR, speedup_figure
 from fabench.report.versions_plot import MAX_WIDTH_PX, versions_figure
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200-run" / "default-512.json"
@@ -130,12 +130,16 @@ def test_speedup_shows_every_variant_for_every_shape_family(collected):
     assert [ax.get_title() for ax in fig.axes] == ["head_dim 64 (batch 4, heads 8)",
                                                    "head_dim 128 (batch 2, heads 16)",
                                                    "head_dim 256 (batch 4, heads 8)"]
-    # cuDNN reads no variant config: the same code in every variant, so one bar, not one per variant.
-    assert legend_labels(fig) == ["SDPA (cuDNN), every variant (same code)"] + [
+    # cuDNN reads no variant config: the same code in every variant, a bar per variant all the same
+    # (their differences are the run's noise, which the title's "every variant" promises: issue 40),
+    # and a note says so.
+    assert legend_labels(fig) == [f"SDPA (cuDNN), {variant}" for variant in VARIANTS] + [
         f"FlexAttention, {variant}" for variant in VARIANTS] + ["Native = 1x"]
+    assert any("SDPA (cuDNN) ran the same code in every variant: its bars differ by run-to-run noise only"
+               in t.get_text().replace("\n", " ") for t in fig.texts)
     d256 = fig.axes[2]
     values = [t.get_text() for t in d256.texts]
-    assert len(values) == 4 * 4 and values.count("did not run") == 1  # (1 + 3 variants) x 4 seqs
+    assert len(values) == 6 * 4 and values.count("did not run") == 1  # (3 + 3 variants) x 4 seqs
     assert overlapping_labels(fig) == []
     matplotlib.pyplot.close(fig)
 
@@ -263,9 +267,9 @@ def test_an_unstable_cell_is_drawn_hollow_and_marked_in_the_speedup(collected):
     d256 = fig.axes[2]
     hollow = [bar for bar in d256.patches if bar.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
     assert len(hollow) == 1 and hollow[0].get_height() > 0
-    assert legend_labels(fig)[-1] == UNSTABLE_LABEL
+    assert legend_labels(fig)[-1] == UNSTABLE_BAR  # no bar has an interval: none is said to be left out
     plain = drawn(speedup_figure(collected, RULE))
-    assert UNSTABLE_LABEL not in legend_labels(plain)
+    assert UNSTABLE_BAR not in legend_labels(plain)
     matplotlib.pyplot.close(fig)
     matplotlib.pyplot.close(plain)
 
@@ -282,3 +286,27 @@ def test_an_unstable_cell_has_no_interval_bar_in_the_versions_figure(comparison)
         assert interval_bars(ax, sdpa) == [0]
     assert UNSTABLE_LABEL in legend_labels(fig)
     matplotlib.pyplot.close(fig)
+
+
+def test_every_later_point_shows_the_policys_verdict_against_the_run_before(comparison):
+    """Issue 40: a filled point 41% below the one before, bars apart, read as an improvement where the
+    policy said "cannot tell (one process)". Each later point now carries its verdict."""
+    judged = copy.deepcopy(comparison)
+    verdicts = {"native": ("cannot tell", "one_process"), "sdpa_cudnn": ("same", "same"),
+                "flex": ("changed", "improvement")}
+    for row in judged["rows"]:
+        verdict, code = verdicts.get(row["backend"], (None, None))
+        if verdict:
+            row["cells"][1]["vs_previous"] = {"entry": row["cells"][0]["entry"], "verdict": verdict, "code": code}
+    fig = drawn(versions_figure(judged, "default"))
+    assert {"cannot tell from the run before", "the same as the run before", "improvement"} <= set(legend_labels(fig))
+    panel = next(ax for ax in fig.axes if ax.get_title())
+    glyphs = {line.get_marker(): line.get_xdata()[0] for line in panel.get_lines() if str(line.get_marker()).startswith("$")}
+    assert set(glyphs) == {"$?$", "$=$"} and all(x > 1 for x in glyphs.values())  # beside the second entry
+    greens = [line for line in panel.get_lines() if line.get_markeredgecolor() == "green"]
+    assert len(greens) == 1 and greens[0].get_xdata()[0] == 1
+    plain = drawn(versions_figure(comparison, "default"))  # no verdicts recorded: no glyphs, no legend entries
+    assert "cannot tell from the run before" not in legend_labels(plain)
+    assert overlapping_labels(fig) == []
+    matplotlib.pyplot.close(fig)
+    matplotlib.pyplot.close(plain)

@@ -17,9 +17,9 @@ JOB = "results/tiny/default/b1-s64-h2-d32/process-0.json"
 LOG = "logs/tiny/default/b1-s64-h2-d32/process-0.log"
 
 
-def start_snakemake(directory, *args):
+def start_snakemake(directory, *args, shapes=(SHAPE,)):
     """snakemake as a terminal user runs it: its output and its jobs' output in one stream."""
-    config = write_config(directory, tiny_config(shapes=[SHAPE]))
+    config = write_config(directory, tiny_config(shapes=list(shapes)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SNAKEFILE.parent / "src"),
                                                                      os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(directory),
@@ -40,7 +40,9 @@ def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with
     for backend in ("native", "sdpa"):
         assert f"[fabench] default b1-s64-h2-d32 {backend}: ready" in terminal
         assert any(f"{backend}: trial 2/2 " in line and " ms wall" in line for line in terminal)
-    assert "[fabench] default b1-s64-h2-d32 ck: unavailable: needs ROCm: aiter's CK kernels are HIP code (this host: cpu)" in terminal
+    [unavailable] = [line for line in terminal if "unavailable" in line]  # all backends, one line
+    assert unavailable.startswith("[fabench] unavailable here (said once; each result records it): ")
+    assert "ck: needs ROCm: aiter's CK kernels are HIP code (this host: cpu)" in unavailable
     assert (tmp_path / LOG).read_text().splitlines() == terminal  # the log holds the same lines
 
     # A broken input: the job fails, and what it shows last, on the terminal and in its log, is why.
@@ -56,3 +58,17 @@ def test_progress_is_live_on_the_terminal_and_in_the_log_and_a_failure_ends_with
                     "is not JSON (Expecting value: line 1 column 9 (char 8))")
     assert (tmp_path / LOG).read_text().splitlines()[-1] == last
     assert "Traceback" not in job_output
+
+
+def test_a_backend_that_cannot_run_here_is_said_once_not_per_job(tmp_path):
+    """Issue 40: 100 of a CPU run's 743 lines repeated five backends' unavailability, per job, at
+    set-up and in the result. The measuring worker that measures both jobs here says it once."""
+    second = {**SHAPE, "seq": 128}
+    other = JOB.replace("s64", "s128")
+    proc = start_snakemake(tmp_path, JOB, other, shapes=(SHAPE, second))
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    terminal = [line for line in out.splitlines() if line.startswith("[fabench] ")]
+    assert sum("unavailable" in line for line in terminal) == 1, "\n".join(terminal)
+    for job in ("b1-s64-h2-d32", "b1-s128-h2-d32"):  # both jobs measured
+        assert any(f"default {job} native: trial 2/2" in line for line in terminal), "\n".join(terminal)

@@ -249,10 +249,26 @@ def test_compare_opens_with_what_changed_between_the_newest_two_runs():
     assert found["largest"] is None or found["largest"]["code"] in ("regression", "improvement")
     page = render_markdown(comparison)
     assert page.index("## Summary") < page.index("## Runs")
-    assert len(assert_linked_and_short(page, "## Summary")) == 2
+    lines = assert_linked_and_short(page, "## Summary")
+    # the third line: aiter was installed for 0003 under the same label (issue 40)
+    assert len(lines) == 3 and lines[2].startswith("- **Software differs under one label** `cuda-13.0`")
 
 
 def test_compare_of_one_run_has_no_summary(tmp_path):
     comparison = compare_entries(list_entries(H200)[:1], Rule.of(None))
     assert summary.compare_context(comparison) is None
     assert "## Summary" not in render_markdown(comparison)
+
+
+def test_a_precision_wider_than_the_median_is_called_not_precise_not_given_as_a_plus_minus(tmp_path):
+    """Issue 40: "±163.81% of the median" reads as a negative lower bound. A half-width of 100% or
+    more is said in words; a narrower one keeps its ±."""
+    lines = {}
+    for noise in (0.6, 0.004):
+        run_dir = make_run(tmp_path / str(noise), "cpu", versions=CPU, noise=noise)
+        collected = analyse_run(read_results(run_dir))
+        markdown = render(collected, json.loads((run_dir / "config.json").read_text()), None)
+        [lines[noise]] = [line for line in markdown.splitlines() if line.startswith("- **Precision**")]
+    assert "not precise" in lines[0.6] and "±" not in lines[0.6], lines[0.6]
+    assert re.search(r"half-width 1\d\d% of it", lines[0.6]), lines[0.6]
+    assert re.search(r"is ±0\.\d\d% of the median", lines[0.004]) and "not precise" not in lines[0.004]

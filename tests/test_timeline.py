@@ -127,3 +127,18 @@ def test_the_report_names_jobs_processes_the_stops_and_the_setting():
     text = render(collected, config, None)
     assert re.search(r"GPU trials, by why they stopped: (\d+) converged .*, \1 with their noise settled above it, "
                      r"\1 at `timing.max_trial_ms`", text)
+
+
+def test_cpu_timed_loops_of_one_call_each_point_at_fewer_trials_not_min_trial_ms():
+    """Issue 40: every trial was one call over 100 ms, and the report said `cpu.min_trial_ms` cuts the
+    timed loops; lowering it would change nothing. Where any trial was lengthened to last it, it does."""
+    phases = {"first call and check": 1.0, "wall loop": 10.0}
+
+    def cpu_job(ran: list[int]) -> dict:
+        result = job("default", "cpu", phases)
+        result["method"]["iters"] = 1
+        result["backends"]["triton"]["trials"] = [{"process": 0, "index": i, "iters": n} for i, n in enumerate(ran)]
+        return result
+
+    assert run_time_line([cpu_job([1, 1, 1])])["largest"]["setting"] == "cpu.trials"
+    assert run_time_line([cpu_job([1, 2, 1])])["largest"]["setting"] == "cpu.min_trial_ms"

@@ -146,3 +146,46 @@ def test_a_backend_in_several_roles_is_named_once_and_has_one_column(member):
     assert len([h for h in header if h.endswith("Speedup")]) == len(set(roles.values()) - {roles["baseline"]})
     for label in shared:
         assert f"{label} (ms)" in header, header
+
+
+@pytest.mark.parametrize("member", [m for m in SHARED_ROLES if m != "none shared"])
+def test_a_backend_in_two_roles_is_never_set_against_itself(member):
+    """No "SDPA vs SDPA", "faster of SDPA and SDPA", "SDPA beats SDPA" and no column printed twice, in
+    any section, the appendix's printout included (issue 40, the tester's words)."""
+    roles, _, _ = SHARED_ROLES[member]
+    collected, config = with_roles(*load(H200_FLEX), roles)
+    report = render(collected, config, None)
+    labels = {collected["results"][0]["backends"][name]["label"] for name in roles.values()}
+    for label in labels:
+        name = re.escape(label)
+        against_itself = re.compile(rf"{name}\)? (vs|and|beats|or) \**{name}(?![\w (])")
+        assert not [line for line in report.splitlines() if against_itself.search(line)], label
+        appendix = report.split("### Appendix", 1)[1]
+        header = next(line for line in appendix.splitlines() if line.startswith("Config "))
+        assert header.count(f"{label} (ms)") <= 1 and header.count(f"{label} Speedup") <= 1, header
+
+
+# ---------------------------------------------------------------- lines true of this run (issue 40)
+
+def test_the_iteration_line_and_the_cpu_banner_say_what_this_run_did(tmp_path):
+    """"benchmark = 1 iterations" where trials ran 2, and the project's own host figures under "every
+    number was measured in this run": each line now holds this run's numbers only."""
+    from support.runs import CPU, make_run, read_results
+
+    run_dir = make_run(tmp_path, "cpu", versions=CPU)
+    collected, config = read_results(run_dir), json.loads((run_dir / "config.json").read_text())
+    for result in collected["results"]:
+        result["method"]["iters"] = 1
+        for backend in result["backends"].values():
+            for i, trial in enumerate(backend.get("trials") or []):
+                trial["iters"] = 1 + i % 2
+    report = render(collected, config, None)
+    [line] = [line for line in report.splitlines() if line.startswith("benchmark = ")]
+    assert line == "benchmark = 1 iterations  # at least: each trial ran 1 to 2, to last cpu.min_trial_ms", line
+    banner = report.split("**A CPU run cannot judge between runs", 1)[1].split("\n", 1)[0]
+    assert not re.search(r"\d+(\.\d+)?-\d+(\.\d+)?(x|%)", banner), banner  # no figure of another run
+    for result in collected["results"]:
+        for backend in result["backends"].values():
+            for trial in backend.get("trials") or []:
+                trial["iters"] = 1
+    assert "benchmark = 1 iterations\n" in render(collected, config, None)

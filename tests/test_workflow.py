@@ -87,6 +87,17 @@ def test_second_run_has_nothing_to_do(tiny_run):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+def test_how_jobs_are_measured_does_not_make_a_finished_run_stale(tiny_run):
+    """A Slurm plan measures in isolate mode where the run was made by workers (issue 40): the mode,
+    the workers' idle time and the timeout say how a job is measured, not what: nothing is measured
+    again (the run's resolved config, which records them, is written again, and its report)."""
+    directory, config = tiny_run
+    measure = {**config.get("measure", {}), "mode": "isolate", "worker_idle_s": 7, "job_timeout_s": 999}
+    proc = snakemake(directory, "-n", "report", config={**config, "measure": measure})
+    assert proc.returncode == 0, proc.stderr
+    assert not {"measure", "merge", "collect"} & set(planned_jobs(proc)), proc.stdout[-3000:]
+
+
 def test_a_title_change_rerenders_without_rerunning_benchmarks(tiny_run):
     directory, config = tiny_run
     config = json.loads(json.dumps(config))

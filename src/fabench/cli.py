@@ -5,7 +5,7 @@
     fabench archive verify ENTRY [--root archive]
     fabench compare [ENTRY ...] [--root archive] [--configfile FILE] [--margin M] [--baseline ENTRY]
                     [--published FILE] [--out-md FILE] [--out-json FILE] [--out-csv FILE]
-                    [--plots DIR] [--fail-on regression] [--min-answered SHARE]
+                    [--out-html FILE] [--plots DIR] [--fail-on regression] [--min-answered SHARE]
     fabench detector-check [ENTRY ...] [--root archive ...] [--configfile FILE] [--margin M]
                     [--out-md FILE] [--out-json FILE] [--trade-off]
 
@@ -16,18 +16,21 @@ An ENTRY is an entry's directory, or <label>/<run-id> (also <label>/<number>, or
 for its newest intact entry) under --root. `compare` without entries compares every entry in --root.
 
 Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
-out of a comparison, a run refused as incomplete or as already archived) or an entry that could
-not be written (a full disk: nothing is left of it); 2 a usage error (bad option or --label, no
-such entry); 3 a regression, with `compare --fail-on regression`; 4 too few cells judged: the
-share of ok cells compared with the previous entry that got same or changed is below
-`compare --min-answered` (with `--fail-on regression` its default is 0.9, else it is asked for
-alone), so a CI gate fails where it has no evidence (a regression, 3, is reported first); 130 interrupted (SIGINT or SIGTERM: an entry is
-stored whole or not at all).
+out of a comparison, a run refused as incomplete) or an entry that could not be written (a full
+disk: nothing is left of it); 2 a usage error (bad option or --label, no such entry); 3 a
+regression, with `compare --fail-on regression`; 4 too few cells judged: the share of ok cells
+compared with the previous entry that got same or changed is below `compare --min-answered`
+(with `--fail-on regression` its default is 0.9, else it is asked for alone), so a CI gate fails
+where it has no evidence (a regression, 3, is reported first); 5 `archive store` of a run whose
+measurements are already an intact entry (nothing stored; the entry is printed: a "store every
+run" step may accept 0 and 5); 130 interrupted (SIGINT or SIGTERM: an entry is stored whole or
+not at all).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -37,7 +40,7 @@ from typing import Sequence
 from fabench.analysis.calibration import CalibrationError
 from fabench.files import OutputPathError, output_file_arg, output_folder_arg, write_atomic, write_json
 
-USAGE, INTEGRITY, REGRESSION, TOO_FEW_ANSWERED, INTERRUPTED = 2, 1, 3, 4, 130
+USAGE, INTEGRITY, REGRESSION, TOO_FEW_ANSWERED, ALREADY_ARCHIVED, INTERRUPTED = 2, 1, 3, 4, 5, 130
 MIN_ANSWERED = 0.9  # compare --min-answered's default: the share of cells the acceptance asks answered
 
 
@@ -55,6 +58,24 @@ class Parser(argparse.ArgumentParser):
 def fail(prog: str, message: str, status: int) -> int:
     print(f"{prog}: {message}", file=sys.stderr)
     return status
+
+
+# --out-md /dev/null (or any --out-* option naming the null device): the output is not wanted, and
+# not written to standard output either; the result line still comes (cmd_compare).
+DISCARD = Path(os.devnull)
+
+
+def output_or_discard(text: str) -> Path:
+    """argparse type of an --out-* option: the null device as DISCARD, else a file to write
+    (output_file_arg refuses devices, links and missing folders)."""
+    if Path(text).resolve() == DISCARD:
+        return DISCARD
+    return output_file_arg(text)
+
+
+def written(path: Path | None) -> Path | None:
+    """Where an output goes: nowhere for DISCARD."""
+    return None if path == DISCARD else path
 
 
 def margin_type(text: str) -> float:
@@ -151,10 +172,11 @@ def build_parser() -> Parser:
                                                               "(default: the oldest)")
     compare.add_argument("--published", type=Path, help="report/published/*.yaml: also flag reproduced cells "
                                                          "that differ from the published ones")
-    compare.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
-    compare.add_argument("--out-json", type=output_file_arg, help="write the comparison as JSON here")
-    compare.add_argument("--out-csv", type=output_file_arg, help="write one row per cell and entry here (for pandas)")
-    compare.add_argument("--out-html", type=output_file_arg, help="write the Markdown as a page here, the figures "
+    compare.add_argument("--out-md", type=output_or_discard, help="write the Markdown here (default: standard "
+                         f"output; {os.devnull}: nowhere). The result line goes to standard error either way")
+    compare.add_argument("--out-json", type=output_or_discard, help="write the comparison as JSON here")
+    compare.add_argument("--out-csv", type=output_or_discard, help="write one row per cell and entry here (for pandas)")
+    compare.add_argument("--out-html", type=output_or_discard, help="write the Markdown as a page here, the figures "
                          "embedded")
     compare.add_argument("--plots", type=output_folder_arg, metavar="DIR", help="write versions-<variant>.png here")
     compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
@@ -168,8 +190,9 @@ def build_parser() -> Parser:
     check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
     check.add_argument("--root", type=Path, action="append", help="an archive folder (repeatable: the runs of "
                        "several archives together; default: archive)")
-    check.add_argument("--out-md", type=output_file_arg, help="write the Markdown here (default: standard output)")
-    check.add_argument("--out-json", type=output_file_arg, help="write the check as JSON here")
+    check.add_argument("--out-md", type=output_or_discard, help="write the Markdown here (default: standard output; "
+                       f"{os.devnull}: nowhere)")
+    check.add_argument("--out-json", type=output_or_discard, help="write the check as JSON here")
     check.add_argument("--trade-off", action="store_true", help="also judge the same pairs by other designs of the "
                        "rule (margins, with and without the between-run and between-card noise): the table in "
                        "docs/archive.md")
@@ -186,7 +209,8 @@ def build_parser() -> Parser:
 
 def cmd_store(args) -> int:
     from fabench.results.archive_layout import ArchiveError
-    from fabench.results.archive_store import StoreInterrupted, archive_run
+    from fabench.results.archive_read import load_entry
+    from fabench.results.archive_store import AlreadyArchived, StoreInterrupted, archive_run
     from fabench.results.collect import result_schema
 
     prog = "fabench archive store"
@@ -201,6 +225,11 @@ def cmd_store(args) -> int:
         return fail(prog, f"error: --schema {args.schema}: {err}", USAGE)
     try:
         entry = archive_run(args.run_dir, args.root, args.label, dict(args.extra), schema=schema, notify=say(prog))
+    except AlreadyArchived as err:
+        if not load_entry(err.entry).ok:  # the entry holding them is damaged: an integrity problem
+            return fail(prog, f"refused: {err}; that entry fails its check (fabench archive verify)", INTEGRITY)
+        print(err.entry)
+        return fail(prog, f"nothing stored: {err}", ALREADY_ARCHIVED)
     except ArchiveError as err:
         return fail(prog, f"refused: {err}", INTEGRITY)
     except StoreInterrupted as err:
@@ -263,7 +292,7 @@ def cmd_verify(args) -> int:
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries
-    from fabench.report.compare_outputs import ComparisonOutputs, write_comparison
+    from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"
     try:
@@ -289,15 +318,19 @@ def cmd_compare(args) -> int:
         comparison = compare_entries(entries, rule, baseline, published)
     except CompareError as err:
         return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
-    markdown = write_comparison(comparison, ComparisonOutputs(markdown=args.out_md, json=args.out_json,
-                                                              csv=args.out_csv, html=args.out_html, plots=args.plots))
+    markdown = write_comparison(comparison, ComparisonOutputs(
+        markdown=written(args.out_md), json=written(args.out_json), csv=written(args.out_csv),
+        html=written(args.out_html), plots=args.plots))
     if not args.out_md:
         sys.stdout.write(markdown)
     for item in comparison["left_out"]:
         print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
     flags = [f for f in comparison["flags"] if f["code"] == "regression"]
+    # The result in one line on standard error, a CI log's record of what was judged.
+    page = written(args.out_md) or written(args.out_html)
+    print(f"{prog}: {result_line(comparison)}" + (f"; see {page}" if page else ""), file=sys.stderr)
     if flags and args.out_md:
-        print(f"{prog}: {len(flags)} regression flag(s); see {args.out_md}", file=sys.stderr)
+        print(f"{prog}: {len(flags)} regression flag(s)" + (f"; see {page}" if page else ""), file=sys.stderr)
     if any(not e.ok for e in entries):
         return INTEGRITY
     if flags and args.fail_on == "regression":
@@ -315,10 +348,11 @@ def cmd_compare(args) -> int:
 def write_outputs(args, markdown: str, data: dict) -> None:
     """The Markdown to --out-md (else standard output), the data to --out-json when asked."""
     if args.out_md:
-        write_atomic(args.out_md, markdown)
+        if written(args.out_md):
+            write_atomic(args.out_md, markdown)
     else:
         sys.stdout.write(markdown)
-    if args.out_json:
+    if written(args.out_json):
         write_json(args.out_json, data)
 
 

@@ -141,6 +141,17 @@ def place_problems(env) -> list[str]:
     return check_env_places(dict(env))
 
 
+class HowToMeasure:
+    """How a job is measured, not what (mode, idle time, timeout): Snakemake records only plain values
+    of a rule's params, so a change of these (a Slurm plan: isolate) leaves finished results finished."""
+
+    def __init__(self, options: str):
+        self.options = options
+
+    def __str__(self) -> str:
+        return self.options
+
+
 class Plan:
     """What the rules need of a checked config. `project` is the folder of the Snakefile."""
 
@@ -218,8 +229,10 @@ class Plan:
                   for name, value in given.items() if value != used[name.split(".")[-1]]]
         if not unused:
             return None
+        # the example sets, in the cpu block, the first count given that changes nothing here
+        key, value = next((n.split(".")[-1], v) for n, v in given.items() if v != used[n.split(".")[-1]])
         return (f"warning: on a CPU {', '.join(unused)} changes nothing: set the cpu block instead, "
-                "e.g. --config 'cpu={iters: 20}' (docs/usage.md, On a CPU)")
+                f"e.g. --config 'cpu={{{key}: {value}}}' (docs/usage.md, On a CPU)")
 
     # --- checks before any job ---------------------------------------------------------------------
     def check_local_aiter(self) -> None:
@@ -341,13 +354,14 @@ class Plan:
         measuring process is a process of its own: isolate."""
         return "isolate" if self.docker or cluster else self.config["measure"]["mode"]
 
-    def measure_options(self, cluster: bool) -> str:
-        """The runner's --mode, --worker-idle-s and --timeout-s (only the timeout in docker)."""
+    def measure_options(self, cluster: bool) -> HowToMeasure:
+        """The runner's --mode, --worker-idle-s and --timeout-s (only the timeout in docker): not part
+        of a result's identity (HowToMeasure)."""
         settings = self.config["measure"]
         options = ["--timeout-s", str(settings["job_timeout_s"])]
         if not self.docker:
             options += ["--mode", self.measure_mode(cluster), "--worker-idle-s", str(settings["worker_idle_s"])]
-        return shlex.join(options)
+        return HowToMeasure(shlex.join(options))
 
     @staticmethod
     def measured_again(process_file: str) -> str:

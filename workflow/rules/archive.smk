@@ -93,6 +93,14 @@ rule compare:
             category="Across versions",
             labels={"figure": "variant {variant} across versions"},
         ),
+        # every archived run's report as a page, so that the HTML report holds each, not only the config's
+        runs=report(
+            directory("compare/runs"),
+            patterns=["{entry}.html"],
+            caption="../report/archived_run.rst",
+            category="Archived runs",
+            labels={"figure": "{entry}"},
+        ),
     log:
         "logs/compare.log",
     params:

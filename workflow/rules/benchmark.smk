@@ -26,10 +26,11 @@ rule measure:
     params:
         launch=job_launcher,
         measure=measure_options,
+        again=measure_again_option,
         spec=job_spec_json,
         commit=PROJECT_COMMIT,
     # The job's progress lines, live on the terminal and in its log; under Snakemake's bash strict
     # mode (pipefail) the job fails when the launcher does, its last line being the reason.
     shell:
-        "PYTHONUNBUFFERED=1 {params.launch} {params.measure} --spec {params.spec:q} --process {wildcards.process:q} "
+        "PYTHONUNBUFFERED=1 {params.launch} {params.measure}{params.again} --spec {params.spec:q} --process {wildcards.process:q} "
         "--out {output:q} --project-commit {params.commit:q} 2>&1 | tee {log:q}"

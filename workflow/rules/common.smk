@@ -145,11 +145,24 @@ REPORT_TEMPLATES = sorted(map(str, TEMPLATE_DIR.rglob("*.j2")))
 
 
 def measure_options(wildcards):
-    # A process file that records a lost process (killed, crashed, timed out) changes these
-    # options, so that Snakemake measures that process again (fabench.plan.Plan.measured_again).
+    # How the job is measured: not a param Snakemake tracks (fabench.plan.HowToMeasure).
+    return PLAN.measure_options(CLUSTER)
+
+
+def measure_again_option(wildcards):
+    # A process file that records a lost process (killed, crashed, timed out) changes this tracked
+    # option, so that Snakemake measures that process again (fabench.plan.Plan.measured_again).
     # From the wildcards, not `output`: Snakemake compares no params derived from a job's files.
     process_file = expand(rules.measure.output[0], **wildcards)[0]
-    return PLAN.measure_options(CLUSTER) + PLAN.measured_again(process_file)
+    return PLAN.measured_again(process_file)
+
+
+def say_what_was_made():
+    """The workflow's last lines: each report and comparison it wrote, in one line with its path."""
+    from fabench.report.last_lines import finished_lines
+
+    for line in finished_lines(RUNS, PLAN.started_at):
+        print(line, file=sys.stderr)
 
 
 def stop_measuring_workers():

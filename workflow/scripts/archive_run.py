@@ -37,5 +37,6 @@ except AlreadyArchived as err:
 except ArchiveError as err:
     logging.error("archive refused: %s", err)
     sys.exit(f"archive refused: {err}")
+else:
+    say(f"{sm.params.run_dir}: archived as {entry}")
 write_receipt(Path(sm.output[0]), entry)
-logging.info("archived %s as %s", sm.params.run_dir, entry)

@@ -1,5 +1,6 @@
-"""rule compare: every entry of the archive -> compare/compare.{md,html,json,csv} and
-compare/plots/versions-<variant>.png (one per variant the entries hold), by the comparison policy
+"""rule compare: every entry of the archive -> compare/compare.{md,html,json,csv},
+compare/plots/versions-<variant>.png (one per variant the entries hold) and compare/runs/<entry>.html
+(each archived run's report as a page, for Snakemake's HTML report), by the comparison policy
 of the config, through the writer `fabench compare` uses (fabench.report.compare_outputs).
 
 Broken entries are left out and named in the outputs and the log; they do not fail the rule."""
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 from fabench.analysis.policy import Code, Rule
-from fabench.report.compare_outputs import ComparisonOutputs, write_comparison
+from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison, write_entry_pages
 from fabench.results.archive_read import list_entries
 from fabench.results.compare import CompareError, compare_entries
 from fabench.results.published import load_published
@@ -34,6 +35,9 @@ for line in comparison["unarchived"]:
 write_comparison(comparison, ComparisonOutputs(markdown=Path(sm.output.markdown), json=Path(sm.output.json),
                                                csv=Path(sm.output.csv), html=Path(sm.output.html),
                                                plots=Path(sm.output.plots)))
+write_entry_pages(entries, Path(sm.output.runs))
+# The result's line; the terminal gets it as the workflow's last (fabench.report.last_lines).
+logging.info("%s", result_line(comparison))
 flagged = [f for f in comparison["flags"] if f["code"] == Code.REGRESSION]
 logging.info("%d entries compared, %d left out, %d regression flag(s)", len(comparison["entries"]),
              len(comparison["left_out"]), len(flagged))

@@ -101,14 +101,26 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
     return counts if recorded else None
 
 
-def largest_item(groups: list[dict], cpu: bool, stops: dict | None, workers: int) -> dict | None:
+def loops_at_minimum(results: list[dict]) -> bool:
+    """Whether every trial ran only its job's least iterations (method.iters): no trial was
+    lengthened to last min_trial_ms, so lowering that setting would shorten nothing."""
+    trials = [(t.get("iters"), r["method"].get("iters")) for r in results
+              for b in r["backends"].values() for t in b.get("trials") or []]
+    return bool(trials) and all(ran is not None and ran == least for ran, least in trials)
+
+
+def largest_item(groups: list[dict], cpu: bool, stops: dict | None, workers: int,
+                 at_minimum: bool = False) -> dict | None:
     """The kind of work that took the most time, and the setting that would cut it: on a GPU,
     timed loops whose trials ran out of time are cut by timing.max_trial_ms, and start-up that
-    measuring workers already pay once each by fewer processes per job (timing.repeats)."""
+    measuring workers already pay once each by fewer processes per job (timing.repeats); on a CPU,
+    timed loops whose trials all ran their least iterations (`at_minimum`) by fewer trials."""
     if not groups:
         return None
     top = max(groups, key=lambda g: g["seconds"])
     setting = SETTINGS.get(top["group"], (None, None))[1 if cpu else 0]
+    if top["group"] == "measuring: timed loops" and cpu and at_minimum:
+        setting = "cpu.trials"
     if top["group"] == "measuring: timed loops" and not cpu and stops and stops.get("timeout"):
         setting = "timing.max_trial_ms"
     if top["group"] == "start-up" and not cpu and workers:
@@ -186,7 +198,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "in_workers": sum(1 for p in processes if p["worker"]),
         "overlaps": gpu_overlaps(processes),
         "trial_stops": stops,
-        "largest": largest_item(groups, cpu, stops, workers),
+        "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
     }
 
 

@@ -138,8 +138,10 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
     if shared:
         result[SHARED_KEY] = {"measured_in": spec.shared_from, "backends": shared}
     # The figures are the analysis stage's (the merge prints them); a process says what it recorded.
+    say_unavailable(results)  # where the set-up did not (the reference failed first)
     for name, entry in results.items():
-        progress(f"{variant} {spec.shape_id} process {process} {name}: {_summary(entry)}")
+        if entry["status"] != "unavailable":  # said once by say_unavailable
+            progress(f"{variant} {spec.shape_id} process {process} {name}: {_summary(entry)}")
     return result
 
 
@@ -219,9 +221,13 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: Measur
     """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ..."""
     for name, cell in cells.items():
         cell.problem, cell.reference = problem, reference
+        if cell.backend.unavailable(problem.platform):
+            cell.setup()  # records why; said once per process, not per job (say_unavailable)
+            continue
         progress(f"{job_name} {name}: setting up")
         cell.setup()
         progress(f"{job_name} {name}: {'ready' if cell.live else _summary(cell.entry)}")
+    say_unavailable({name: cell.entry for name, cell in cells.items()})
     trials = job.timing.trials
     for index in range(trials):
         for name, cell in cells.items():
@@ -233,6 +239,21 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: Measur
             cell.release(collect=False)
         gc.collect()
         plat.named(problem.platform).empty_cache()
+
+
+# Backend and reason already said unavailable by this process: a measuring worker measures job after
+# job, and the same five backends' reasons on every job made a seventh of a CPU run's terminal.
+_SAID_UNAVAILABLE: set[tuple[str, str]] = set()
+
+
+def say_unavailable(entries: dict) -> None:
+    """One line naming the backends that cannot run here and why, those this process has not named yet."""
+    new = {name: e["reason"] for name, e in entries.items()
+           if e.get("status") == "unavailable" and (name, e.get("reason")) not in _SAID_UNAVAILABLE}
+    if new:
+        _SAID_UNAVAILABLE.update(new.items())
+        progress("unavailable here (said once; each result records it): "
+                 + "; ".join(f"{name}: {reason}" for name, reason in new.items()))
 
 
 def progress(line: str) -> None:

@@ -17,9 +17,13 @@ from fabench.files import write_atomic, write_json
 from fabench.report.compare_markdown import render_markdown
 from fabench.report.html import markdown_page
 from fabench.report.plots import compared_variants, write_version_plots
+from fabench.report.sections.summary import compare_context, judged_pair, software_changes
 from fabench.results.compare_csv import comparison_csv
 
 PAGE_TITLE = "Comparison across versions"
+# The verdicts of the newest judged pair, in the order the page's summary gives them.
+VERDICT_WORDS = {"regression": "regression", "improvement": "improvement", "now_available": "now available",
+                 "same": "the same", "cannot tell": "cannot tell"}
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,40 @@ def write_comparison(comparison: dict, outputs: ComparisonOutputs) -> str:
         page = render_markdown(comparison, figures=figure_links(plots, outputs.html))
         write_atomic(outputs.html, markdown_page(page, Path(outputs.html).parent, PAGE_TITLE))
     return markdown
+
+
+def result_line(comparison: dict) -> str:
+    """The comparison in one line, for the terminal and a CI log: the newest two runs the policy
+    judged against each other, its verdicts on their cells, and any label whose runs ran other
+    software (the page's summary in full: fabench.report.sections.summary.compare_context)."""
+    count = len(comparison["entries"])
+    summary = compare_context(comparison)
+    if summary is None:
+        return f"{count} archived run: nothing to compare it with yet"
+    old, new, _ = judged_pair(comparison)
+    verdicts = ", ".join(f"{summary['counts'][kind]} {words}" for kind, words in VERDICT_WORDS.items()
+                         if summary["counts"].get(kind)) or "none"
+    line = f"{count} archived runs; {new} against {old}: {summary['cells']} cells judged: {verdicts}"
+    for found in software_changes(comparison):
+        line += (f"; label {found['label']} holds runs of other software ("
+                 + ", ".join(f"{c['name']} {' -> '.join(c['values'])}" for c in found["changed"]) + ")")
+    return line
+
+
+def write_entry_pages(entries: list, folder: Path) -> list[Path]:
+    """Each intact entry's archived report as a page of its own, its figures embedded, into
+    folder/<label>--<run-id>.html (the folder replaced whole): Snakemake's HTML report shows every
+    archived run beside the comparison, not only the config's own. A broken entry gets no page."""
+    folder = Path(folder)
+    pages = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.html"):
+        old.unlink()
+    for entry in entries:
+        report = entry.path / "report.md"
+        if not entry.ok or not report.is_file():
+            continue
+        page = folder / f"{entry.label}--{entry.run_id}.html"
+        write_atomic(page, markdown_page(report.read_text(), entry.path, f"Archived run {entry.id}"))
+        pages.append(page)
+    return pages

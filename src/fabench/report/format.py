@@ -8,6 +8,7 @@ the report's own markup around it into something else.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -98,3 +99,13 @@ def status_text(backend: dict | None) -> str:
 def backend_name(name: str, backend: dict) -> str:
     """A backend as the tables name it: its label and, in code, the name the config uses."""
     return f"{md_text(backend['label'])} ({md_code(name)})"
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor of a heading, by GitHub's rule, which the HTML page follows too
+    (fabench.report.html): the heading's text lower-cased, punctuation dropped, spaces as hyphens.
+    Escapes are undone first, as the rendered text has none. A page gives the second heading of
+    the same anchor "-1", the third "-2"."""
+    text = html.unescape(re.sub(r"\\(.)", r"\1", heading)).strip().lower()
+    text = re.sub(r"[`*_]", "", text)
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")

@@ -3,7 +3,10 @@ HTML result as a page (in a frame) where it offers any other text file only as a
 
     markdown_page(markdown_text, base_dir, title)
 
-Tables and code blocks are rendered by the `markdown` library; each picture the Markdown links
+Tables and code blocks are rendered by the `markdown` library, lists also where they follow a line
+of text without a blank line (as GitHub renders them; the library would make them one paragraph),
+and every heading gets the id GitHub gives it (fabench.report.format.heading_anchor, a repeated
+one numbered -1, -2), so that the report's links to its sections land; each picture the Markdown links
 by a relative path under base_dir is embedded as a data URI, because the frame that shows the
 page cannot reach files next to it. Nothing in the Markdown becomes live on the page: raw HTML is
 shown as text, and a link or picture whose address could run code (javascript:, vbscript:, a
@@ -21,7 +24,11 @@ from pathlib import Path
 
 import markdown
 from markdown.extensions import Extension
+from markdown.extensions.toc import render_inner_html, strip_tags
+from markdown.preprocessors import Preprocessor
 from markdown.treeprocessors import Treeprocessor
+
+from fabench.report.format import heading_anchor
 
 # Where an address may lead: links to the web, mail and places in the page or beside it; pictures
 # from beside the page or embedded (embed_images).
@@ -32,6 +39,11 @@ PICTURE_DATA = re.compile(r"data:image/(png|jpeg|gif|webp);base64,", re.IGNORECA
 IGNORED_IN_URLS = re.compile(r"[\x00-\x20\x7f]")
 # Markdown's image syntax with a relative target: ![alt](path)
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s:]+)\)")
+# A list item; after a line of text only a bullet or "1." starts a list (GitHub's rule: "2026. " in a
+# wrapped sentence does not).
+LIST_ITEM = re.compile(r"\s*([-*+]|\d+[.)])\s")
+LIST_START = re.compile(r"\s*([-*+]|1[.)])\s")
+HEADING = re.compile(r"h[1-6]")
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 80rem; padding: 0 1rem; color: #222; }
 table { border-collapse: collapse; margin: 0.8rem 0; font-size: 0.9rem; }
@@ -49,6 +61,40 @@ class InertMarkup(Extension):
         md.preprocessors.deregister("html_block")
         md.inlinePatterns.deregister("html")
         md.treeprocessors.register(SafeAddresses(md), "safe_addresses", 0)
+
+
+class GitHubLayout(Extension):
+    """Lists right under a line of text, and the headings' ids, as GitHub renders them."""
+
+    def extendMarkdown(self, md):  # noqa: N802 (the markdown library's name)
+        # After the fenced code blocks are set aside (priority 25): a "- " line in code stays code.
+        md.preprocessors.register(ListAfterText(md), "list_after_text", 20)
+        # After the inline markup is rendered (priority 20): the id is made from the shown text.
+        md.treeprocessors.register(HeadingIds(md), "heading_ids", 5)
+
+
+class ListAfterText(Preprocessor):
+    def run(self, lines):
+        out = []
+        for line in lines:
+            if out and out[-1].strip() and LIST_START.match(line) and not LIST_ITEM.match(out[-1]):
+                out.append("")
+            out.append(line)
+        return out
+
+
+class HeadingIds(Treeprocessor):
+    def run(self, root):
+        seen: set[str] = set()
+        for element in root.iter():
+            if isinstance(element.tag, str) and HEADING.fullmatch(element.tag):
+                base = name = heading_anchor(html.unescape(strip_tags(render_inner_html(element, self.md))))
+                number = 0
+                while name in seen:
+                    number += 1
+                    name = f"{base}-{number}"
+                seen.add(name)
+                element.set("id", name)
 
 
 class SafeAddresses(Treeprocessor):
@@ -71,7 +117,7 @@ def safe_address(address: str, picture: bool) -> bool:
 
 def markdown_page(text: str, base_dir: Path, title: str) -> str:
     body = markdown.markdown(embed_images(text, Path(base_dir)),
-                             extensions=["tables", "fenced_code", InertMarkup()], output_format="html")
+                             extensions=["tables", "fenced_code", InertMarkup(), GitHubLayout()], output_format="html")
     return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 

@@ -137,6 +137,13 @@ class Run:
     def title(self, variant: str) -> str:
         return self._variant_config(variant).get("title") or variant
 
+    def heading(self, variant: str) -> str:
+        """The title of the variant's table, its key added where another variant has the same title:
+        two tables under one heading could not be told apart, nor linked to one by one."""
+        title = self.title(variant)
+        twins = [v for v in self.variants if self.title(v) == title]
+        return title if len(twins) == 1 else f"{title} ({variant})"
+
     def variant_label(self, variant: str) -> str:
         return self._variant_config(variant).get("label") or variant
 

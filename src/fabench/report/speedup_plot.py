@@ -1,4 +1,5 @@
-"""Speedup over the baseline backend of the vendor and Triton backends, every variant side by side,
+"""Speedup over the baseline backend of the vendor and Triton backends, every variant side by side
+(also for a backend that ran the same code in every variant: its bars show the run-to-run noise),
 a panel per shape family; each bar carries the comparison policy's mark (the run's Rule, passed
 by every caller), and a bar whose cells are unstable is drawn hollow (fabench.report.plot_common)."""
 
@@ -9,16 +10,17 @@ from matplotlib.patches import Patch
 from fabench.analysis import claims
 from fabench.analysis.policy import Rule, same_code
 from fabench.report.plot_common import (
-    GREY, ROLE_COLORS, UNSTABLE_LABEL, backend_label, device_of, families_of, family, family_words, legend_outside,
+    GREY, ROLE_COLORS, backend_label, device_of, families_of, family, family_words, legend_outside,
     message_figure, note_below, plt, png_bytes, timing, unstable, variants_of)
 
 SPEEDUP_ROLES = ("vendor", "triton")
+# No bar has an interval (a speedup is a ratio of two medians): an unstable one is only drawn hollow.
+UNSTABLE_BAR = "unstable: hollow bar, no claim"
 VARIANT_HATCHES = ("//", "", "..", "xx", "\\\\", "++", "oo", "--")
 
 
 # A bar's mark after its value: the comparison policy's claim on the backend against the baseline.
 SPEEDUP_MARKS = {"cannot tell": "~", "same": "=", "below margin": "="}
-EVERY_VARIANT = "every variant"
 
 
 def speedup_png(collected: dict, rule: Rule) -> bytes:
@@ -28,8 +30,8 @@ def speedup_png(collected: dict, rule: Rule) -> bytes:
 def speedup_figure(collected: dict, rule: Rule):
     """Speedup over the baseline backend (baseline median / backend median) of the vendor and Triton
     backends in every variant, at each sequence length: a panel per shape family. A backend that ran
-    the same code in every variant (it reads no variant config) gets one bar, not one per variant:
-    the variants cannot differ for it. Each value carries the comparison policy's mark when the
+    the same code in every variant (it reads no variant config) has a bar per variant too, and a note
+    says so: their difference is the run's noise, which a reader should see. Each value carries the comparison policy's mark when the
     policy cannot tell it from the baseline (~) or finds them the same within its margin (=), under
     `rule` (the run's, policy.Rule.of). A bar whose cells are unstable is drawn hollow."""
     results = collected["results"]
@@ -54,9 +56,13 @@ def speedup_figure(collected: dict, rule: Rule):
                    + ([handles["unstable"]] if "unstable" in handles else []))
     drawn = {key for key in handles if key not in ("baseline", "unstable")}
     never = [f"{backend_label(results, results[0]['roles'][role])}, {variant}" for role in SPEEDUP_ROLES
-             for variant in variants if (role, variant) not in drawn and (role, EVERY_VARIANT) not in drawn]
+             for variant in variants if (role, variant) not in drawn]
     marks = sorted({mark for _, series in panels for *_, values in series for _, mark, _ in values if mark})
-    notes = (["Did not run in any shape: " + ", ".join(never)] if never else []) + [
+    alike = [backend_label(results, results[0]["roles"][role]) for role in SPEEDUP_ROLES
+             if len(variants) > 1 and all(one_code(*group_cells(results, group), variants, role) for group in groups)]
+    notes = (["Did not run in any shape: " + ", ".join(never)] if never else []) + (
+        [f"{' and '.join(alike)} ran the same code in every variant: {'their' if len(alike) > 1 else 'its'} bars "
+         "differ by run-to-run noise only"] if alike else []) + [
         {"~": "~ after a value: the comparison policy cannot tell it from the baseline (no claim)",
          "=": "= after a value: the policy finds it the same as the baseline within its margin"}[m] for m in marks]
     note_below(fig, "", notes)
@@ -66,21 +72,24 @@ def speedup_figure(collected: dict, rule: Rule):
 def speedup_series(results: list[dict], variants: list[str], group: tuple,
                    within: claims.WithinRun) -> list[tuple[str, str, list]]:
     """(role, variant, (speedup, mark, unstable) per sequence length) of every role and variant that ran in
-    the group; variant EVERY_VARIANT for a role whose cells ran the same code in every variant."""
-    cells = {(r["variant"], r["shape"]["seq"]): r for r in results if family(r["shape"]) == group}
-    seqs = sorted({seq for _, seq in cells})
+    the group."""
+    cells, seqs = group_cells(results, group)
     series = []
     for role in SPEEDUP_ROLES:
-        shown = [EVERY_VARIANT] if one_code(cells, variants, seqs, role) else variants
-        for variant in shown:
-            source = variants[-1] if variant == EVERY_VARIANT else variant
-            values = [speedup(cells.get((source, seq)), role, within) for seq in seqs]
+        for variant in variants:
+            values = [speedup(cells.get((variant, seq)), role, within) for seq in seqs]
             if any(value is not None for value, *_ in values):
                 series.append((role, variant, values))
     return series
 
 
-def one_code(cells: dict, variants: list[str], seqs: list[int], role: str) -> bool:
+def group_cells(results: list[dict], group: tuple) -> tuple[dict, list[int]]:
+    """The group's results by (variant, seq), and its sequence lengths."""
+    cells = {(r["variant"], r["shape"]["seq"]): r for r in results if family(r["shape"]) == group}
+    return cells, sorted({seq for _, seq in cells})
+
+
+def one_code(cells: dict, seqs: list[int], variants: list[str], role: str) -> bool:
     """Whether the role's backend ran the same code in every variant at every sequence length
     (the policy's code identity), so that the variants cannot differ for it."""
     if len(variants) < 2:
@@ -112,14 +121,13 @@ def speedup(result: dict | None, role: str, within: claims.WithinRun) -> tuple[f
 def draw_speedup_panel(ax, results: list[dict], group: tuple, series: list, handles: dict) -> None:
     """Bars grouped by sequence length, each labelled with its value (and mark) upright above it."""
     seqs = sorted({r["shape"]["seq"] for r in results if family(r["shape"]) == group})
-    variants = variants_of(results) + [EVERY_VARIANT]
+    variants = variants_of(results)
     width = 0.84 / max(len(series), 1)
     for i, (role, variant, values) in enumerate(series):
         xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(seqs))]
         hatch = VARIANT_HATCHES[variants.index(variant) % len(VARIANT_HATCHES)]
-        shade = 1.0 if variant == EVERY_VARIANT else (variants.index(variant) + 1) / (len(variants) - 1)
-        label = f"{backend_label(results, results[0]['roles'][role])}, " + (
-            "every variant (same code)" if variant == EVERY_VARIANT else variant)
+        shade = (variants.index(variant) + 1) / len(variants)
+        label = f"{backend_label(results, results[0]['roles'][role])}, {variant}"
         bars = ax.bar(xs, [v or 0 for v, *_ in values], width * 0.92, color=ROLE_COLORS[role], hatch=hatch,
                       alpha=0.5 + 0.45 * shade, edgecolor="white", label=label)
         handles.setdefault((role, variant), bars)
@@ -127,7 +135,7 @@ def draw_speedup_panel(ax, results: list[dict], group: tuple, series: list, hand
             if shaky and value is not None:
                 hollow(bar, ROLE_COLORS[role])
                 handles.setdefault("unstable", Patch(facecolor="white", edgecolor=GREY, linewidth=1.5,
-                                                     label=UNSTABLE_LABEL))
+                                                     label=UNSTABLE_BAR))
             text = "did not run" if value is None else f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
             text += f" {mark}" if mark and value is not None else ""
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",

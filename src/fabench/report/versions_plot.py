@@ -1,6 +1,8 @@
 """Each backend across archived versions, for one variant: a panel per shape, each entry's median
 with its 95% CI (an unstable cell hollow and without its interval), failures crossed, flagged
-regressions ringed (fabench.report.plot_common)."""
+regressions ringed red and improvements green, and beside every later point the policy's verdict
+against the run before where it is no change: "=" the same, "?" cannot tell (so two points with
+separate bars are not read as a change the policy did not call) (fabench.report.plot_common)."""
 
 from __future__ import annotations
 
@@ -59,7 +61,8 @@ def versions_figure(comparison: dict, variant: str):
     fig.suptitle(textwrap.fill(title, max(40, int(fig.get_figwidth() * 11))), fontsize=11)
     handles = [Line2D([], [], color=palette[b], marker="o", markersize=4, linewidth=1.4, label=label)
                for b, label in drawn.items()]
-    handles += [MARK_PROXIES[m]() for m in ("regression", "unstable", "missing") if m in marks]
+    handles += [MARK_PROXIES[m]() for m in ("regression", "improvement", "same", "cannot tell", "unstable",
+                                            "missing") if m in marks]
     legend_outside(fig, handles)
     return fig
 
@@ -116,12 +119,39 @@ def draw_version_line(ax, row: dict, entries: list[str], style: dict, flagged: s
             ax.plot([xi], [m], marker="o", markersize=11, markerfacecolor="none", markeredgecolor="red",
                     markeredgewidth=1.8)
             marks.add("regression")
+        elif not math.isnan(m):
+            draw_verdict(ax, xi, m, cell.get("vs_previous"), color, marks)
     return True
+
+
+def draw_verdict(ax, x: int, median: float, found: dict | None, color: str, marks: set) -> None:
+    """The policy's verdict on a point against the run before it: an improvement ringed green, the
+    same or cannot tell as a glyph to the point's right (a regression is ringed by the flags)."""
+    if not found:
+        return
+    code, verdict = str(found.get("code")), found.get("verdict")
+    if verdict == "changed" and code == Code.IMPROVEMENT:
+        ax.plot([x], [median], marker="o", markersize=11, markerfacecolor="none", markeredgecolor="green",
+                markeredgewidth=1.8)
+        marks.add("improvement")
+    elif verdict in VERDICT_GLYPHS:
+        ax.plot([x + 0.09], [median], marker=VERDICT_GLYPHS[verdict], markersize=7, color=color, linestyle="none")
+        marks.add(verdict)
+
+
+# A point's verdict against the run before, where it is no change (fabench.analysis.policy verdicts).
+VERDICT_GLYPHS = {"same": "$=$", "cannot tell": "$?$"}
 
 
 MARK_PROXIES = {
     "regression": lambda: Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
                                  markeredgecolor="red", markeredgewidth=1.8, label="flagged regression"),
+    "improvement": lambda: Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
+                                  markeredgecolor="green", markeredgewidth=1.8, label="improvement"),
+    "same": lambda: Line2D([], [], linestyle="none", marker=VERDICT_GLYPHS["same"], markersize=7, color=GREY,
+                           label="the same as the run before"),
+    "cannot tell": lambda: Line2D([], [], linestyle="none", marker=VERDICT_GLYPHS["cannot tell"], markersize=7,
+                                  color=GREY, label="cannot tell from the run before"),
     "unstable": unstable_proxy,
     "missing": lambda: Line2D([], [], linestyle="none", marker="x", markersize=9, markeredgewidth=2, color=GREY,
                               label="failed or unavailable"),

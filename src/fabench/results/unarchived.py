@@ -18,7 +18,8 @@ from typing import Iterable
 from fabench.files import JsonReadError, read_json
 from fabench.results.archive_layout import RECORD, ArchiveError
 from fabench.results.archive_read import RESULTS, entry_dirs, measurements_of
-from fabench.results.archive_store import AlreadyArchived, archive_run, label_problem, write_receipt
+from fabench.results.archive_run_check import IncompleteRun, check_run
+from fabench.results.archive_store import CONFIG_SOURCES, AlreadyArchived, archive_run, label_problem, write_receipt
 from fabench.results.archive_lock import Notify
 
 FINISHED_FILES = ("report.md", RESULTS, "config.json")
@@ -122,6 +123,20 @@ def store_unarchived(results_root: Path, archive_root: Path, skip: Iterable[str]
 
 
 def unarchived_lines(results_root: Path, archive_root: Path) -> list[str]:
-    """One line per finished run the archive does not hold, naming the command that stores it."""
-    return [f"{run_dir} is a finished run not in {archive_root}: `{STORE_COMMAND}` stores it"
+    """One line per finished run the archive does not hold: the command that stores it, or, where
+    `snakemake archive` would refuse it (store_unarchived's own checks), why."""
+    return [f"{run_dir} is a finished run not in {archive_root}: {how_to_store(run_dir)}"
             for run_dir in unarchived_runs(results_root, archive_root)]
+
+
+def how_to_store(run_dir: Path) -> str:
+    """What stores the run, by the checks store_unarchived makes before storing it."""
+    if docker_run(run_dir):
+        return (f"`{STORE_COMMAND}` does not store a run measured in the docker runtime; "
+                f"`{STORE_COMMAND} --config run={run_dir.name}` with the config it ran with does")
+    config = next((run_dir / name for name in CONFIG_SOURCES if (run_dir / name).is_file()), None)
+    try:
+        check_run(run_dir, config)
+    except IncompleteRun as err:
+        return f"it cannot be stored as it is ({err})"
+    return f"`{STORE_COMMAND}` stores it"

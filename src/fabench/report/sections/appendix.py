@@ -14,7 +14,7 @@ from typing import Sequence
 
 from fabench.report.format import fmt_ms, fmt_times, shape_text, status_text
 from fabench.report.model import ROLES, Run, role_backend, role_ms, speedup
-from fabench.report.sections.results import MARKS, NAMES_A_WINNER
+from fabench.report.sections.results import MARKS, NAMES_A_WINNER, column_roles
 
 # The published appendix prints fields left-aligned in these widths, one space apart, under and
 # over rules of 90 '=' (measured from the published text). A column whose label or a value does not
@@ -68,9 +68,12 @@ def comparison(run: Run, result: dict) -> dict:
 def context(run: Run, published: dict | None) -> dict:
     groups = run.head_dim_groups(run.variants[-1])
     b, v, t = (run.label(role) for role in ROLES)
-    header = ["Config", f"{b} (ms)", f"{v} (ms)", f"{t} (ms)", f"{v} Speedup", f"{t} Speedup"]
-    rows = [[shape_text(r["shape"]), *(plain_ms(r, role) for role in ROLES),
-             speedup_text(run, r, "vendor"), speedup_text(run, r, "triton")]
+    # One column per backend, as in the Results tables: a backend in two roles is printed once.
+    shown = list(column_roles(run))
+    speedups = [role for role in shown if role != "baseline"]
+    header = ["Config", *(f"{run.label(role)} (ms)" for role in shown), *(f"{run.label(role)} Speedup" for role in speedups)]
+    rows = [[shape_text(r["shape"]), *(plain_ms(r, role) for role in shown),
+             *(speedup_text(run, r, role) for role in speedups)]
             for head_dim, results in groups if head_dim == run.main_head_dim for r in results]
     widths = column_widths([header, *rows])
     gpu = run.provenance_values("device")
@@ -83,6 +86,7 @@ def context(run: Run, published: dict | None) -> dict:
         "vendor": v,
         "triton": t,
         "label_width": max(len(v), len(t)) + 2,
-        "comparisons": [comparison(run, r) for head_dim, results in groups if head_dim != run.main_head_dim
-                        for r in results],
+        # A backend in the vendor and the Triton role has no other to be compared with.
+        "comparisons": [] if "triton" not in shown else [
+            comparison(run, r) for head_dim, results in groups if head_dim != run.main_head_dim for r in results],
     }

@@ -75,6 +75,8 @@ def configuration(run: Run) -> dict:
         # What the jobs ran, as their results record it (not the config: a CPU runs its own counts).
         "warmup": ran_values(run, "warmup"),
         "iters": ran_values(run, "iters"),
+        "iters_ran": iterations_ran(run),
+        "min_trial_setting": "cpu.min_trial_ms" if run.first["platform"] == "cpu" else "timing.min_trial_ms",
         "trials": ran_values(run, "trials"),
         "repeats": ran_values(run, "repeats"),
         "seed": config.get("seed"),
@@ -91,6 +93,17 @@ def ran_values(run: Run, key: str) -> str | None:
     """The method's `key` as the jobs recorded it: one value, or each distinct one ("1 or 10")."""
     values = list(dict.fromkeys(r["method"].get(key) for r in run.results if r["method"].get(key) is not None))
     return " or ".join(str(v) for v in values) if values else None
+
+
+def iterations_ran(run: Run) -> str | None:
+    """The iterations the trials ran ("1 to 2"), where any trial ran more than its job's least
+    (method.iters: a trial runs on until min_trial_ms); None where every trial ran just that."""
+    ran = [(t.get("iters"), r["method"].get("iters")) for r in run.results for b in r["backends"].values()
+           for t in b.get("trials") or [] if t.get("iters") is not None]
+    if not ran or all(n == least for n, least in ran):
+        return None
+    counts = sorted({n for n, _ in ran})
+    return f"{counts[0]} to {counts[-1]}" if len(counts) > 1 else str(counts[0])
 
 
 def backends_that_ran(run: Run) -> list[str]:

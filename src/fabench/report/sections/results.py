@@ -62,6 +62,10 @@ def ms_cell(result: dict, role: str, notes: Footnotes, strong: bool = False) -> 
     return bold(fmt_ms(ms), strong) + (f" {UNSTABLE_MARK}" if unstable(backend) else "")
 
 
+def vendor_is_triton(run: Run) -> bool:
+    return run.first["roles"]["vendor"] == run.first["roles"]["triton"]
+
+
 def vendor_vs_triton(run: Run, result: dict) -> dict:
     """The policy's claim on the row's vendor and Triton cells (a = vendor, b = Triton)."""
     return run.role_claim(result, "vendor", "triton")
@@ -131,7 +135,7 @@ def variant_table(run: Run, variant: str) -> dict:
         rows = [variant_row(run, r, notes, highlight) for r in results]
         tables.append({"head_dim": None if head_dim == run.main_head_dim else head_dim,
                        "rows": rows, "notes": notes.notes})
-    return {"title": md_text(run.title(variant)), "label": md_text(run.variant_label(variant)),
+    return {"title": md_text(run.heading(variant)), "label": md_text(run.variant_label(variant)),
             "config": config_code(run, variant), "tables": tables}
 
 
@@ -346,6 +350,8 @@ def context(run: Run, published: dict | None) -> dict:
         "marks": mark_notes(run),
         "judged_on": judged_on(run),
         "same_code_triton": len(run.variants) > 1 and same_code_variants(run),
+        # One backend fills the vendor and the Triton role: there is no pair to name a winner of.
+        "one_backend": vendor_is_triton(run),
         "same_code": same_code_backends(run),
         "measured_once": measured_once(run),
         "unstable_mark": UNSTABLE_MARK,

@@ -22,14 +22,12 @@ newest two archived runs.
 
 from __future__ import annotations
 
-import html
 from datetime import datetime
 import math
-import re
 
 from fabench.analysis import stats
 from fabench.analysis.figures import METRICS, run_metric, shown_figure
-from fabench.report.format import md_text
+from fabench.report.format import heading_anchor as anchor, md_text
 from fabench.report.model import Run
 from fabench.report.sections import published_claims, results
 from fabench.report.sections.timeline import time_line
@@ -38,17 +36,6 @@ MAX_LINES = 8
 MAX_GROUPS = 4  # shape groups with a line of their own; the fastest table covers the rest
 # Claims by which the policy separates two cells, or finds them alike (fabench.analysis.claims).
 TIED = ("same", "below margin")
-
-
-# ---------------------------------------------------------------- anchors
-
-def anchor(heading: str) -> str:
-    """The anchor a Markdown renderer gives a heading (GitHub's rule): the heading's text
-    lower-cased, punctuation dropped, spaces as hyphens. Escapes are undone first, as the
-    rendered text has none."""
-    text = html.unescape(re.sub(r"\\(.)", r"\1", heading)).strip().lower()
-    text = re.sub(r"[`*_]", "", text)
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
 # ---------------------------------------------------------------- the fastest backend
@@ -167,7 +154,7 @@ def tuning(run: Run) -> dict | None:
         return None
     first, last = run.variants[0], run.variants[-1]
     line = {"first": md_text(run.variant_label(first)), "last": md_text(run.variant_label(last)),
-            "backend": md_text(run.label("triton")), "anchor": anchor(md_text(run.title(last)))}
+            "backend": md_text(run.label("triton")), "anchor": anchor(md_text(run.heading(last)))}
     if results.same_code_variants(run):
         return {**line, "code": "same code"}
     names = (run.variant_label(first), run.variant_label(last))
@@ -251,14 +238,43 @@ def context(run: Run, published: dict | None) -> dict | None:
 
 # ---------------------------------------------------------------- compare's page
 
+def judged_pair(comparison: dict) -> tuple[str, str, list[str]]:
+    """The newest two runs the policy judged against each other (of one experiment, sharing a cell):
+    (old, new, the newer entries passed over, which share no such cell with an earlier run). The
+    newest two when no pair was judged."""
+    entries = [e["id"] for e in comparison["entries"]]
+    judged = {(found["entry"], cell["entry"]) for row in comparison["rows"] for cell in row["cells"]
+              if (found := cell.get("vs_previous")) and str(found["code"]) != "other_experiment"}
+    for new in reversed(entries):
+        for old in reversed(entries[:entries.index(new)]):
+            if (old, new) in judged:
+                return old, new, entries[entries.index(new) + 1:]
+    return entries[-2], entries[-1], []
+
+
+def software_changes(comparison: dict) -> list[dict]:
+    """Per archive label, the versions that differ between its entries (a package installed between
+    two runs changes no label): what the label does not say."""
+    found = []
+    for label in dict.fromkeys(e["label"] for e in comparison["entries"]):
+        entries = [e for e in comparison["entries"] if e["label"] == label]
+        keys = sorted({k for e in entries for k in e["versions"]})
+        changed = [{"name": k, "values": [str(e["versions"].get(k) or "none") for e in entries]}
+                   for k in keys if len({str(e["versions"].get(k)) for e in entries}) > 1]
+        if changed:
+            found.append({"label": label, "entries": [e["id"] for e in entries], "changed": changed})
+    return found
+
+
 def compare_context(comparison: dict) -> dict | None:
-    """What changed between the newest two runs of a comparison (fabench.results.compare): how
-    many cells the policy calls a regression, an improvement, the same or cannot tell (by reason code),
-    and the largest change it names. None with fewer than two runs."""
+    """What changed between the newest two runs the policy judged against each other (judged_pair):
+    how many cells it calls a regression, an improvement, the same or cannot tell (by reason code),
+    and the largest change it names; and the software that differs under one label. None with
+    fewer than two runs."""
     entries = [e["id"] for e in comparison["entries"]]
     if len(entries) < 2:
         return None
-    old, new = entries[-2], entries[-1]
+    old, new, passed_over = judged_pair(comparison)
     counts: dict[str, int] = {}
     untold: dict[str, int] = {}
     largest = None
@@ -277,4 +293,8 @@ def compare_context(comparison: dict) -> dict | None:
             largest = {"variant": md_text(row["variant"]), "shape_id": md_text(row["shape_id"]),
                        "label": md_text(row["label"]), "ratio": found["ratio"], "code": code}
     return {"old": md_text(old), "new": md_text(new), "counts": counts, "untold": untold, "largest": largest,
-            "cells": sum(counts.values()), "anchor": anchor("Flags")}
+            "cells": sum(counts.values()), "anchor": anchor("Flags"),
+            "passed_over": [md_text(e) for e in passed_over],
+            "software": [{"label": md_text(w["label"]), "entries": [md_text(e) for e in w["entries"]],
+                          "changed": [{"name": md_text(c["name"]), "values": [md_text(v) for v in c["values"]]}
+                                      for c in w["changed"]]} for w in software_changes(comparison)]}
