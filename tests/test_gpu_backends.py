@@ -14,6 +14,7 @@ from fabench.analysis.entry import analyse_measured
 from fabench.measure.job import measurement, reference_output
 from fabench.measure.spec import Settings, Shape
 from workflow_util import tiny_config
+from fabench.analysis.kernel_check import JUDGE_BOUND
 from support import one_backend
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip), reason="needs a CUDA GPU")
@@ -275,7 +276,13 @@ def test_the_kernels_own_time_by_graphs_confirms_cupti_on_real_cells():
         assert "error" not in record and len(record["per_call_ms"]) == record["replays"], record
         assert "kernel_time_graph" not in entry["trials"][0]  # once per process, in its last trial
         check = entry["cross_check"]["kernel_time"]
-        assert check["agrees"] is True, (name, check)
+        # A check whose tolerance is wider than its bound says "could not judge" (agrees None): a
+        # 0.014 ms cuDNN call at d64 on an H200 read +14.7% by graphs with a tolerance too wide to
+        # tell. Where it judges, it must agree.
+        if check["half_width"] <= JUDGE_BOUND:
+            assert check["agrees"] is True, (name, check)
+        else:
+            assert check["agrees"] is None and check["reason"].startswith("could not judge"), (name, check)
 
 
 def test_a_graph_of_tiny_kernels_bounds_the_launch_gap_to_microseconds():

@@ -2,7 +2,7 @@
 native fp32 gap"): each kernel's time per call, eager and inside a replayed CUDA graph, both read by
 CUPTI (torch.profiler), for the native backend at (4, seq, 8, 256) fp16 causal.
 
-    python tools/kernel_gap_probe.py [--seq 2048 4096] [--calls 2] [--replays 5] [--backend native]
+    python examples/h200-x2-lease-2026-11-27/kernel_gap_probe.py [--seq 2048 4096] [--calls 2] [--replays 5] [--backend native]
 
 Per seq it prints, per kernel name: the eager stream's time per call ([L2 clear, call] x calls
 queued back to back, as the pipeline's profiled stream), the same body replayed as a graph
