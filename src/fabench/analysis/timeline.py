@@ -159,21 +159,12 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
     if not processes:
         return None
     cpu = all(r.get("platform") == "cpu" for r in results)
-    group_of = CPU_GROUP_OF if cpu else GROUP_OF
-    by_group: dict[str, float] = defaultdict(float)
-    by_phase: dict[str, float] = defaultdict(float)
-    for process in processes:
-        for phase in process["phases"]:
-            seconds = phase["end"] - phase["start"]
-            by_phase[phase["phase"]] += seconds
-            by_group[group_of.get(phase["phase"], "other")] += seconds
+    by_group, by_phase = seconds_by_kind(processes, CPU_GROUP_OF if cpu else GROUP_OF)
     in_processes = sum(p["end"] - p["start"] for p in processes)
     first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)
-    groups = [{"group": g, "seconds": by_group[g], "share": by_group[g] / in_processes if in_processes else 0.0}
-              for g in [*GROUPS, "other"] if by_group.get(g)]
+    groups = group_shares(by_group, in_processes)
     workers = len({p["worker"] for p in processes if p["worker"]})
     stops = trial_stops(results)
-    measured_here = bool(workflow_started_at) and workflow_started_at <= first
     return {
         "cpu": cpu,
         "jobs": len({p["job"] for p in processes}),
@@ -183,6 +174,39 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "groups": groups,
         "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),
         "measure_span_s": last - first,
+        **workflow_spans(processes, first, last, workflow_started_at, report_at),
+        "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
+        "workers": workers,
+        "in_workers": sum(1 for p in processes if p["worker"]),
+        "overlaps": gpu_overlaps(processes),
+        "trial_stops": stops,
+        "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
+    }
+
+
+def seconds_by_kind(processes: list[dict], group_of: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """The processes' seconds summed by kind of work (a phase no group names is "other") and by phase."""
+    by_group: dict[str, float] = defaultdict(float)
+    by_phase: dict[str, float] = defaultdict(float)
+    for process in processes:
+        for phase in process["phases"]:
+            seconds = phase["end"] - phase["start"]
+            by_phase[phase["phase"]] += seconds
+            by_group[group_of.get(phase["phase"], "other")] += seconds
+    return by_group, by_phase
+
+
+def group_shares(by_group: dict[str, float], in_processes: float) -> list[dict]:
+    """Each kind of work that took any time, in the report's order, with its share of the processes' time."""
+    return [{"group": g, "seconds": by_group[g], "share": by_group[g] / in_processes if in_processes else 0.0}
+            for g in [*GROUPS, "other"] if by_group.get(g)]
+
+
+def workflow_spans(processes: list[dict], first: float, last: float, workflow_started_at: float | None,
+                   report_at: float | None) -> dict:
+    """The workflow's time around its processes, and which processes an earlier workflow measured."""
+    measured_here = bool(workflow_started_at) and workflow_started_at <= first
+    return {
         "workflow_s": (report_at - workflow_started_at) if workflow_started_at and report_at else None,
         # Only when this workflow measured (a later re-render starts after the processes ran): what
         # Snakemake did before the first process (checking the config, patching the Triton
@@ -193,12 +217,6 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         # report, some when it measured the others again (a failed process re-run).
         "measured_before_workflow": bool(workflow_started_at and first < workflow_started_at),
         "earlier_processes": sum(1 for p in processes if workflow_started_at and p["start"] < workflow_started_at),
-        "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
-        "workers": workers,
-        "in_workers": sum(1 for p in processes if p["worker"]),
-        "overlaps": gpu_overlaps(processes),
-        "trial_stops": stops,
-        "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
     }
 
 

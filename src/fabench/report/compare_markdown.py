@@ -62,54 +62,78 @@ def cell_text(cell: dict) -> str:
 
 
 def markdown_context(comparison: dict) -> dict:
+    """What the template lays out: the entries, the flagged cells, one table per variant and the
+    published-vs-reproduced sections."""
     entries = comparison["entries"]
-    short = {e["id"]: e["id"] for e in entries}
-    tables = []
-    for variant in dict.fromkeys(r["variant"] for r in comparison["rows"]):
-        rows = [[shape_text(r["shape"]), r["label"], *(cell_text(c) for c in r["cells"])]
-                for r in comparison["rows"] if r["variant"] == variant]
-        tables.append({"variant": variant, "header": ["Config (B,S,H,D)", "Backend", *(short[e["id"]] for e in entries)],
-                       "rows": rows})
-    present = {k for e in entries for k, v in e["versions"].items() if v is not None}
-    versions = [k for k in VERSION_ORDER if k in present] + sorted(present - set(VERSION_ORDER))
-    # The GPU column where any entry's results name their card (a record may predate the record's
-    # own gpu field: the results' hardware identity still names it).
-    gpu = ["GPU"] if any(gpu_text(e) for e in entries) else []
-    entry_rows = [[e["id"], e["run"] or "", (e["finished"] or e["archived_at"] or "")[:19], e["device"] or "",
-                   *(gpu_text(e) for _ in gpu), *(version_text(e["versions"].get(k)) for k in versions)]
-                  for e in entries]
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
-    flag_lines = {kind: flag_lines_of([f for f in comparison["flags"] if f["code"] == kind], shapes)
-                  for kind in FLAGGED}
-    published = None
-    if comparison.get("published"):
-        pub = comparison["published"]
-        published = {"source": pub["source"], "rule": pub["rule"], "entries": []}
-        for section in pub["entries"]:
-            counts = Counter(c["flag"] for c in section["cells"])
-            shown = [c for c in section["cells"] if c["flag"] in ("slower", "faster", "unstable")]
-            rows = [[c["variant"], shape_text(c["shape"]), c["backend"], f"{c['published_ms']:g}",
-                     median_text({"status": "ok", "wall_mean_ms": {"median": c["median"], "ci95": c["ci95"]}}),
-                     f"**{c['flag']}**" if c["flag"] in ("slower", "faster") else f"*{c['flag']}*", c["why"]]
-                    for c in shown]
-            published["entries"].append({
-                "entry": section["entry"], "skipped": section["skipped"], "total": len(section["cells"]),
-                "counts": [(flag, counts[flag]) for flag in PUBLISHED_FLAGS if counts[flag]],
-                "header": ["Variant", "Config (B,S,H,D)", "Backend", "Published ms", "Ours: wall median [95% CI] ms",
-                           "Flag", "Why"],
-                "rows": rows})
     return {
         "rule": comparison["rule"],
         "experiments": comparison.get("experiments") or [],
         "baseline": comparison["baseline"],
-        "entries": {"header": ["Entry", "Run", "Finished", "Device", *gpu, *versions], "rows": entry_rows},
+        "entries": entries_table(entries),
         "count": len(entries),
         "left_out": comparison["left_out"],
-        "flags": flag_lines,
-        "tables": tables,
-        "published": published,
+        "flags": {kind: flag_lines_of([f for f in comparison["flags"] if f["code"] == kind], shapes)
+                  for kind in FLAGGED},
+        "tables": variant_tables(comparison),
+        "published": published_context(comparison.get("published")),
         "ci_methods": sorted({c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method")}),
     }
+
+
+def variant_tables(comparison: dict) -> list[dict]:
+    """One table per variant (in the rows' order): a row per shape and backend, a column per entry."""
+    header = ["Config (B,S,H,D)", "Backend", *(e["id"] for e in comparison["entries"])]
+    tables = []
+    for variant in dict.fromkeys(r["variant"] for r in comparison["rows"]):
+        rows = [[shape_text(r["shape"]), r["label"], *(cell_text(c) for c in r["cells"])]
+                for r in comparison["rows"] if r["variant"] == variant]
+        tables.append({"variant": variant, "header": list(header), "rows": rows})
+    return tables
+
+
+def entries_table(entries: list[dict]) -> dict:
+    """A row per entry: its run, when it finished, its device and card, and the versions any entry names."""
+    present = {k for e in entries for k, v in e["versions"].items() if v is not None}
+    # The known versions in their usual order, then any others alphabetically.
+    versions = [k for k in VERSION_ORDER if k in present] + sorted(present - set(VERSION_ORDER))
+    # The GPU column where any entry's results name their card (a record may predate the record's
+    # own gpu field: the results' hardware identity still names it).
+    gpu = ["GPU"] if any(gpu_text(e) for e in entries) else []
+    rows = [[e["id"], e["run"] or "", (e["finished"] or e["archived_at"] or "")[:19], e["device"] or "",
+             *(gpu_text(e) for _ in gpu), *(version_text(e["versions"].get(k)) for k in versions)]
+            for e in entries]
+    return {"header": ["Entry", "Run", "Finished", "Device", *gpu, *versions], "rows": rows}
+
+
+PUBLISHED_HEADER = ["Variant", "Config (B,S,H,D)", "Backend", "Published ms", "Ours: wall median [95% CI] ms",
+                    "Flag", "Why"]
+
+
+def published_context(published: dict | None) -> dict | None:
+    """The published-vs-reproduced sections, one per entry; None when the comparison has none."""
+    if not published:
+        return None
+    return {"source": published["source"], "rule": published["rule"],
+            "entries": [published_section(section) for section in published["entries"]]}
+
+
+def published_section(section: dict) -> dict:
+    """One entry's published times: how many got each flag, and a row for each cell that differs or
+    is unstable (the cells that match or could not be compared are only counted)."""
+    counts = Counter(c["flag"] for c in section["cells"])
+    rows = [published_row(c) for c in section["cells"] if c["flag"] in ("slower", "faster", "unstable")]
+    return {"entry": section["entry"], "skipped": section["skipped"], "total": len(section["cells"]),
+            "counts": [(flag, counts[flag]) for flag in PUBLISHED_FLAGS if counts[flag]],
+            "header": list(PUBLISHED_HEADER), "rows": rows}
+
+
+def published_row(cell: dict) -> list[str]:
+    # The published numbers are wall-clock means, so ours is shown as its wall-clock median.
+    ours = median_text({"status": "ok", "wall_mean_ms": {"median": cell["median"], "ci95": cell["ci95"]}})
+    flag = f"**{cell['flag']}**" if cell["flag"] in ("slower", "faster") else f"*{cell['flag']}*"
+    return [cell["variant"], shape_text(cell["shape"]), cell["backend"], f"{cell['published_ms']:g}", ours, flag,
+            cell["why"]]
 
 
 def flag_lines_of(flags: list[dict], shapes: dict) -> list[str]:
