@@ -7,7 +7,7 @@ runs of one experiment, and its newest is the one its README's figures come from
 again from the raw trials it archived (fabench.analysis.analyse_run, as compare reads an entry)
 and rendered by fabench.report.render, the code path of the workflow's write_report rule, with
 its figures drawn again by fabench.report.plots into examples/<name>/plots/. Archived entries are
-only read: an archive tarball (examples/h100/archive-*.tar.gz) is unpacked into a temporary
+only read: an archive tarball (examples/h100/archive-*.tar.gz, or archive.tgz) is unpacked into a temporary
 folder. An example without an archive but with a run's results.json (examples/h200-sweep) is
 rendered from those, with the config files its README names.
 
@@ -38,8 +38,7 @@ from fabench.analysis import analyse_run
 from fabench.analysis.policy import Rule
 from fabench.config_layers import replace_whole_values
 from fabench.files import read_json, write_atomic
-from fabench.report.latency_plot import latency_png
-from fabench.report.speedup_plot import speedup_png
+from fabench.report.plots import run_figures, write_run_plots
 from fabench.report.render import render
 from fabench.results.archive_layout import ArchiveError
 from fabench.results.archive_read import list_entries
@@ -48,8 +47,6 @@ from fabench.results.published import PublishedError, stored_published
 ROOT = Path(__file__).resolve().parent.parent
 # Figures of a report, each drawn from the results and the config's comparison rule (the
 # workflow's rule write_report).
-FIGURES = (("Latency against sequence length", "plots/latency.png", lambda collected, rule: latency_png(collected)),
-           ("Speedup over native", "plots/speedup.png", speedup_png))
 # An example that is one run's results rather than an archive: the config files it was run with,
 # in the order of its README's command (--configfile ...), over config.yaml.
 RUN_CONFIGS = {"h200-sweep": ("examples/h200/h200.yaml", "examples/h200-sweep/sweep-bench.yaml",
@@ -91,7 +88,8 @@ def archive_of(example: Path, stack: ExitStack) -> Path | None:
     into a temporary folder (removed when `stack` closes), else None."""
     if (example / "archive").is_dir():
         return example / "archive"
-    tarballs = sorted(example.glob("archive-*.tar.gz"))
+    # archive-<n>.tar.gz, or one archive.tgz (the lease examples)
+    tarballs = sorted([*example.glob("archive-*.tar.gz"), *example.glob("archive.tgz")])
     if not tarballs:
         return None
     where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fabench-example-")))
@@ -140,9 +138,13 @@ def render_example(example: Path) -> list[Path]:
         published = stored_published(config, ROOT, f"{example.name} {source} config.json")
     except PublishedError as err:
         raise ExampleError(str(err)) from None
-    rule = Rule.of(config)
-    changed = [example / path for _, path, draw in FIGURES if write_if_changed(example / path, draw(analysed, rule))]
-    markdown = render(analysed, config, published, figures=[(title, path) for title, path, _ in FIGURES], sweep=sweep)
+    figures = run_figures(analysed)
+    with tempfile.TemporaryDirectory(prefix="fabench-example-plots-") as drawn:
+        # The workflow's own drawing (fabench.report.plots), so an example's figures are a run's
+        write_run_plots(analysed, Path(drawn), Rule.of(config))
+        changed = [example / path for _, path in figures
+                   if write_if_changed(example / path, (Path(drawn) / Path(path).name).read_bytes())]
+    markdown = render(analysed, config, published, figures=figures, sweep=sweep)
     if write_if_changed(example / "report.md", markdown):
         changed.append(example / "report.md")
     print(f"{example.name}: rendered from {source}", file=sys.stderr)

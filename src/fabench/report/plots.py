@@ -28,7 +28,7 @@ from fabench.analysis.policy import Rule, RuleError
 from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic
 from fabench.results.shared import shown
 from fabench.report.latency_plot import latency_png
-from fabench.report.roofline_plot import roofline_png
+from fabench.report.roofline_plot import has_roofline, roofline_png
 from fabench.report.speedup_plot import speedup_png
 from fabench.report.versions_plot import versions_png
 
@@ -43,6 +43,15 @@ def write_run_plots(collected: dict, out_dir: Path, rule: Rule) -> list[Path]:
     paths.append(out_dir / "roofline.png")
     write_atomic(paths[2], roofline_png(collected))
     return paths
+
+
+def run_figures(collected: dict) -> list[tuple[str, str]]:
+    """(title, path under the run's folder) of each figure of write_run_plots that the report shows:
+    the roofline only where the GPU's limits are known (a CPU run shows none)."""
+    figures = [("Latency against sequence length", "plots/latency.png"), ("Speedup over native", "plots/speedup.png")]
+    if has_roofline(collected):
+        figures.append(("Roofline: each cell against the GPU's limits", "plots/roofline.png"))
+    return figures
 
 
 def version_plot_name(variant: str) -> str:
