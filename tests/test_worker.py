@@ -319,3 +319,20 @@ def test_a_bad_measure_setting_stops_the_run_in_one_line(tmp_path, bad, expected
     proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=tiny_config(measure=bad))
     assert proc.returncode != 0
     assert expected in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_asking_a_stopped_worker_to_end_does_not_hang(tmp_path, worker_dir):
+    """A worker frozen by SIGSTOP never answers the stop request; stop_workers must give up on it
+    (the workflow's end and the tests' clean-up called it and blocked for good). Blind side: a
+    worker that answers late but within the wait is not told apart from a prompt one."""
+    from fabench.measure.launch import worker_client
+
+    assert finished(launch(tmp_path, worker_dir, "warm")[0])[0] == 0
+    [pid] = worker_pids(worker_dir)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        worker_client.stop_workers(env={"FABENCH_WORKER_DIR": str(worker_dir)})
+        assert time.monotonic() - began < worker_client.STOP_ANSWER_S + 5
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -217,6 +217,10 @@ def relay(lines, out) -> dict | None:
     return None
 
 
+# How long stop_workers waits for a worker to close its connection as it ends.
+STOP_ANSWER_S = 10.0
+
+
 def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[str]:
     """Ask every worker of this user (of `workflow` only, when given) to end; their names. Workers
     end by themselves when idle too: this is the workflow's end saying so at once."""
@@ -236,7 +240,10 @@ def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[s
         if conn is None:
             continue
         with conn:
-            with contextlib.suppress(OSError):
+            # A worker that does not answer (stopped, hung in a job) must not hold the workflow's end,
+            # nor a test's clean-up: it ends by itself when idle, or is killed by its job's timeout.
+            conn.settimeout(STOP_ANSWER_S)
+            with contextlib.suppress(OSError):  # TimeoutError included
                 socket.send_fds(conn, [b"F"], [])
                 conn.sendall(b'{"stop": true}\n')
                 conn.recv(1)  # the worker closes the connection as it ends
