@@ -281,6 +281,9 @@ def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worke
 @pytest.mark.gpu_workflow
 def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_the_rest(tmp_path, worker_dir):
     config = tiny_config()  # measure.mode: worker, the default
+    # Each trial's loop lasts 1 s, so the job seen measuring is still measuring when the kill lands
+    # (tiny jobs of a few milliseconds ended before it, and the worker was killed between jobs).
+    config["cpu"] = {**config["cpu"], "min_trial_ms": 1000}
     logs = tmp_path / "logs" / config["run"]
     workflow = subprocess.Popen(workflow_command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=workflow_env(worker_dir))
@@ -292,7 +295,6 @@ def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_t
     while measuring_log() is None:
         assert time.monotonic() < deadline and workflow.poll() is None, "no job started measuring"
         time.sleep(0.05)
-    killed_log = measuring_log()
     [pid] = live_workers(worker_dir)
     os.kill(pid, signal.SIGSTOP)
     os.kill(pid, signal.SIGKILL)
@@ -300,10 +302,14 @@ def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_t
     assert workflow.returncode == 0, output[-3000:]
     results = results_of(tmp_path, config)
     assert len(results) == len(config["variants"]) * len(config["shapes"])
-    variant, shape = killed_log.parent.parent.name, killed_log.parent.name
-    [killed] = [r for r in results if (r["variant"], r["shape_id"]) == (variant, shape)]
-    assert all(e["status"] == "failed" and f"its measuring worker (pid {pid}) ended mid-job" in e["reason"]
-               for e in killed["backends"].values())
+    lost = f"its measuring worker (pid {pid}) ended mid-job"
+    # The job the worker held when it was killed: on a loaded host the one whose log was seen may
+    # have ended before the kill landed, so it is found by its result. Every backend that ran there
+    # failed with why; one that cannot run on this host stays unavailable.
+    [killed] = [r for r in results if any(lost in (e["reason"] or "") for e in r["backends"].values())]
+    assert all(e["status"] == "unavailable" or (e["status"] == "failed" and lost in e["reason"])
+               for e in killed["backends"].values()), killed["backends"]
+    assert any(e["status"] == "failed" for e in killed["backends"].values())
     workers = {r["timelines"][0]["worker"]["pid"] for r in results if r is not killed}
     assert pid not in workers and len(workers) == 1  # the jobs after it: one fresh worker
     time.sleep(1)
