@@ -36,9 +36,14 @@ def lease_env(tmp_path: Path, gpus: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
 
 
-def start_job(tmp_path: Path, env: dict, shape: str, name: str, mode: str = "isolate") -> tuple[subprocess.Popen, Path, Path]:
-    """A real measure job (the runner, as rule measure starts it) on the CPU test experiment."""
-    spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape))
+def start_job(tmp_path: Path, env: dict, shape: str, name: str, mode: str = "isolate",
+              trial_ms: float = 0) -> tuple[subprocess.Popen, Path, Path]:
+    """A real measure job (the runner, as rule measure starts it) on the CPU test experiment; each
+    CPU trial's loop at least `trial_ms` long (a job of a few milliseconds ends before a signal can
+    land mid-job on a loaded host)."""
+    config = tiny_config()
+    config["cpu"] = {**config["cpu"], "min_trial_ms": trial_ms}
+    spec = job_spec(config, "tuned", parse_shape_id(shape))
     out, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--process", "0",
            "--out", str(out), "--project-commit", "abc123", "--mode", mode, "--worker-idle-s", "30"]
@@ -138,7 +143,7 @@ def test_a_killed_job_releases_its_gpu_and_the_next_takes_it_over(tmp_path):
 def test_a_worker_holds_the_gpu_while_it_measures_the_job_of_a_killed_launcher(tmp_path, worker_dir):
     env = {**lease_env(tmp_path, "0"), "FABENCH_WORKER_DIR": str(worker_dir)}
     lock = tmp_path / "leases" / "gpu-0.lock"
-    first, _, log = start_job(tmp_path, env, SHAPES[0], "killed", "worker")
+    first, _, log = start_job(tmp_path, env, SHAPES[0], "killed", "worker", trial_ms=1000)
     wait_for(lambda: "native: setting up" in log.read_text(), what="the worker measuring the job")
     [record] = worker_dir.glob("w-*.json")
     worker = json.loads(record.read_text())["pid"]
