@@ -39,7 +39,9 @@ def test_a_killed_worker_fails_its_cell_with_why_and_the_next_run_measures_that_
     # shapes: the run's other cells give the intervals their noise (with one ok cell alone, its
     # prediction interval can reach below any time results_csv accepts).
     config = tiny_config()
-    config["cpu"] = {**config["cpu"], "repeats": 2}
+    # Each trial's loop lasts 1 s: the job seen measuring is still measuring when the kill lands
+    # (a tiny job of a few milliseconds ended before it on a loaded host, and nothing was lost).
+    config["cpu"] = {**config["cpu"], "repeats": 2, "min_trial_ms": 1000}
     env = environment(worker_dir)
     env["TMPDIR"] = str(tmp_path / "tmp")  # where the measuring processes make their folders
     (tmp_path / "tmp").mkdir()
