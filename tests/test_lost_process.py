@@ -17,7 +17,7 @@ import time
 import jsonschema
 import pytest
 
-from support.workers import live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
+from support.workers import first_measuring_log, live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
 from workflow_util import REPO, tiny_config, write_config
 
 RESULT_SCHEMA = json.loads((REPO / "workflow/schemas/result.schema.json").read_text())
@@ -49,14 +49,7 @@ def test_a_killed_worker_fails_its_cell_with_why_and_the_next_run_measures_that_
     workflow = subprocess.Popen(command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)
 
-    def measuring_log():
-        return next((log for log in logs.glob("*/*/process-0.log") if "native: setting up" in log.read_text()), None)
-
-    deadline = time.monotonic() + 300
-    while measuring_log() is None:
-        assert time.monotonic() < deadline and workflow.poll() is None, "no job started measuring"
-        time.sleep(0.05)
-    killed_log = measuring_log()
+    killed_log = first_measuring_log(logs, workflow)
     [pid] = live_workers(worker_dir)
     assert list((tmp_path / "tmp").glob(f"fabench-aiter-configs-*-{pid}-*"))  # its folder, for the variant's config
     os.kill(pid, signal.SIGSTOP)  # frozen mid-job, so that the kill lands before the job could finish

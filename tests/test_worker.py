@@ -20,7 +20,7 @@ from fabench.measure.launch import worker
 from fabench.measure.launch.worker_client import stop_workers
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
-from support.workers import live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
+from support.workers import first_measuring_log, live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
 from workflow_util import REPO, snakemake, tiny_config, write_config
 
 SHAPE = "b1-s64-h2-d32"
@@ -288,13 +288,7 @@ def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_t
     workflow = subprocess.Popen(workflow_command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=workflow_env(worker_dir))
 
-    def measuring_log():
-        return next((log for log in logs.glob("*/*/process-0.log") if "native: setting up" in log.read_text()), None)
-
-    deadline = time.monotonic() + 300
-    while measuring_log() is None:
-        assert time.monotonic() < deadline and workflow.poll() is None, "no job started measuring"
-        time.sleep(0.05)
+    first_measuring_log(logs, workflow)
     [pid] = live_workers(worker_dir)
     os.kill(pid, signal.SIGSTOP)
     os.kill(pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,15 @@ def live_workers(folder: Path) -> list[int]:
             if "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text():  # a zombie has ended
                 pids.append(pid)
     return pids
+
+
+def first_measuring_log(logs: Path, workflow) -> Path:
+    """The first process log under a run's `logs` folder whose job began measuring (native set up),
+    waited for while the workflow runs (at most 300 s)."""
+    deadline = time.monotonic() + 300
+    while True:
+        found = next((log for log in logs.glob("*/*/process-0.log") if "native: setting up" in log.read_text()), None)
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline and workflow.poll() is None, "no job started measuring"
+        time.sleep(0.05)
