@@ -487,11 +487,11 @@ class SteppedTimer:
     """A stand-in for DeviceTimer's samples (a CPU has none): `per_call_ms` a call, each window's
     samples taking that long of host time, so warm_up's clock runs as a GPU's would."""
 
-    def __init__(self, per_call_ms: float):
-        self.per_call_ms = per_call_ms
+    def __init__(self, per_call_ms: float, host_ms_per_iter: float = 0.0):
+        self.per_call_ms, self.host_ms_per_iter = per_call_ms, host_ms_per_iter
 
     def samples(self, count: int) -> list[float]:
-        time.sleep(self.per_call_ms * count / 1000.0)
+        time.sleep(max(self.per_call_ms, self.host_ms_per_iter) * count / 1000.0)
         return [self.per_call_ms] * count
 
 
@@ -514,3 +514,21 @@ def test_a_first_trials_warm_up_lasts_until_the_clock_holds_in_full_windows():
     assert steady["settled"] and steady["iters"] == 4 + 16 + 16
     later = warm_up(lambda: None, "cuda", SteppedTimer(0.5), timing, 0, lambda: 1965.0)
     assert later["iters"] == 4 + 4  # a later trial: the first window may agree with the next
+
+
+def test_a_call_the_host_queues_slower_than_the_gpu_runs_it_warms_up_in_windows_of_host_time():
+    """0.05 ms of kernels, 0.5 ms for the host to queue a call: the full 8 ms windows take 16 calls
+    each, as a 0.5 ms kernel's do, not 160 (which lasted 80 ms of host time each); a kernel longer
+    than its queueing is sized by its own time. Blind side: the stand-in's times never move; what a
+    shorter warm-up does to the figures is measured on a GPU (the run's warm-up iterations)."""
+    import dataclasses
+
+    from fabench.measure.device.timing import warm_up, window_calls
+
+    timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
+                                 .settings.timing, warmup_window_ms=2, min_warmup_ms=0, max_warmup_ms=5000)
+    host_bound = warm_up(lambda: None, "cuda", SteppedTimer(0.05, host_ms_per_iter=0.5), timing, 0,
+                         lambda: 1965.0, full_windows=True)
+    assert host_bound["settled"] and host_bound["iters"] == 4 + 16 + 16
+    assert window_calls(8.0, 0.05, 0.5) == 16 and window_calls(8.0, 2.0, 0.5) == 4
+    assert window_calls(8.0, 0.05, 0.0) == 160  # no host figure: by device time, as before

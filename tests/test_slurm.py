@@ -80,7 +80,9 @@ def test_a_run_on_slurm_measures_every_job_as_a_slurm_job_each_on_its_own_gpu(tm
     config["cpu"]["repeats"] = 2  # every measure job measures (and records its GPU)
     proc = snakemake(tmp_path, "--profile", str(SLURM_PROFILE), *CLUSTER_ARGS, "report", config=config,
                      timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-5000:] + slurm.logs()
+    # A host step that failed says why in its own log only (the report's: logs/slurm/report.log).
+    host_logs = "".join(f"--- {log}\n{log.read_text()[-3000:]}" for log in (tmp_path / "logs" / "slurm").glob("*.log"))
+    assert proc.returncode == 0, proc.stderr[-5000:] + host_logs + slurm.logs()
     run = tmp_path / "results" / "slurm"
 
     submitted = slurm.jobs()

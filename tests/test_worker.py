@@ -16,7 +16,8 @@ import torch
 
 from fabench.measure.spec import job_spec
 from fabench.measure.backends import aiter_kernel
-from fabench.measure.launch import worker
+from fabench.measure.launch import lease as device_lease
+from fabench.measure.launch import runner, worker, worker_client
 from fabench.measure.launch.worker_client import stop_workers
 from fabench.run_platform import planned_platform
 from fabench.shapes import parse_shape_id
@@ -26,23 +27,33 @@ from workflow_util import REPO, snakemake, tiny_config, write_config
 SHAPE = "b1-s64-h2-d32"
 
 
-def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None):
-    """The runner as the workflow starts it, in worker mode: a process of its own, output piped."""
+def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None, process=0, repeats=1):
+    """The runner as the workflow starts it, in worker mode: a process of its own, output piped.
+    One round (`repeats`) unless asked: on a GPU a job of more starts its other rounds' workers
+    ahead, and these tests follow one worker."""
+    config = tiny_config()
+    config["timing"] = {**config["timing"], "repeats": repeats}
+    config["cpu"] = {**config["cpu"], "repeats": repeats}
     # The platform the plan would put in the spec (a job that writes no result is recorded for it).
-    spec = job_spec(tiny_config(), "tuned", parse_shape_id(shape), platform=planned_platform(docker=False))
+    spec = job_spec(config, "tuned", parse_shape_id(shape), platform=planned_platform(docker=False))
     kernel_config = tmp_path / "aiter.json"
     kernel_config.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
     out = tmp_path / f"{name}.json"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--aiter-config", str(kernel_config),
-           "--out", str(out), "--project-commit", "abc123", "--process", "0", "--mode", "worker",
+           "--out", str(out), "--project-commit", "abc123", "--process", str(process), "--mode", "worker",
            "--worker-idle-s", "60", *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FABENCH_WORKER_DIR": str(worker_dir),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FABENCH_WORKER_DIR": str(worker_dir), "PYTHONPATH": source_path()}
     env.pop("FABENCH_WORKFLOW", None)
     if workflow:
         env["FABENCH_WORKFLOW"] = workflow
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     return proc, out
+
+
+def source_path() -> str:
+    """PYTHONPATH with this checkout's src/ first, once (a worker's identity holds the value)."""
+    others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO / "src")]
+    return os.pathsep.join([str(REPO / "src"), *others])
 
 
 def finished(proc) -> tuple[int, str]:
@@ -80,10 +91,50 @@ def test_one_worker_measures_job_after_job_and_pays_its_start_up_once(tmp_path, 
     assert w1["pid"] == w2["pid"] and (w1["jobs_before"], w2["jobs_before"]) == (0, 1)
     phases = [[p["phase"] for p in r["timeline"]["phases"]] for r in results]
     assert "imports" in phases[0] and "imports" not in phases[1]
-    assert "worker hand-over" in phases[0] and "worker hand-over" in phases[1]
+    assert all({"worker hand-over", "job reset"} <= set(names) for names in phases)
     [ended] = second["method"]["process_exits"]
     assert ended["exit_code"] == 0 and ended["worker"]["started_by_this_job"] is False
     assert first["method"]["process_exits"][0]["worker"]["started_by_this_job"] is True
+
+
+def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_its_worker_started(
+        tmp_path, worker_dir, monkeypatch):
+    """start_ahead as a GPU job calls it (runner.rounds_ahead decides where: tested beside), here on
+    the CPU: the round-1 worker starts without being waited for, a second call finds it, and the
+    round-1 job it then measures was not its starter. Blind side: the overlap with a measuring job
+    on a GPU, and the wall time it saves, are measured in a GPU lease (the report's time line)."""
+    monkeypatch.setenv("FABENCH_WORKER_DIR", str(worker_dir))
+    monkeypatch.delenv("FABENCH_WORKFLOW", raising=False)
+    monkeypatch.setenv("PYTHONPATH", source_path())
+    monkeypatch.chdir(tmp_path)  # the identity holds the working directory, as the job's launcher has it
+    lease = device_lease.acquire(env={k: v for k, v in os.environ.items() if not k.startswith("FABENCH_GPU")})
+    began = time.monotonic()
+    [name] = worker_client.start_ahead(lease, [1], idle_s=60)
+    assert time.monotonic() - began < 5  # not waited for: its imports take seconds
+    deadline = time.monotonic() + 120
+    while not live_workers(worker_dir, round_=1):
+        assert time.monotonic() < deadline, "the worker started ahead never came up"
+        time.sleep(0.1)
+    assert worker_client.start_ahead(lease, [1], idle_s=60) == []  # running: not started twice
+    assert not live_workers(worker_dir, round_=0)
+
+    proc, out = launch(tmp_path, worker_dir, "round-1", process=1, repeats=2)
+    code, output = finished(proc)
+    assert code == 0, output
+    [ended] = json.loads(out.read_text())["method"]["process_exits"]
+    assert ended["worker"]["started_by_this_job"] is False and ended["worker"]["name"] == name
+
+
+def test_only_a_job_planned_for_a_gpu_and_leased_one_starts_workers_ahead():
+    """Blind side: whether the GPU is really there is the lease's business (tests/test_lease.py)."""
+    gpu = device_lease.Lease(source="lease", gpu="0", visible_devices={})
+    none = device_lease.Lease(source="none", gpu=None, visible_devices={})
+    config = tiny_config()
+    config["timing"] = {**config["timing"], "repeats": 3}
+    for platform, lease, rounds in (("cuda", gpu, range(3)), ("rocm", gpu, range(3)), ("cpu", gpu, range(0)),
+                                    ("cuda", none, range(0)), (None, gpu, range(0))):
+        spec = job_spec(config, "tuned", parse_shape_id(SHAPE), platform=platform)
+        assert runner.rounds_ahead(spec, lease) == rounds, (platform, lease.gpu)
 
 
 def failed_alone(out, reason: str) -> None:
@@ -289,7 +340,7 @@ def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_t
                                 text=True, env=workflow_env(worker_dir))
 
     first_measuring_log(logs, workflow)
-    [pid] = live_workers(worker_dir)
+    [pid] = live_workers(worker_dir, round_=0)  # the first measuring log is a round-0 process's
     os.kill(pid, signal.SIGSTOP)
     os.kill(pid, signal.SIGKILL)
     output, _ = workflow.communicate(timeout=600)

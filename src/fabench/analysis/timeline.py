@@ -28,7 +28,8 @@ from collections import defaultdict
 
 # Phase -> the kind of work it is, in the order the report lists the kinds.
 GROUPS = {
-    "start-up": ("interpreter start", "imports", "worker hand-over", "device set-up", "aiter config read-back"),
+    "start-up": ("interpreter start", "imports", "worker hand-over", "job reset", "device set-up",
+                 "aiter config read-back"),
     "inputs and fp32 reference": ("inputs and fp32 reference",),
     "compiling and the correctness check": ("prepare", "first call and check"),
     "kernel identification": ("profiler start-up", "kernel identification", "device timer set-up"),

@@ -21,6 +21,12 @@ SCHEMA_VERSION = 3
 # is not zero was not measured. Zero is kept: an interval's lower end below it is clipped to zero
 # (fabench.analysis.noise.interval), as results/bounds.py accepts.
 MIN_MS = 1e-6
+# 10^7 ms, about 2.8 hours: longer than any one figure fabench records (a trial, a call, a median);
+# the longest in the committed runs is a CPU job's 36 s. An interval's upper end beyond it is
+# clipped to it (fabench.analysis.noise.interval): two CPU processes 10x apart (two jobs sharing a
+# 2-core host) gave a 0.04 ms cell a 95% prediction interval reaching 1.5e7 ms, and the run's CSV
+# and report refused the run.
+MAX_MS = 1e7
 
 # A process file that is no measurement: a process beyond its platform's repeats (planned for a
 # GPU that the job did not find), which measured nothing and is left out of the merge.

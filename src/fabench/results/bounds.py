@@ -21,10 +21,7 @@ finite-number check uses, so that every reader reports it as it reports a NaN.
 
 from __future__ import annotations
 
-# 10^7 ms, about 2.8 hours: longer than any one figure fabench records (a trial, a call, a median);
-# the longest in the committed runs is a CPU job's 36 s.
-MAX_MS = 1e7
-from fabench.measure.record import MIN_MS  # the shortest time a measurement can take
+from fabench.measure.record import MAX_MS, MIN_MS  # the longest and the shortest time a figure can be
 MAX_SECONDS = 1e7  # a compile, a wait for a GPU lease: about 4 months
 MAX_RATIO = MAX_MS / MIN_MS
 MAX_MAGNITUDE = float(2**64)  # what 64 bits count: a seed, a FLOP count, a Unix time all fit

@@ -340,8 +340,8 @@ def wall_mean_ms(fn: Callable[[], object], platform: str, iters: int) -> float:
 def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, timing: Timing,
             calls: int, sm_clock: Callable[[], float | None] = lambda: None, full_windows: bool = False) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
-    before the others), then windows of device time, growing from `warmup_window_ms` to four times
-    that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
+    before the others), then windows of calls (window_calls: by device time, or the host's where
+    that is longer), growing from `warmup_window_ms` to four times that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
     `warmup_tolerance` in median time and within `warmup_clock_tolerance` in the SM clock read
     after each (or `max_warmup_ms` has passed). The clock check catches a power cap setting in: on
     an H200 it lowered the clock from 1965 to 1710 MHz over ~300 ms of cuDNN at (4,4096,8,256),
@@ -382,8 +382,18 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
         # With full windows, a first 4-call window shorter than a full one is no window to agree with.
         short_first = full_windows and iters - calls == 4 and 4 * current[0] < window_ms
         previous = None if short_first else current
-        count = max(4, math.ceil(window_ms / max(current[0], 1e-4)))
+        count = window_calls(window_ms, current[0], getattr(timer, "host_ms_per_iter", 0.0))
         window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
+
+
+def window_calls(window_ms: float, device_ms: float, host_ms: float) -> int:
+    """The calls of a warm-up window of `window_ms`: by the device time of a call, or by the host's
+    time to queue one where that is longer. A call the host is slower to queue than the GPU is to
+    run idles the GPU between calls whatever the count, so its windows counted in device time only
+    lasted 5-7x their length: on an H200 SDPA at (4,512,8,256), 0.022 ms a call and ~0.15 ms of
+    host time in the timed stream, warmed up for 3016 calls (0.57 s) where its windows agreed. A
+    call the GPU takes longer to run (where a power cap sets in) is sized as before."""
+    return max(4, math.ceil(window_ms / max(device_ms, host_ms, 1e-4)))
 
 
 def trial_warmup_settings(timing: Timing, first: bool, capped: bool = False) -> Timing:

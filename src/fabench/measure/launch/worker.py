@@ -84,6 +84,13 @@ class Worker:
         from fabench.measure import job  # torch and the measuring code: the start-up paid once
 
         self.job = job
+        # Dynamo, which every hand-over's reset (reset_between_jobs) and the compiled backends
+        # import: loaded at the first reset, it made the first hand-over the longest part of a
+        # worker's start-up (11.6 and 8.5 s on an H200, against 0.01-0.1 s for every later one).
+        # Here it is start-up, which a worker started ahead (worker_client.start_ahead) has done
+        # before its first job.
+        import torch._dynamo  # noqa: F401
+
         # What the imports made lives as long as the worker: frozen out of the collector, so the
         # collections between jobs (reset_between_jobs, each cell's release) walk only what the jobs
         # made, not torch's, Triton's and aiter's hundreds of thousands of objects (a collection
@@ -149,9 +156,11 @@ class Worker:
                          + MARK + json.dumps({"exit_code": USAGE}).encode() + b"\n")
             return
         handed_over = max(request["sent_at"], self.imports[1])
+        reset_began = time.time()
         reset_between_jobs(spec.settings.seed)
         start_up = [{"phase": "imports", "start": self.imports[0], "end": self.imports[1]}] if not self.jobs_run else []
-        start_up.append({"phase": "worker hand-over", "start": handed_over, "end": time.time()})
+        start_up.append({"phase": "worker hand-over", "start": handed_over, "end": reset_began})
+        start_up.append({"phase": "job reset", "start": reset_began, "end": time.time()})
         if request.get("lease") is not None:
             os.environ["FABENCH_DEVICE_LEASE"] = json.dumps(request["lease"], sort_keys=True)
         with output_to(conn):

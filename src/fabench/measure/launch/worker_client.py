@@ -112,16 +112,19 @@ def address(facts: dict, env: dict | None = None) -> Address:
 
 
 def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: float | None,
-                  out=None) -> dict:
+                  out=None, rounds_ahead: range = range(0)) -> dict:
     """Measure one job in the worker of (lease's GPU, round `process`), starting one when none
-    answers. Returns how it ended: exit_code (None when the worker died or was killed), spawned_at
-    and exited_at (epoch seconds), the worker's hello, and a reason when no exit code came."""
+    answers; the workers of `rounds_ahead` (the job's other rounds) are started too, not waited
+    for (start_ahead). Returns how it ended: exit_code (None when the worker died or was killed),
+    spawned_at and exited_at (epoch seconds), the worker's hello, and a reason when no exit code came."""
     out = out or sys.stdout.buffer
     facts = identity(lease, process)
     where = address(facts)
     began = time.time()
     for attempt in range(3):  # a worker that goes away before answering (idle end, lost start race)
         conn, started = connect_or_start(where, facts, lease, idle_s, began)
+        if attempt == 0:
+            start_ahead(lease, [r for r in rounds_ahead if r != process], idle_s)
         try:
             return exchange(conn, dict(request, sent_at=time.time()), lease, timeout_s, out, began, started)
         except WorkerGone:
@@ -142,22 +145,48 @@ def connect(where: Address) -> socket.socket | None:
     return conn
 
 
-def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: float) -> tuple[socket.socket, bool]:
-    """A connection to the worker: the running one, or a fresh one started here (detached: it
-    outlives this launcher, bound to the lease's GPU through its visibility variables)."""
-    conn = connect(where)
-    if conn is not None:
-        return conn, False
+def start_ahead(lease, rounds: list[int], idle_s: float) -> list[str]:
+    """Start the workers of the lease's GPU for `rounds` where none answers, and return at once
+    (their names). On a GPU a job's round-N process otherwise starts its worker when it comes, and
+    waits through its start-up (on an H200: 5 s of imports, then Dynamo's and the compilers' first
+    imports, ~15 s a worker); started while this job measures, that start-up is done by then. A
+    starting worker only imports: it touches its GPU when a job hands it the lease, so the job
+    measuring on that GPU meanwhile is its only user. Not on a CPU, whose own cores are the timed
+    device (fabench.measure.launch.runner decides)."""
+    started = []
+    for round_ in rounds:
+        facts = identity(lease, round_)
+        where = address(facts)
+        conn = connect(where)
+        if conn is not None:
+            conn.close()  # its worker serves the next request of its own; an empty one is no job
+            continue
+        spawn(where, facts, lease, idle_s, time.time())
+        started.append(where.name)
+    return started
+
+
+def spawn(where: Address, facts: dict, lease, idle_s: float, began: float) -> subprocess.Popen:
+    """A worker started for `where` (detached: it outlives this launcher, bound to the lease's GPU
+    through its visibility variables); one that finds another of its name running ends at once."""
     env = measuring_environment(lease)
     env[SPAWNED_AT_ENV] = repr(began)
     cmd = [sys.executable, "-m", WORKER_MODULE, "--folder", str(where.folder), "--name", where.name,
            "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True)]
     log = open_file(where.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, WORKER_DIR_ENV)
     try:
-        worker = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)  # not in the job's process group: outlives it
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # not in the job's process group: outlives it
     finally:
         os.close(log)
+
+
+def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: float) -> tuple[socket.socket, bool]:
+    """A connection to the worker: the running one, or a fresh one started here (spawn)."""
+    conn = connect(where)
+    if conn is not None:
+        return conn, False
+    worker = spawn(where, facts, lease, idle_s, began)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         conn = connect(where)
