@@ -107,15 +107,17 @@ def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_it
     monkeypatch.delenv("FABENCH_WORKFLOW", raising=False)
     monkeypatch.setenv("PYTHONPATH", source_path())
     monkeypatch.chdir(tmp_path)  # the identity holds the working directory, as the job's launcher has it
-    lease = device_lease.acquire(env={k: v for k, v in os.environ.items() if not k.startswith("FABENCH_GPU")})
-    began = time.monotonic()
-    [name] = worker_client.start_ahead(lease, [1], idle_s=60)
-    assert time.monotonic() - began < 5  # not waited for: its imports take seconds
-    deadline = time.monotonic() + 120
-    while not live_workers(worker_dir, round_=1):
-        assert time.monotonic() < deadline, "the worker started ahead never came up"
-        time.sleep(0.1)
-    assert worker_client.start_ahead(lease, [1], idle_s=60) == []  # running: not started twice
+    # The job's lease, as its launcher holds it; let go before the round-1 job below leases the
+    # same GPU (held, that job would wait for it: on an H200 the test hung so).
+    with device_lease.acquire(env={k: v for k, v in os.environ.items() if not k.startswith("FABENCH_GPU")}) as lease:
+        began = time.monotonic()
+        [name] = worker_client.start_ahead(lease, [1], idle_s=60)
+        assert time.monotonic() - began < 5  # not waited for: its imports take seconds
+        deadline = time.monotonic() + 120
+        while not live_workers(worker_dir, round_=1):
+            assert time.monotonic() < deadline, "the worker started ahead never came up"
+            time.sleep(0.1)
+        assert worker_client.start_ahead(lease, [1], idle_s=60) == []  # running: not started twice
     assert not live_workers(worker_dir, round_=0)
 
     proc, out = launch(tmp_path, worker_dir, "round-1", process=1, repeats=2)

@@ -84,12 +84,15 @@ class Worker:
         from fabench.measure import job  # torch and the measuring code: the start-up paid once
 
         self.job = job
-        # Dynamo, which every hand-over's reset (reset_between_jobs) and the compiled backends
-        # import: loaded at the first reset, it made the first hand-over the longest part of a
-        # worker's start-up (11.6 and 8.5 s on an H200, against 0.01-0.1 s for every later one).
-        # Here it is start-up, which a worker started ahead (worker_client.start_ahead) has done
-        # before its first job.
-        import torch._dynamo  # noqa: F401
+        # The compiler reset every hand-over makes (reset_between_jobs), made once here: its first
+        # call imports Dynamo and what its reset hooks need (on an H200 4-6 s and 3-4 s more:
+        # examples/h200-probe-2026-11-27), and made the first hand-over the longest part of a
+        # worker's start-up (11.6 and 8.5 s, against 0.01-0.1 s for every later one). Here it is
+        # start-up, which a worker started ahead (worker_client.start_ahead) has done before its
+        # first job. It touches no device.
+        import torch
+
+        torch.compiler.reset()
 
         # What the imports made lives as long as the worker: frozen out of the collector, so the
         # collections between jobs (reset_between_jobs, each cell's release) walk only what the jobs
