@@ -57,6 +57,26 @@ def test_processes_that_measured_on_one_gpu_at_the_same_time_are_named():
     assert gpu_overlaps([process("a", 0, "GPU-1", 0, 10, "x"), process("b", 0, "GPU-1", 0, 10, "y")]) == []
 
 
+def test_a_worker_started_ahead_is_on_its_gpu_from_its_first_job_not_from_its_imports():
+    """Round 1's worker imported while round 0's job measured on the GPU (started ahead): no
+    overlap; a job whose measurement began before the other's ended still is one. Blind side: a
+    worker's start-up is taken to touch no device (it imports; the job creates the GPU's context)."""
+    def worker_job(variant, index, phases):
+        timeline = {"process": index, "spawned_at": phases[0][1], "worker": {"name": f"w{index}", "pid": 1 + index},
+                    "phases": [{"phase": name, "start": a, "end": b} for name, a, b in phases]}
+        ended = {"index": index, "spawned_at": phases[0][1], "exited_at": phases[-1][2], "gpu_uuid": "GPU-1",
+                 "host": "h"}
+        return {"variant": variant, "shape_id": "b1-s64-h2-d32", "platform": "cuda", "timelines": [timeline],
+                "method": {"process_exits": [ended]}, "backends": {}}
+
+    first = worker_job("default", 0, [("imports", 0.0, 5.0), ("warm-up", 5.0, 20.0)])
+    ahead = worker_job("tuned", 1, [("imports", 6.0, 12.0), ("worker hand-over", 20.5, 21.0), ("warm-up", 21.0, 30.0)])
+    assert run_time_line([first, ahead])["overlaps"] == []
+    early = worker_job("tuned", 1, [("imports", 6.0, 12.0), ("worker hand-over", 18.0, 19.0), ("warm-up", 19.0, 30.0)])
+    [found] = run_time_line([first, early])["overlaps"]
+    assert found.endswith("on GPU-1: 2.00 s together")
+
+
 # ---------------------------------------------------------------- kinds of work, jobs, stops, the setting
 
 def job(variant: str, platform: str, phases: dict[str, float], processes: int = 1, stops: tuple = ()) -> dict:

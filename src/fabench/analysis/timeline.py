@@ -39,6 +39,8 @@ GROUPS = {
     "ending": ("release", "provenance", "write and exit"),
 }
 GROUP_OF = {phase: group for group, phases in GROUPS.items() for phase in phases}
+# A measuring worker's own start-up, before any job handed it a GPU (recorded in its first job).
+WORKER_START_UP = ("interpreter start", "imports")
 # On a CPU the checked first call is the warm-up (see the module's docstring).
 CPU_GROUP_OF = {**GROUP_OF, "first call and check": "measuring: warm-up"}
 MEASURING = ("measuring: warm-up", "measuring: timed loops")
@@ -139,9 +141,15 @@ def job_processes(result: dict) -> list[dict]:
         phases = process_phases(timeline, ended)
         if not phases:
             continue
+        start = min(p["start"] for p in phases)
+        # On its GPU from its job's hand-over: a worker's start-up touches no device, and one
+        # started ahead (fabench.measure.launch.worker_client.start_ahead) made it while another
+        # job measured on that GPU.
+        on_device = [p["start"] for p in phases if p["phase"] not in WORKER_START_UP] if timeline.get("worker") else []
         processes.append({"job": f"{result['variant']} {result['shape_id']}", "process": timeline.get("process"),
                           "gpu": (ended or {}).get("gpu_uuid"), "host": (ended or {}).get("host"),
-                          "start": min(p["start"] for p in phases), "end": max(p["end"] for p in phases),
+                          "start": start, "end": max(p["end"] for p in phases),
+                          "on_gpu_from": min(on_device, default=start),
                           "worker": worker_name(timeline, ended), "phases": phases})
     return processes
 
@@ -222,20 +230,25 @@ def workflow_spans(processes: list[dict], first: float, last: float, workflow_st
 
 
 def gpu_overlaps(processes: list[dict]) -> list[str]:
-    """Pairs of processes that measured on one GPU at the same time (there should be none)."""
+    """Pairs of processes that measured on one GPU at the same time (there should be none); a
+    process is on its GPU from `on_gpu_from` (its job's hand-over, in a worker) to its end."""
     found = []
     by_gpu = defaultdict(list)
     for process in processes:
         if process["gpu"]:
             by_gpu[(process["host"], process["gpu"])].append(process)
     for (_, gpu), group in by_gpu.items():
-        group.sort(key=lambda p: p["start"])
+        group.sort(key=_on_gpu_from)
         latest = group[0]  # of the processes so far, the one that ended last
         for after in group[1:]:
-            if after["start"] < latest["end"]:
-                together = min(latest["end"], after["end"]) - after["start"]
+            if _on_gpu_from(after) < latest["end"]:
+                together = min(latest["end"], after["end"]) - _on_gpu_from(after)
                 found.append(f"{latest['job']} process {latest['process']} and {after['job']} process "
                              f"{after['process']} on {gpu}: {together:.2f} s together")
             if after["end"] > latest["end"]:
                 latest = after
     return found
+
+
+def _on_gpu_from(process: dict) -> float:
+    return process.get("on_gpu_from", process["start"])
