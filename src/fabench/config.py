@@ -15,6 +15,7 @@ import math
 import re
 
 from fabench.files import json_problem
+from fabench.platforms import PlatformName
 from fabench.shapes import shape_id
 
 
@@ -183,7 +184,7 @@ def timing_settings(config: dict, platform: str) -> dict:
     """The timing block with the run's warm-up and iteration counts, CPU overrides applied: what a
     job on `platform` measures with (rocm, cuda: "gpu" will do; cpu)."""
     timing = {**config["timing"], "warmup": config["warmup"], "iters": config["iters"]}
-    if platform == "cpu":
+    if platform == PlatformName.CPU:
         cpu = config.get("cpu") or {}
         timing.update({key: cpu[key] for key in CPU_OVERRIDES if key in cpu})
     return timing
@@ -247,8 +248,8 @@ def job_settings(config: dict, platform: str | None = None) -> dict:
     the counts the cpu block overrides are its own (the top-level warmup and iters, and the
     timing keys it sets, are not used there)."""
     settings = {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
-    if platform == "cpu" and "timing" in settings:
-        timing = timing_settings(settings, "cpu")
+    if platform == PlatformName.CPU and "timing" in settings:
+        timing = timing_settings(settings, PlatformName.CPU)
         settings.update(warmup=timing.pop("warmup"), iters=timing.pop("iters"), timing=timing)
     return canonical(settings)
 

@@ -32,7 +32,8 @@ from fabench.measure.spec import job_spec
 from fabench.resources import SCHEMA_DIR
 from fabench.results.merge import times_lost
 from fabench.results.published import PublishedError, load_published
-from fabench.run_platform import PLATFORM_HINT, PlatformError, planned_platform
+from fabench.platforms import PlatformError, PlatformName
+from fabench.run_platform import PLATFORM_HINT, planned_platform
 from fabench.shapes import shape_id
 from fabench.tune import settings as sweep_settings
 from fabench.tune.space import stages as sweep_stages
@@ -156,14 +157,15 @@ class Plan:
     """What the rules need of a checked config. `project` is the folder of the Snakefile."""
 
     def __init__(self, config: dict, project: Path, docker: bool, platform: str):
-        self.config, self.project, self.docker, self.platform = config, Path(project), docker, platform
+        self.config, self.project, self.docker = config, Path(project), docker
+        self.platform = PlatformName.parse(platform)
         run = config["run"]
         # One run per platform image when config lists several (run <run>-<label>), else the one run.
         self.runs = {f"{run}-{label}": label for label in config["platforms"]} or {run: None}
         self.shapes = {shape_id(shape): shape for shape in config["shapes"]}
         self.variants = list(config["variants"])
         # Measuring processes per job: a GPU's timing.repeats, a CPU's cpu.repeats.
-        self.processes = fabench_config.processes(config, platform)
+        self.processes = fabench_config.processes(config, self.platform)
         self.python = sys.executable
         self.started_at = time.time()
         self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
@@ -219,9 +221,9 @@ class Plan:
         """One line when --config sets a count that a CPU run does not use (the cpu block's own apply
         there: fabench.config.CPU_OVERRIDES) to a value other than the one in effect, else None.
         Config files may set both, for a GPU and a CPU; a command line is meant for this host."""
-        if self.platform != "cpu":
+        if self.platform.is_gpu:
             return None
-        used = fabench_config.timing_settings(self.config, "cpu")
+        used = fabench_config.timing_settings(self.config, PlatformName.CPU)
         timing = command_line.get("timing") if isinstance(command_line.get("timing"), dict) else {}
         given = {**{key: command_line[key] for key in ("warmup", "iters") if key in command_line},
                  **{f"timing.{key}": timing[key] for key in fabench_config.CPU_OVERRIDES if key in timing}}
@@ -288,7 +290,7 @@ class Plan:
         whatever --cores says; a --resources gpu above 1 is refused. GPUs the operator declared
         (FABENCH_GPUS) are leased as GPUs, one job each, whatever the platform planned; under a
         cluster executor each job runs in an allocation of its own, whatever this host is."""
-        if self.platform != "cpu" or cluster or os.environ.get(DECLARED_ENV):
+        if self.platform.is_gpu or cluster or os.environ.get(DECLARED_ENV):
             return given, None
         if given is not None and given > 1:
             raise PlanError(f"--resources gpu={given}: the jobs measure on this host's CPU, and jobs timed side "
@@ -304,7 +306,7 @@ class Plan:
         problem = sweep_settings.usage_error(self.config)
         if problem:
             raise PlanError(f"invalid config: {problem}")
-        if self.platform == "cpu" and not self.sweep["kernel_module"]:
+        if not self.platform.is_gpu and not self.sweep["kernel_module"]:
             raise PlanError("cannot sweep here: the jobs would run on this host's CPU, and aiter's Triton kernel "
                             "needs a GPU (run the sweep on a GPU host, or set sweep.kernel_module to a kernel "
                             "that runs on a CPU)")

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from fabench.container.job import rocm_devices_present
 from fabench.measure.visibility import PLATFORM_VARS
+from fabench.platforms import PlatformError, PlatformName
 
-PLATFORMS = ("rocm", "cuda", "cpu")
 PLATFORM_ENV = "FABENCH_PLATFORM"
 # Said with an error about the planned platform: how it was found, and how to name another.
 PLATFORM_HINT = (f"the platform is this host's (its torch build and GPU devices, or the devices a container "
@@ -34,25 +34,24 @@ PLATFORM_HINT = (f"the platform is this host's (its torch build and GPU devices,
 NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")  # dxg: CUDA under WSL2
 
 
-class PlatformError(ValueError):
-    """FABENCH_PLATFORM names no platform: the one line says what it may be."""
-
-
-def planned_platform(docker: bool) -> str:
-    """The platform the run's jobs will measure on (see the module's docstring for how)."""
+def planned_platform(docker: bool) -> PlatformName:
+    """The platform the run's jobs will measure on (see the module's docstring for how);
+    PlatformError when FABENCH_PLATFORM names none."""
     told = os.environ.get(PLATFORM_ENV, "").strip()
     if told:
-        if told not in PLATFORMS:
-            raise PlatformError(f"{PLATFORM_ENV}: {told!r} is not a platform (expected one of {', '.join(PLATFORMS)})")
-        return told
+        try:
+            return PlatformName.parse(told)
+        except PlatformError as err:
+            raise PlatformError(f"{PLATFORM_ENV}: {err}") from None
     if docker:
-        return "rocm" if rocm_devices_present() else "cpu"
+        return PlatformName.ROCM if rocm_devices_present() else PlatformName.CPU
     build = torch_build()
-    if build == "rocm" and rocm_devices_present() and not devices_hidden("rocm"):
-        return "rocm"
-    if build == "cuda" and any(os.path.exists(node) for node in NVIDIA_DEVICE_NODES) and not devices_hidden("cuda"):
-        return "cuda"
-    return "cpu"
+    if build == PlatformName.ROCM and rocm_devices_present() and not devices_hidden(PlatformName.ROCM):
+        return PlatformName.ROCM
+    if build == PlatformName.CUDA and any(os.path.exists(node) for node in NVIDIA_DEVICE_NODES) \
+            and not devices_hidden(PlatformName.CUDA):
+        return PlatformName.CUDA
+    return PlatformName.CPU
 
 
 def devices_hidden(platform: str) -> bool:
@@ -64,7 +63,7 @@ def devices_hidden(platform: str) -> bool:
     return False
 
 
-def torch_build() -> str | None:
+def torch_build() -> PlatformName | None:
     """rocm, cuda or cpu: which build of torch is installed (None: no torch), from its version.py."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
@@ -75,8 +74,8 @@ def torch_build() -> str | None:
     except (OSError, SyntaxError):
         return None
     if values.get("hip"):
-        return "rocm"
-    return "cuda" if values.get("cuda") else "cpu"
+        return PlatformName.ROCM
+    return PlatformName.CUDA if values.get("cuda") else PlatformName.CPU
 
 
 def _assignments(source: str) -> dict:

@@ -14,6 +14,7 @@ from fabench.analysis.verdict_text import observation_text
 from fabench.config import schema_default
 from fabench.measure.observations import Kind
 from fabench.measure.record import EVENT_RESOLUTION_MS
+from fabench.platforms import PlatformName
 
 # What a result that does not record them was measured with: the config's defaults (the schema's).
 DEFAULT_STABLE_SPREAD = schema_default("timing", "stable_spread")
@@ -146,7 +147,7 @@ def analyse_entry(entry: dict, result: dict) -> dict:
                        "device_median": tflops(result.get("flops"), device_median)}
     # The published method's figure minus the kernel's: what launching from Python adds per call.
     entry["host_overhead_ms"] = None if device_median is None else entry["wall_mean_ms"] - device_median
-    if result.get("platform") != "cpu":
+    if result.get("platform") != PlatformName.CPU:
         tolerance = (method.get("cross_check") or {}).get("tolerance", DEFAULT_TOLERANCE)
         # do_bench times each call between two events, the L2 cleared: its peer is our event pairs
         # (the same quantity in our fed stream); results from before the kernels' own time was the

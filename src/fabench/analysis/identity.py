@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+from fabench.platforms import PlatformName
 from fabench.resources import SCHEMA_DIR
 
 # Facts that name where or when something ran, not what ran: never part of an identity.
@@ -83,7 +84,7 @@ def hardware_identity(results: list[dict]) -> dict:
     first = provenance[0]
     gpu = first.get("gpu") or {}
     platform = results[0].get("platform")
-    if platform == "cpu":
+    if platform == PlatformName.CPU:
         cards = sorted({f"host {p.get('host')}" for p in provenance if p.get("host")})
     else:
         # The card of each measuring process where its exit recorded it (a job may spread its

@@ -17,6 +17,7 @@ from importlib.resources import files
 import yaml
 
 from fabench.analysis.figures import tflops
+from fabench.platforms import PlatformName
 
 PEAKS = files("fabench").joinpath("analysis", "peaks.yaml")
 PEAK_KEYS = ("model", "platform", "device_names", "tensor_tflops", "memory", "memory_tb_s", "source")
@@ -54,8 +55,8 @@ def result_device(result: dict) -> str | None:
 def peak_for(result: dict) -> tuple[dict | None, str | None]:
     """(the GPU model's limits for this result's dtype, None) or (None, why it has none), in words."""
     platform = result.get("platform")
-    if platform not in ("cuda", "rocm"):
-        where = "a CPU" if platform == "cpu" else f"platform {platform or 'unknown'}"
+    if platform not in (PlatformName.CUDA, PlatformName.ROCM):
+        where = "a CPU" if platform == PlatformName.CPU else f"platform {platform or 'unknown'}"
         return None, f"it ran on {where}, which has no tensor peak to hold it against"
     device = result_device(result)
     for item in peaks():

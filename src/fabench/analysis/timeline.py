@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from fabench.platforms import PlatformName
+
 # Phase -> the kind of work it is, in the order the report lists the kinds.
 GROUPS = {
     "start-up": ("interpreter start", "imports", "worker hand-over", "job reset", "device set-up",
@@ -167,7 +169,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
     processes = [p for r in results for p in job_processes(r)]
     if not processes:
         return None
-    cpu = all(r.get("platform") == "cpu" for r in results)
+    cpu = all(r.get("platform") == PlatformName.CPU for r in results)
     by_group, by_phase = seconds_by_kind(processes, CPU_GROUP_OF if cpu else GROUP_OF)
     in_processes = sum(p["end"] - p["start"] for p in processes)
     first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)

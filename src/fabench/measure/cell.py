@@ -44,7 +44,7 @@ class Cell:
 
     @property
     def gpu(self) -> bool:
-        return self.job.platform != "cpu"
+        return self.job.platform.is_gpu
 
     # --- once per process -----------------------------------------------------------------
 

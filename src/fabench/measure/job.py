@@ -46,6 +46,7 @@ from fabench.measure.device.timing import DEVICE_TIME_METHODS
 from fabench.config import SpecError, roles_error, sha256_json
 from fabench.measure.spec import JobSpec, Measurement, Settings, Shape
 from fabench.files import write_json
+from fabench.platforms import PlatformName
 from fabench.measure.record import FLOP_CONVENTION, SCHEMA_VERSION, SHARED_KEY, SKIPPED_KEY, method_settings
 
 IMPORTS_ENDED = time.time()
@@ -122,7 +123,7 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
     settings, variant, shape = spec.settings, spec.variant, spec.shape
     with clock.phase("device set-up"):
         platform = plat.detect()
-        if platform == "cpu":
+        if not platform.is_gpu:
             use_cpu_threads(settings.cpu.threads)
         job = measurement(settings, platform, shape)
         gpu_state = GpuState(platform)
@@ -171,11 +172,11 @@ def shared_here(spec: JobSpec) -> list[str]:
             if name in BACKENDS and not BACKENDS[name].reads_variant_config]
 
 
-def backend_here(name: str, settings: Settings, platform: str) -> Backend:
+def backend_here(name: str, settings: Settings, platform: PlatformName) -> Backend:
     """The registered backend, or, when the config leaves it out on this platform (cpu.leave_out),
     the same backend reported unavailable with that reason instead of measured."""
     backend = BACKENDS[name]
-    if platform == "cpu" and name in settings.cpu.leave_out:
+    if not platform.is_gpu and name in settings.cpu.leave_out:
         reason = "left out of CPU jobs by the config (cpu.leave_out)"
         return dataclasses.replace(backend, unavailable=lambda platform: reason)
     return backend
@@ -292,7 +293,7 @@ def _trial_text(cell: Cell) -> str:
 def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     """How this result was measured: the published method's counts and the timing actually used."""
     timing, platform = job.timing, job.platform
-    gpu = platform != "cpu"
+    gpu = platform.is_gpu
     return {
         **method_settings(job),
         "device_timer": f"{platform}-events-{timing.device_method}" if gpu else None,

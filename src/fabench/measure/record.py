@@ -79,7 +79,7 @@ def method_settings(job: Measurement) -> dict:
     """The settings part of a result's `method`, as `job` measures with them: the published
     method's counts and the timing used (the measuring process adds what it found: its device timer,
     the GPU's state, ...)."""
-    timing, gpu = job.timing, job.platform != "cpu"
+    timing, gpu = job.timing, job.platform.is_gpu
     return {
         "warmup": timing.warmup, "iters": timing.iters, "reduced": job.reduced, "wall": WALL_METHOD,
         "stopping": StopRule.from_timing(timing).describe() if gpu else None,

@@ -30,6 +30,7 @@ from typing import Literal
 
 from fabench.config import (CPU_OVERRIDES, SpecError, canonical, config_schema, job_settings, quote, schema_error,
                             variant_triton)
+from fabench.platforms import PlatformName
 from fabench.shapes import shape_id
 
 
@@ -94,7 +95,7 @@ class Measurement:
     """What one measuring process measures with, on the platform it found: its timing (a CPU's
     counts applied), the correctness tolerance and the FLOP count of one call."""
 
-    platform: str
+    platform: PlatformName
     timing: Timing
     tolerance: Tolerance
     reduced: bool  # the published counts replaced by the CPU's smaller ones
@@ -146,15 +147,16 @@ class Settings:
 
     def timing_on(self, platform: str) -> Timing:
         """The timing a job on `platform` measures with: on a CPU, the cpu block's counts."""
-        if platform != "cpu":
+        if PlatformName.parse(platform).is_gpu:
             return self.timing
         overrides = {key: getattr(self.cpu, key) for key in CPU_OVERRIDES}
         return dataclasses.replace(self.timing, **{k: v for k, v in overrides.items() if v is not None})
 
     def measurement(self, platform: str, flops: float | None) -> Measurement:
+        platform = PlatformName.parse(platform)
         timing = self.timing_on(platform)
         return Measurement(platform=platform, timing=timing, tolerance=self.tolerance,
-                           reduced=platform == "cpu" and timing != self.timing, flops=flops)
+                           reduced=not platform.is_gpu and timing != self.timing, flops=flops)
 
 
 class _Read:
@@ -193,7 +195,7 @@ class JobSpec(_Read):
     settings: Settings
     # The platform the plan planned the job for (fabench.run_platform; None: a spec written by hand).
     # The job measures on the one it finds; this names the job's result when no process wrote one.
-    platform: Literal["rocm", "cuda", "cpu"] | None = None
+    platform: Literal[tuple(PlatformName)] | None = None
     # The variant whose job of this shape measures the backends that read no variant config (a
     # backend's reads_variant_config); None: this job measures them itself (fabench.results.shared).
     shared_from: str | None = None

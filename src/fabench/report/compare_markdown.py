@@ -15,6 +15,7 @@ from fabench.report.render import template_env
 from fabench.report.sections.summary import compare_context
 from fabench.resources import TEMPLATE_DIR
 from fabench.analysis.policy import Code
+from fabench.platforms import PlatformName
 from fabench.results.compare import FLAGGED, noise_line
 from fabench.shapes import shape_text
 
@@ -148,7 +149,7 @@ def flag_lines_of(flags: list[dict], shapes: dict) -> list[str]:
 
 def gpu_text(entry: dict) -> str:
     """The cards an entry's results ran on (the policy's hardware identity), else its record's."""
-    if entry.get("platform") == "cpu":
+    if entry.get("platform") == PlatformName.CPU:
         return ""
     return version_text((entry.get("hardware") or {}).get("cards") or entry.get("gpu"))
 

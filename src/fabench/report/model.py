@@ -15,6 +15,7 @@ from typing import Iterator
 from fabench.analysis import claims
 from fabench.analysis.identity import hardware_identity
 from fabench.analysis.policy import Rule
+from fabench.platforms import PlatformName
 from fabench.results.shared import measured_once, shown
 from fabench.shapes import main_head_dim, shape_key, shape_text
 
@@ -163,6 +164,11 @@ class Run:
     def provenance_values(self, key: str) -> list:
         values = (r["provenance"].get(key) for r in self.results)
         return [v for v in dict.fromkeys(values) if v is not None]
+
+    @property
+    def platform(self) -> PlatformName:
+        """The platform of the run's first result, the one the report speaks of."""
+        return PlatformName.parse(self.first["platform"])
 
     def platforms(self) -> list[str]:
         return list(dict.fromkeys(r["platform"] for r in self.results))

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping
 
 from fabench.files import DataPathError, confined_path, write_atomic, write_json
+from fabench.platforms import PlatformName
 from fabench.results.archive_layout import (IDS_DIR, LABEL_MAX, LABEL_PATTERN, RECORD, RECORD_FORMAT,
                                             RUN_ID_PATTERN, STAGING_PREFIX, SUMS, ArchiveError, content_sha256,
                                             measurements_sha256, sha256_hex, sums_text)
@@ -61,9 +62,10 @@ def platform_version(results: list[dict]) -> str:
     platforms = {r["platform"] for r in results}
     if len(platforms) != 1:
         raise ArchiveError(f"results from several platforms ({', '.join(sorted(platforms))}): name a label")
-    platform = platforms.pop()
-    key, prefix = {"rocm": ("hip", "rocm-"), "cuda": ("cuda", "cuda-"), "cpu": ("torch", "cpu-torch")}[platform]
-    versions = {r["provenance"].get("rocm") or r["provenance"].get(key) if platform == "rocm"
+    platform = PlatformName.parse(platforms.pop())
+    key, prefix = {PlatformName.ROCM: ("hip", "rocm-"), PlatformName.CUDA: ("cuda", "cuda-"),
+                   PlatformName.CPU: ("torch", "cpu-torch")}[platform]
+    versions = {r["provenance"].get("rocm") or r["provenance"].get(key) if platform == PlatformName.ROCM
                 else r["provenance"].get(key) for r in results}
     if None in versions or "" in versions:
         raise ArchiveError(f"provenance.{key} is not recorded: cannot name the {platform} version; name a label")

@@ -19,6 +19,7 @@ import jsonschema
 
 from fabench.analysis import analyse_run
 from fabench.files import JsonReadError, json_problem, read_json
+from fabench.platforms import PlatformName
 from fabench.results.bounds import bounds_problem
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
 from fabench.results.shared import shared_problems
@@ -113,7 +114,7 @@ def expectation_problems(result: dict, expected: dict) -> list[str]:
     problems = []
     if result["run"] != expected["run"]:
         problems.append(f"$.run: {result['run']!r}, the config's run is {expected['run']!r}")
-    iterations = expected["iterations"]["cpu" if result["platform"] == "cpu" else "gpu"]
+    iterations = expected["iterations"]["gpu" if PlatformName.parse(result["platform"]).is_gpu else "cpu"]
     ran = {key: result["method"][key] for key in ("warmup", "iters")}
     if ran != {key: iterations[key] for key in ("warmup", "iters")}:
         problems.append(f"$.method: ran {ran}, the config asks for {iterations}")

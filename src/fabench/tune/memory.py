@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import re
 
+from fabench.platforms import PlatformName
+
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # LDS per workgroup on CDNA 3 (MI300X), when torch does not report it.
 ROCM_LDS_BYTES = 65536
@@ -49,7 +51,7 @@ def estimate(config: dict, head_dim: int, dtype: str, platform: str) -> dict:
     """{bytes, formula} for one block of the forward kernel with `config` (aiter's fwd entry)."""
     e, d = ELEMENT_BYTES[dtype], padded_head_dim(head_dim)
     m, n, stages = config["BLOCK_M"], config["BLOCK_N"], max(1, config.get("num_stages", 1))
-    if platform == "rocm":
+    if platform == PlatformName.ROCM:
         preload = 2 if config.get("PRELOAD_V") else 1
         buffers = max(1, stages - 1)
         rows = max(m, preload * n * buffers)
@@ -61,12 +63,12 @@ def estimate(config: dict, head_dim: int, dtype: str, platform: str) -> dict:
 def device_limit(platform: str) -> int | None:
     """Shared memory one block may use on device 0 (CUDA: the opt-in maximum; ROCm: LDS per
     workgroup); None on a CPU, where nothing is pruned."""
-    if platform not in ("cuda", "rocm"):
+    if not PlatformName.parse(platform).is_gpu:
         return None
     from fabench.measure.device.platform import named
 
     props = named(platform).device_properties()
-    if platform == "cuda":
+    if platform == PlatformName.CUDA:
         return getattr(props, "shared_memory_per_block_optin", None) or props.shared_memory_per_block
     return getattr(props, "shared_memory_per_block", None) or ROCM_LDS_BYTES
 

@@ -33,6 +33,7 @@ import types
 from pathlib import Path
 
 from fabench.aiter_config import DEFAULT_ARCH, aiter_version, installed_aiter_dir
+from fabench.platforms import PlatformName
 
 # Where aiter keeps its Triton MHA forward: the user-facing module (flash_attn_func) and the kernel
 # module that holds the config loader (_get_config), by aiter version, newest last.
@@ -65,7 +66,7 @@ def load_aiter(platform: str, config_arch: str = DEFAULT_ARCH) -> None:
     reason = unavailable_reason()
     if reason:
         raise AiterUnavailable(reason)
-    if platform == "rocm":
+    if platform == PlatformName.ROCM:
         importlib.import_module("aiter")
         return
     loaded = sys.modules.get("aiter")

@@ -17,6 +17,8 @@ import importlib.metadata
 import importlib.util
 from typing import Callable
 
+from fabench.platforms import PlatformName
+
 DISTRIBUTION = "flash-attn-4"
 DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 MIN_CAPABILITY = (9, 0)  # its Hopper forward (FlashAttentionForwardSm90) and later architectures
@@ -38,7 +40,7 @@ def installed_version(distribution: str = DISTRIBUTION) -> str | None:
 def unavailable_reason(platform: str, capability: Callable[[], tuple[int, int]] | None = None) -> str | None:
     """Why FlashAttention-4 cannot run here, in one line, or None. `capability` gives the GPU's
     (major, minor), asked only on a CUDA host (default: torch's, of device 0)."""
-    if platform != "cuda":
+    if platform != PlatformName.CUDA:
         return f"needs an NVIDIA GPU of sm90 or later (this host: {platform})"
     if capability is None:
         import torch

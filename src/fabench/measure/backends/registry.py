@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from fabench.measure.backends import aiter_kernel, fa4_kernel
 from fabench.places import process_scratch
+from fabench.platforms import PlatformName
 
 
 class FallbackError(RuntimeError):
@@ -82,22 +83,22 @@ def _anywhere(platform: str) -> str | None:
 
 
 def _gpu_only(platform: str) -> str | None:
-    return None if platform in ("cuda", "rocm") else f"needs a GPU (this host: {platform})"
+    return None if PlatformName.parse(platform).is_gpu else f"needs a GPU (this host: {platform})"
 
 
 def _cuda_only(platform: str) -> str | None:
-    return None if platform == "cuda" else f"needs CUDA (this host: {platform})"
+    return None if platform == PlatformName.CUDA else f"needs CUDA (this host: {platform})"
 
 
 def _aiter_ck(platform: str) -> str | None:
-    if platform != "rocm":
+    if platform != PlatformName.ROCM:
         return f"needs ROCm: aiter's CK kernels are HIP code (this host: {platform})"
     return aiter_kernel.unavailable_reason()
 
 
 def _aiter_triton(platform: str) -> str | None:
     # aiter's Triton kernel is plain Triton: it runs wherever Triton drives a GPU (ROCm or CUDA).
-    if platform not in ("cuda", "rocm"):
+    if not PlatformName.parse(platform).is_gpu:
         return f"needs a GPU that Triton compiles for (this host: {platform})"
     return aiter_kernel.unavailable_reason()
 
@@ -189,7 +190,7 @@ def _prepare_flex(p: Problem) -> Prepared:
         kernel_config={"kernel_options": options, "ignored": ignored},
         implementation={"kernel": "FlexAttention compiled by torch.compile (Inductor)",
                         "package": f"torch {torch.__version__}",
-                        "compiler": "Inductor C++ (CPU)" if p.platform == "cpu" else _triton_compiler()},
+                        "compiler": "Inductor C++ (CPU)" if p.platform == PlatformName.CPU else _triton_compiler()},
     )
 
 
@@ -213,7 +214,7 @@ def _require_compiled_code(fn: Callable[[], torch.Tensor], platform: str) -> Non
     names = _cpu_profile_names(fn)
     if any("CompiledFxGraph" in name for name in names):
         return
-    if platform == "cpu":
+    if platform == PlatformName.CPU:
         raise FallbackError("compiled FlexAttention ran no Inductor graph (eager fallback); ops seen: "
                             + ", ".join(sorted(n for n in names if n.startswith("aten::"))[:6]))
     from fabench.measure.device.kernels import profile_call

@@ -12,6 +12,8 @@ a model, not the card, and a lowered power limit slows a kernel that draws the G
 
 from __future__ import annotations
 
+from fabench.platforms import PlatformName
+
 
 class GpuState:
     """Reads one device's state; `source` says what reads it, `reason` why nothing can."""
@@ -22,9 +24,9 @@ class GpuState:
         self.reason: str | None = None
         self._read = self._clock = self._identify = None
         try:
-            if platform == "cuda":
+            if platform == PlatformName.CUDA:
                 self._read, self._clock, self._identify, self.source = _nvml_reader()
-            elif platform == "rocm":
+            elif platform == PlatformName.ROCM:
                 self._read, self._clock, self._identify, self.source = _amdsmi_reader()
             else:
                 self.reason = f"no GPU (this host: {platform})"
@@ -57,7 +59,7 @@ class GpuState:
         """Which physical GPU torch uses (IDENTITY_KEYS, each None where unreadable); None on a CPU.
         Read once per process: the device does not change within one, and every result of the
         process then names the same card."""
-        if self.platform not in ("cuda", "rocm"):
+        if not PlatformName.parse(self.platform).is_gpu:
             return None
         if self.platform not in _IDENTITY:
             try:
@@ -106,7 +108,7 @@ def _torch_identity() -> dict:
     def uuid() -> str | None:
         text = _text(getattr(props, "uuid", None))
         # NVML writes "GPU-<uuid>"; torch's CUDA uuid lacks the prefix (ROCm's is left as it is)
-        return f"GPU-{text}" if text and here().name == "cuda" and text[:4] not in ("GPU-", "MIG-") else text
+        return f"GPU-{text}" if text and here().name == PlatformName.CUDA and text[:4] not in ("GPU-", "MIG-") else text
 
     def pci_bus_id() -> str:  # NVML's spelling: domain:bus:device.function
         return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"

@@ -21,12 +21,14 @@ from functools import cache
 
 import torch
 
+from fabench.platforms import PlatformName
+
 Graph = torch.cuda.CUDAGraph  # a captured graph's type, for the timers' annotations
 Event = torch.cuda.Event
 
 
 class Platform:
-    name = "cpu"
+    name = PlatformName.CPU
     device = "cpu"
     gpu = False
 
@@ -92,7 +94,7 @@ class Platform:
 
 
 class Cuda(Platform):
-    name = "cuda"
+    name = PlatformName.CUDA
     device = "cuda"
     gpu = True
 
@@ -157,7 +159,7 @@ class Cuda(Platform):
 
 
 class Rocm(Cuda):
-    name = "rocm"
+    name = PlatformName.ROCM
 
     def toolkit(self) -> dict:
         return {"cuda": None, "hip": torch.version.hip, "cudnn": None}
@@ -187,11 +189,11 @@ def here() -> Platform:
     """The platform this process runs on, detected once. ROCm builds of torch also answer
     torch.cuda; torch.version.hip tells them apart."""
     if torch.cuda.is_available():
-        return named("rocm" if torch.version.hip else "cuda")
-    return named("cpu")
+        return named(PlatformName.ROCM if torch.version.hip else PlatformName.CUDA)
+    return named(PlatformName.CPU)
 
 
-def detect() -> str:
+def detect() -> PlatformName:
     """This process's platform by name, as results record it."""
     return here().name
 

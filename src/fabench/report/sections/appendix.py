@@ -78,8 +78,8 @@ def context(run: Run, published: dict | None) -> dict:
     widths = column_widths([header, *rows])
     gpu = run.provenance_values("device")
     return {
-        "device": "cpu" if run.first["platform"] == "cpu" else "cuda",  # torch's device name, also on ROCm
-        "gpu": gpu[0] if gpu and run.first["platform"] != "cpu" else None,
+        "device": run.platform.torch_device,
+        "gpu": gpu[0] if gpu and run.platform.is_gpu else None,
         "rule": "=" * (RULE_WIDTH + sum(widths) - sum(WIDTHS)),
         "header": fixed_width(header, widths),
         "rows": [fixed_width(row, widths) for row in rows],

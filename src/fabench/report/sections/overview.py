@@ -5,6 +5,7 @@ provenance) and Benchmark Configuration (what was asked for, from the config).
 from __future__ import annotations
 
 from fabench.analysis import claims
+from fabench.platforms import PlatformName
 from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
 from fabench.shapes import shape_key
@@ -76,7 +77,7 @@ def configuration(run: Run) -> dict:
         "warmup": ran_values(run, "warmup"),
         "iters": ran_values(run, "iters"),
         "iters_ran": iterations_ran(run),
-        "min_trial_setting": "cpu.min_trial_ms" if run.first["platform"] == "cpu" else "timing.min_trial_ms",
+        "min_trial_setting": f"{run.platform.settings_key}.min_trial_ms",
         "trials": ran_values(run, "trials"),
         "repeats": ran_values(run, "repeats"),
         "seed": config.get("seed"),
@@ -199,7 +200,7 @@ def context(run: Run, published: dict | None) -> dict:
     return {
         "published": bool(published),
         "preview": bool(run.config.get("preview")),  # config.preview: a quick look, said first
-        "cpu_only": run.platforms() == ["cpu"],  # a CPU run judges nothing between runs: said first
+        "cpu_only": run.platforms() == [PlatformName.CPU],  # a CPU run judges nothing between runs: said first
         "run": md_code(run.name),
         "platforms": md_text(", ".join(run.platforms())),
         "device": md_text(", ".join(run.provenance_values("device"))),

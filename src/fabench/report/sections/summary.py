@@ -101,7 +101,7 @@ def one_process_lead(run: Run, shapes: list[tuple[dict, dict]]) -> dict | None:
 
 def repeats_setting(run: Run) -> str:
     """The setting that runs each job in two processes (a CPU host's config key, else the GPU's)."""
-    return "cpu: {repeats: 2}" if run.first.get("platform") == "cpu" else "timing: {repeats: 2}"
+    return f"{run.platform.settings_key}: {{repeats: 2}}"
 
 
 def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
