@@ -49,6 +49,7 @@ from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.measure.launch.worker_client import run_in_worker
 from fabench.measure.record import SKIPPED_KEY
 from fabench.places import remove_orphaned_scratch
+from fabench.platforms import PlatformName
 from fabench.watchdog import watch_workflow
 
 JOB_MODULE = "fabench.measure.job"
@@ -160,7 +161,7 @@ def rounds_ahead(spec, lease) -> range:
     """The rounds whose workers a job starts ahead (worker_client.start_ahead): every round of a
     job planned for a GPU and leased one; none on a CPU, where a worker's start-up would take the
     cores the job's figures are timed on."""
-    if lease.gpu is None or spec.platform in (None, "cpu"):
+    if lease.gpu is None or spec.platform is None or not PlatformName.parse(spec.platform).is_gpu:
         return range(0)
     return range(spec.settings.timing.repeats)
 
