@@ -29,8 +29,11 @@ Event = torch.cuda.Event
 
 class Platform:
     name = PlatformName.CPU
-    device = "cpu"
-    gpu = False
+
+    @property
+    def device(self) -> str:
+        """torch's device type here (ROCm's GPUs too are torch's "cuda")."""
+        return self.name.torch_device
 
     def synchronize(self) -> None:
         """Wait for the device's queued work (nothing is queued on a CPU)."""
@@ -95,8 +98,6 @@ class Platform:
 
 class Cuda(Platform):
     name = PlatformName.CUDA
-    device = "cuda"
-    gpu = True
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()

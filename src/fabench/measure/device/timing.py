@@ -341,8 +341,9 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
             calls: int, sm_clock: Callable[[], float | None] = lambda: None, full_windows: bool = False) -> dict:
     """`calls` plain calls (the rest of the published warm-up before a process's first trial, none
     before the others), then windows of calls (window_calls: by device time, or the host's where
-    that is longer), growing from `warmup_window_ms` to four times that, until at least `min_warmup_ms` have passed and two consecutive windows agree within
-    `warmup_tolerance` in median time and within `warmup_clock_tolerance` in the SM clock read
+    that is longer), growing from `warmup_window_ms` to four times that, until at least
+    `min_warmup_ms` have passed and two consecutive windows agree within `warmup_tolerance` in
+    median time and within `warmup_clock_tolerance` in the SM clock read
     after each (or `max_warmup_ms` has passed). The clock check catches a power cap setting in: on
     an H200 it lowered the clock from 1965 to 1710 MHz over ~300 ms of cuDNN at (4,4096,8,256),
     30-50 MHz per 40 ms window, while the windows' times still agreed within 2%.
@@ -382,7 +383,7 @@ def warm_up(fn: Callable[[], object], platform: str, timer: DeviceTimer | None, 
         # With full windows, a first 4-call window shorter than a full one is no window to agree with.
         short_first = full_windows and iters - calls == 4 and 4 * current[0] < window_ms
         previous = None if short_first else current
-        count = window_calls(window_ms, current[0], getattr(timer, "host_ms_per_iter", 0.0))
+        count = window_calls(window_ms, current[0], timer.host_ms_per_iter)
         window_ms = min(window_ms * 2, 4 * timing.warmup_window_ms)
 
 
