@@ -11,8 +11,9 @@
 #   verdicts:   issue 36's three runs in one lease: card 0 runs the default experiment cold (c6), then
 #               warm (w6), then the preview warm and, where FABENCH_PEER names a script, the peer
 #               (nvbench) on the same card, while card 1 runs the GPU tests; then both cards (m6).
-#   speed:      the verdicts plan's steps, for issue 37's acceptance: c7 cold, w7 warm, the preview
-#               and the peer on card 0 beside the GPU tests on card 1; then m7 on both cards.
+#   speed:      the verdicts plan's steps, for issue 37's acceptance: c7 cold, w7 warm, the preview,
+#               the peer and w7t2 (w7 with 2 trials per process) on card 0 beside the GPU tests on
+#               card 1; then m7 on both cards.
 # Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts|speed
 # A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
 # Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
@@ -111,6 +112,12 @@ verdicts|speed)
     timed preview on_card 0 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
     if [ -n "${FABENCH_PEER:-}" ]; then
         timed peer on_card 0 python3 "$FABENCH_PEER" "$out/nvbench.json"
+    fi
+    if [ "$plan" = speed ]; then
+        # The trade-off beside the default, on the card the tests leave free: 2 trials per process
+        # instead of 3, warm, archived with the rest (its time, precision and verdicts against w7's).
+        printf 'timing:\n  trials: 2\n' > "$out/trials-2.yaml"
+        timed "w${n}t2" on_card 0 experiment "w${n}t2" --cores 1 --configfile "$out/trials-2.yaml"
     fi
     wait "$tests"
     timed "m$n" on_card 0,1 experiment "m$n" --profile profiles/multi-gpu --resources gpu=2
