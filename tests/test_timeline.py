@@ -71,7 +71,12 @@ def test_a_worker_started_ahead_is_on_its_gpu_from_its_first_job_not_from_its_im
 
     first = worker_job("default", 0, [("imports", 0.0, 5.0), ("warm-up", 5.0, 20.0)])
     ahead = worker_job("tuned", 1, [("imports", 6.0, 12.0), ("worker hand-over", 20.5, 21.0), ("warm-up", 21.0, 30.0)])
-    assert run_time_line([first, ahead])["overlaps"] == []
+    line = run_time_line([first, ahead])
+    assert line["overlaps"] == []
+    # Its idle wait from its start-up's end (12) to its job (20.5) is no work of the run's.
+    assert line["workers_waiting_s"] == pytest.approx(8.5)
+    assert line["in_processes_s"] == pytest.approx(20.0 + 24.0 - 8.5)
+    assert sum(g["share"] for g in line["groups"]) == pytest.approx(1.0)
     early = worker_job("tuned", 1, [("imports", 6.0, 12.0), ("worker hand-over", 18.0, 19.0), ("warm-up", 19.0, 30.0)])
     [found] = run_time_line([first, early])["overlaps"]
     assert found.endswith("on GPU-1: 2.00 s together")

@@ -53,7 +53,16 @@ tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit
     local name=$1 card=$2 limit=$3 start rc
     shift 3
     start=$(date +%s.%N)
-    on_card "$card" timeout "$limit" python3 -m pytest -v -p no:cacheprovider -rs --durations=15 "$@" \
+    # SIGINT at the limit: pytest stops as on Ctrl-C and still prints its failures, counts and
+    # durations (a plain kill at the limit left a log without them); killed 30 s later if not.
+    # STEP_CACHE (optional): one compile cache for the step's tests. Each test measures in a folder
+    # of its own, so each compiled FlexAttention, aiter's Triton kernel and FlashAttention-4 cold
+    # (seconds each on a GPU), in every test; shared, each kernel compiles once per step.
+    local cache=()
+    [ -n "${STEP_CACHE:-}" ] && cache=("TORCHINDUCTOR_CACHE_DIR=$STEP_CACHE/inductor"
+        "TRITON_CACHE_DIR=$STEP_CACHE/triton" "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=$STEP_CACHE/flash-attn-cute")
+    on_card "$card" env "${cache[@]}" timeout -s INT -k 30 "$limit" \
+        python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" \
         > "$out/$name.log" 2>&1
     rc=$?
     note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(pytest_counts "$out/$name.log")"
@@ -63,11 +72,14 @@ gpu_tests() {  # card: the GPU tests in two steps within 5 minutes, then the wor
     local rc
     tests_step "tests-card$1-alone" "$1" 120 -m 'not docker and not slurm' $GPU_ALONE
     rc=$?
-    tests_step "tests-card$1-shared" "$1" 180 -m 'not slow and not docker and not slurm and not gpu_workflow' \
-        -n 8 --dist loadfile $GPU_SHARED
+    # Test by test over 8 processes (--dist load): by file, test_worker.py's workers, each ~10 s of
+    # start-up on an H200, ran one after another in one process, past the step's limit.
+    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-shared" "$1" 180 \
+        -m 'not slow and not docker and not slurm and not gpu_workflow' -n 8 --dist load $GPU_SHARED
     rc=$((rc | $?))
     # Whole Snakemake runs on the test experiment (pytest -m gpu_workflow): timed as a step of their own.
-    tests_step "tests-card$1-workflow" "$1" 420 -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
+    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-workflow" "$1" 420 \
+        -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
     return $((rc | $?))
 }
 experiment() {  # run name, snakemake options...: the default experiment, reported and archived

@@ -148,10 +148,15 @@ def job_processes(result: dict) -> list[dict]:
         # started ahead (fabench.measure.launch.worker_client.start_ahead) made it while another
         # job measured on that GPU.
         on_device = [p["start"] for p in phases if p["phase"] not in WORKER_START_UP] if timeline.get("worker") else []
+        on_gpu_from = min(on_device, default=start)
+        started_up = [p["end"] for p in phases if p["phase"] in WORKER_START_UP and p["end"] <= on_gpu_from]
         processes.append({"job": f"{result['variant']} {result['shape_id']}", "process": timeline.get("process"),
                           "gpu": (ended or {}).get("gpu_uuid"), "host": (ended or {}).get("host"),
                           "start": start, "end": max(p["end"] for p in phases),
-                          "on_gpu_from": min(on_device, default=start),
+                          "on_gpu_from": on_gpu_from,
+                          # A worker started ahead, idle from its start-up's end to its first job:
+                          # no work of the run's, so not in the processes' time.
+                          "waiting_s": on_gpu_from - max(started_up) if on_device and started_up else 0.0,
                           "worker": worker_name(timeline, ended), "phases": phases})
     return processes
 
@@ -171,7 +176,8 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         return None
     cpu = all(r.get("platform") == PlatformName.CPU for r in results)
     by_group, by_phase = seconds_by_kind(processes, CPU_GROUP_OF if cpu else GROUP_OF)
-    in_processes = sum(p["end"] - p["start"] for p in processes)
+    waiting = sum(p["waiting_s"] for p in processes)
+    in_processes = sum(p["end"] - p["start"] for p in processes) - waiting
     first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)
     groups = group_shares(by_group, in_processes)
     workers = len({p["worker"] for p in processes if p["worker"]})
@@ -181,6 +187,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "jobs": len({p["job"] for p in processes}),
         "processes": len(processes),
         "in_processes_s": in_processes,
+        "workers_waiting_s": waiting,
         "measuring_s": sum(by_group[g] for g in MEASURING),
         "groups": groups,
         "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),

@@ -45,6 +45,8 @@ def context(run: Run, published: dict | None) -> dict | None:
         "rows": [[label(g["group"], line["cpu"]), f"{g['seconds']:.1f}", f"{g['share']:.0%}"] for g in line["groups"]],
         "phases": [[md_text(name), f"{value:.1f}"] for name, value in line["phases"].items()],
         "measure_span": seconds(line["measure_span_s"]),
+        # Shown from a tenth of a second: below it the phases' own boundaries, not a wait.
+        "workers_waiting": seconds(line["workers_waiting_s"]) if line["workers_waiting_s"] >= 0.1 else None,
         "workflow": seconds(line["workflow_s"]),
         "before_first_process": seconds(line["before_first_process_s"]),
         "after_last_process": seconds(line["after_last_process_s"]),
