@@ -14,7 +14,8 @@
 #   speed:      the verdicts plan's steps, for issue 37's acceptance: c7 cold, w7 warm, the preview,
 #               the peer and w7t2 (w7 with 2 trials per process) on card 0 beside the GPU tests on
 #               card 1; then m7 on both cards.
-# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts|speed
+#   tests:      the GPU tests' shared step on card 1 beside their workflow step on card 0.
+# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts|speed|tests
 # A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
 # Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
 set -uo pipefail
@@ -68,18 +69,23 @@ tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit
     note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(pytest_counts "$out/$name.log")"
     return $rc
 }
+shared_step() {  # card: the GPU tests that share the card, in 8 pytest processes
+    # Test by test (--dist load): by file, test_worker.py's workers, each ~10 s of start-up on an
+    # H200, ran one after another in one process, past the step's limit.
+    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-shared" "$1" 180 \
+        -m 'not slow and not docker and not slurm and not gpu_workflow' -n 8 --dist load $GPU_SHARED
+}
+workflow_step() {  # card: whole Snakemake runs on the test experiment (pytest -m gpu_workflow), timed apart
+    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-workflow" "$1" 420 \
+        -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
+}
 gpu_tests() {  # card: the GPU tests in two steps within 5 minutes, then the workflow-level ones apart
     local rc
     tests_step "tests-card$1-alone" "$1" 120 -m 'not docker and not slurm' $GPU_ALONE
     rc=$?
-    # Test by test over 8 processes (--dist load): by file, test_worker.py's workers, each ~10 s of
-    # start-up on an H200, ran one after another in one process, past the step's limit.
-    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-shared" "$1" 180 \
-        -m 'not slow and not docker and not slurm and not gpu_workflow' -n 8 --dist load $GPU_SHARED
+    shared_step "$1"
     rc=$((rc | $?))
-    # Whole Snakemake runs on the test experiment (pytest -m gpu_workflow): timed as a step of their own.
-    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-workflow" "$1" 420 \
-        -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
+    workflow_step "$1"
     return $((rc | $?))
 }
 experiment() {  # run name, snakemake options...: the default experiment, reported and archived
@@ -134,8 +140,14 @@ verdicts|speed)
     wait "$tests"
     timed "m$n" on_card 0,1 experiment "m$n" --profile profiles/multi-gpu --resources gpu=2
     ;;
+tests)  # the GPU tests' shared step on card 1 beside their workflow step on card 0 (no runs)
+    shared_step 1 &
+    tests=$!
+    workflow_step 0
+    wait "$tests"
+    ;;
 *)
-    note "no such plan: $plan (smoke, acceptance, cold, verdicts or speed)"
+    note "no such plan: $plan (smoke, acceptance, cold, verdicts, speed or tests)"
     exit 2
     ;;
 esac
