@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
+
+from fabench.config_layers import replace_whole_values
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEFILE = REPO / "Snakefile"
@@ -21,7 +24,10 @@ def default_config() -> dict:
 
 def tiny_config(**overrides) -> dict:
     """The CPU test experiment as one whole config: config.yaml with .test/config-cpu's keys."""
-    config = {**default_config(), **yaml.safe_load(CPU_TEST_CONFIG.read_text())}
+    config = default_config()
+    layer = yaml.safe_load(CPU_TEST_CONFIG.read_text())
+    update_config(config, layer)  # block by block, as --configfile goes on top of config.yaml
+    replace_whole_values(config, [layer])
     config.update(copy.deepcopy(overrides))
     return config
 
