@@ -24,6 +24,7 @@ from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measurement
 from support.one_backend import measure_backend
 from fabench.measure.launch.launcher import no_result
+from fabench.places import LEASE_DIR_ENV
 from fabench.measure.spec import Settings
 from workflow_util import REPO, tiny_config
 
@@ -244,6 +245,15 @@ def test_an_uncompiled_flex_call_on_a_cpu_is_caught_as_a_fallback():
         _require_compiled_code(lambda: flex_attention(q, q, q), "cpu")
 
 
+def lease_of_its_own(tmp_path) -> dict:
+    """A GPU lease folder for a test whose measuring process is frozen until its timeout (45-60 s on a
+    GPU, past a process's start-up there): with the card's shared one it held the card that long, and
+    every other GPU test's job waited for it (the GPU tests' shared step ran past its 5 minutes).
+    Frozen, it runs nothing on the GPU. Blind side: its start-up's few small kernels (inputs, the
+    fp32 reference) may run beside another test's job on the card. On a CPU no lease is taken."""
+    return {LEASE_DIR_ENV: str(tmp_path / "lease")}
+
+
 def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with_why(tmp_path):
     """Isolate mode: a hung measuring process (frozen here) is killed after --timeout-s; its
     process file says so for every backend, as for any process that wrote no result."""
@@ -254,7 +264,7 @@ def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with
     out = tmp_path / "process-0.json"
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(out),
            "--project-commit", "abc123", "--process", "0", "--mode", "isolate", "--timeout-s", str(timeout_s)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **lease_of_its_own(tmp_path),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     for line in runner.stdout:
@@ -287,7 +297,7 @@ def test_a_measuring_process_killed_at_its_timeout_leaves_no_temporary_folder(tm
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--out", str(tmp_path / "process-0.json"),
            "--aiter-config", str(kernel_config), "--process", "0", "--mode", "isolate",
            "--timeout-s", "15" if spec.platform == "cpu" else "60"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch),
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch), **lease_of_its_own(tmp_path),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     # Frozen as soon as its folder is there (aiter's loader reads the variant's config from it, before
