@@ -9,8 +9,9 @@
 # Then (acceptance) card 1 runs the preview preset, warm.
 #   cold:       card 0 runs the default experiment cold (c2) while card 1 runs the GPU tests.
 #   verdicts:   issue 36's three runs in one lease: card 0 runs the default experiment cold (c6), then
-#               warm (w6), then the preview warm and, where FABENCH_PEER names a script, the peer
-#               (nvbench) on the same card, while card 1 runs the GPU tests; then both cards (m6).
+#               warm (w6), then the preview warm and, where cuda-bench is installed, the peer
+#               (nvbench, tools/nvbench_peer.py) on the same card, while card 1 runs the GPU tests;
+#               then both cards (m6).
 #   speed:      the verdicts plan's steps, for issue 37's acceptance: c7 cold, w7 warm, the preview,
 #               the peer and w7t2 (w7 with 2 trials per process) on card 0 beside the GPU tests on
 #               card 1; then m7 on both cards.
@@ -128,8 +129,11 @@ verdicts|speed)
     timed "c$n" on_card 0 experiment "c$n" --cores 1
     timed "w$n" on_card 0 experiment "w$n" --cores 1
     timed preview on_card 0 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
-    if [ -n "${FABENCH_PEER:-}" ]; then
-        timed peer on_card 0 python3 "$FABENCH_PEER" "$out/nvbench.json"
+    # The peer, nvbench (tools/nvbench_peer.py), where its bindings (cuda-bench) are installed.
+    if python3 -c "import cuda.bench" 2>/dev/null; then
+        timed peer on_card 0 python3 tools/nvbench_peer.py "$out/nvbench.json"
+    else
+        note "peer: not run (cuda-bench is not installed)"
     fi
     if [ "$plan" = speed ]; then
         # The trade-off beside the default, on the card the tests leave free: 2 trials per process
