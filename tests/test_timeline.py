@@ -82,6 +82,26 @@ def test_a_worker_started_ahead_is_on_its_gpu_from_its_first_job_not_from_its_im
     assert found.endswith("on GPU-1: 2.00 s together")
 
 
+def test_the_time_between_jobs_on_a_device_is_split_where_the_next_launcher_recorded_its_start():
+    """Blind side: the launcher's start is read from /proc to 10 ms; tested on a real launcher in
+    tests/test_worker.py (test_one_worker_measures_job_after_job_and_pays_its_start_up_once)."""
+    def job(variant, gpu, start, end, launcher=None):
+        timeline = {"process": 0, "phases": [{"phase": "warm-up", "start": start, "end": end}]}
+        ended = {"index": 0, "exited_at": end, "gpu_uuid": gpu, "host": "h", **({"launcher": launcher} if launcher else {})}
+        return {"variant": variant, "shape_id": "b1-s64-h2-d32", "platform": "cuda", "timelines": [timeline],
+                "method": {"process_exits": [ended]}, "backends": {}}
+
+    first = job("default", "GPU-1", 0.0, 20.0)
+    second = job("tuned", "GPU-1", 20.6, 30.0, {"started_at": 20.3, "leased_at": 20.5})
+    other_card = [job("default", "GPU-2", 1.0, 9.0), job("tuned", "GPU-2", 10.0, 12.0)]  # no launcher record
+    side_by_side = job("other", "GPU-1", 25.0, 26.0, {"started_at": 24.0, "leased_at": 24.5})  # within second
+    between = run_time_line([first, second, *other_card, side_by_side])["between_jobs"]
+    assert between["gaps"] == 2 and between["seconds"] == pytest.approx(0.6 + 1.0)
+    assert between["split"] == 1
+    assert (between["before_launcher_s"], between["launcher_s"], between["to_measuring_s"]) == pytest.approx((0.3, 0.2, 0.1))
+    assert run_time_line([first])["between_jobs"] is None
+
+
 # ---------------------------------------------------------------- kinds of work, jobs, stops, the setting
 
 def job(variant: str, platform: str, phases: dict[str, float], processes: int = 1, stops: tuple = ()) -> dict:

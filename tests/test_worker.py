@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fabench.analysis.timeline import run_time_line
 from fabench.measure.spec import job_spec
 from fabench.measure.backends import aiter_kernel
 from fabench.measure.launch import lease as device_lease
@@ -99,6 +100,15 @@ def test_one_worker_measures_job_after_job_and_pays_its_start_up_once(tmp_path, 
     [ended] = second["method"]["process_exits"]
     assert ended["exit_code"] == 0 and ended["worker"]["started_by_this_job"] is False
     assert first["method"]["process_exits"][0]["worker"]["started_by_this_job"] is True
+    # The second job's launcher: started (its interpreter and imports) before it held its device,
+    # and the time since the first job ended split at those moments (the report's "between jobs").
+    launcher = ended["launcher"]
+    assert launcher["started_at"] < launcher["leased_at"] <= ended["spawned_at"] < ended["exited_at"]
+    # Each process file as the merge files it in a result (its time line under its process's index).
+    between = run_time_line([{**r, "timelines": [dict(r["timeline"], process=0)]} for r in results])["between_jobs"]
+    assert between["gaps"] == 1 and between["split"] == 1, between
+    parts = between["before_launcher_s"] + between["launcher_s"] + between["to_measuring_s"]
+    assert parts == pytest.approx(between["seconds"]) and between["launcher_s"] > 0.01
 
 
 def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_its_worker_started(

@@ -154,6 +154,7 @@ def job_processes(result: dict) -> list[dict]:
                           "gpu": (ended or {}).get("gpu_uuid"), "host": (ended or {}).get("host"),
                           "start": start, "end": max(p["end"] for p in phases),
                           "on_gpu_from": on_gpu_from,
+                          "launcher": (ended or {}).get("launcher"),
                           # A worker started ahead, idle from its start-up's end to its first job:
                           # no work of the run's, so not in the processes' time.
                           "waiting_s": on_gpu_from - max(started_up) if on_device and started_up else 0.0,
@@ -197,6 +198,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "workers": workers,
         "in_workers": sum(1 for p in processes if p["worker"]),
         "overlaps": gpu_overlaps(processes),
+        "between_jobs": between_jobs(processes),
         "trial_stops": stops,
         "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
     }
@@ -257,6 +259,38 @@ def gpu_overlaps(processes: list[dict]) -> list[str]:
             if after["end"] > latest["end"]:
                 latest = after
     return found
+
+
+def between_jobs(processes: list[dict]) -> dict | None:
+    """The time on each device between one process's end and the next one's measurement, summed
+    (None when no process followed another). Where the next job's launcher recorded when it started
+    and held its device (fabench.measure.launch.runner), each gap is split in three: until that
+    launcher started (Snakemake noticing the end and starting the next job, the last launcher's
+    exit, the shell), in the launcher until it held the device (its interpreter, imports and lease),
+    and from then to the measurement's start (the worker reached, the job handed over; in isolate
+    mode the measuring process started). Jobs that ran side by side on one device leave no gap."""
+    gaps, parts = [], []
+    by_device = defaultdict(list)
+    for process in processes:
+        by_device[(process["host"], process["gpu"])].append(process)
+    for group in by_device.values():
+        group.sort(key=_on_gpu_from)
+        latest = group[0]
+        for after in group[1:]:
+            begins = _on_gpu_from(after)
+            if begins > latest["end"]:
+                gaps.append(begins - latest["end"])
+                launcher = after.get("launcher") or {}
+                started, leased = launcher.get("started_at"), launcher.get("leased_at")
+                if started is not None and leased is not None and latest["end"] <= started <= leased <= begins:
+                    parts.append((started - latest["end"], leased - started, begins - leased))
+            if after["end"] > latest["end"]:
+                latest = after
+    if not gaps:
+        return None
+    return {"gaps": len(gaps), "seconds": sum(gaps), "split": len(parts),
+            "before_launcher_s": sum(p[0] for p in parts), "launcher_s": sum(p[1] for p in parts),
+            "to_measuring_s": sum(p[2] for p in parts)}
 
 
 def _on_gpu_from(process: dict) -> float:

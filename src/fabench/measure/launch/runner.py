@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     except DeviceError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    # When this launcher started and held its GPU: with the measurement's start, they split the time
+    # between one job's measurement and the next into Snakemake's, this launcher's and the lease's
+    # (fabench.analysis.timeline.between_jobs).
+    args.launcher = {"started_at": process_started_at(), "leased_at": time.time()}
     if lease.source == "none":
         print(f"[fabench] no GPU to lease ({lease.found_by}): measuring without one", flush=True)
     else:
@@ -112,6 +117,18 @@ def run(args: argparse.Namespace) -> int:
     with lease:
         args.lease = lease
         return one_process(args, commit)
+
+
+def process_started_at() -> float | None:
+    """When this process started (epoch seconds, to the kernel's 10 ms ticks), its interpreter's
+    start-up included, from /proc (Linux); None elsewhere. The boot clock is read the same way,
+    not /proc/stat's boot time, which is whole seconds."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started_after_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started_after_boot)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def one_process(args: argparse.Namespace, commit: str | None) -> int:
@@ -145,7 +162,8 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
         lost_worker = (ended.get("worker") or {}).get("pid") if ended.get("exit_code") is None else None
         remove_orphaned_scratch(lost_worker)
     again = {"measured_again": args.measured_again} if args.measured_again else {}
-    return result, {"index": index, **ended, "wrote_result": result is not None, **again}
+    launcher = {"launcher": args.launcher} if getattr(args, "launcher", None) else {}
+    return result, {"index": index, **ended, "wrote_result": result is not None, **again, **launcher}
 
 
 def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:

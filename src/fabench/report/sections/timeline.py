@@ -35,6 +35,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         return None
     total = line["in_processes_s"]
     largest = line["largest"]
+    between = line["between_jobs"]
     return {
         "jobs": line["jobs"],
         "processes": line["processes"],
@@ -56,6 +57,10 @@ def context(run: Run, published: dict | None) -> dict | None:
         "workers": line["workers"],
         "in_workers": line["in_workers"],
         "overlaps": [md_text(o) for o in line["overlaps"]],
+        "between": between and {"gaps": between["gaps"], "seconds": seconds(between["seconds"]),
+                                "split": between["split"], "before_launcher": seconds(between["before_launcher_s"]),
+                                "launcher": seconds(between["launcher_s"]),
+                                "to_measuring": seconds(between["to_measuring_s"])},
         "stops": line["trial_stops"],
         "largest": largest and {"group": largest["group"], "label": label(largest["group"], line["cpu"]),
                                 "seconds": seconds(largest["seconds"]), "share": f"{largest['share']:.0%}",
