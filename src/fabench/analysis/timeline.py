@@ -7,7 +7,9 @@ end until the process had ended). The groups separate the measurement itself (wa
 loops) from everything a faster pipeline can cut.
 
 Also whether any two processes measured on one GPU at the same time, from the same records: the
-discipline is one timed process per GPU, and a run on several GPUs has to show it.
+discipline is one timed process per GPU, and a run on several GPUs has to show it. And the time on
+each device between one process and the next (between_jobs), which no process records: Snakemake
+starting the next job and that job's launcher getting its lease.
 
 A job's process measured by a measuring worker (fabench.measure.launch.worker) records which worker and
 how many jobs it had run before: the worker's start-up (interpreter start, imports) lies in its
