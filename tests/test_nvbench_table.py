@@ -34,3 +34,12 @@ def test_each_peer_state_is_paired_with_our_cell_of_the_same_backend_and_shape(t
 def test_without_both_files_it_says_how_it_is_used():
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "nvbench_table.py")], capture_output=True, text=True)
     assert proc.returncode == 2 and "Usage: python tools/nvbench_table.py RESULTS_JSON NVBENCH_JSON" in proc.stderr
+
+
+def test_a_file_that_is_not_the_json_asked_for_is_one_line_of_error(tmp_path):
+    not_json = tmp_path / "results.json"
+    not_json.write_bytes(b"\x1f\x8b not json")
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "nvbench_table.py"), str(not_json),
+                           str(EXAMPLE / "nvbench.json")], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "are not a run's results.json and nvbench's JSON" in proc.stderr

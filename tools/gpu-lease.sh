@@ -60,9 +60,11 @@ tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit
     # STEP_CACHE (optional): one compile cache for the step's tests. Each test measures in a folder
     # of its own, so each compiled FlexAttention, aiter's Triton kernel and FlashAttention-4 cold
     # (seconds each on a GPU), in every test; shared, each kernel compiles once per step.
+    # The cache variables are the measuring processes' own (fabench.measure.invocation.CACHE_ENV).
     local cache=()
-    [ -n "${STEP_CACHE:-}" ] && cache=("TORCHINDUCTOR_CACHE_DIR=$STEP_CACHE/inductor"
-        "TRITON_CACHE_DIR=$STEP_CACHE/triton" "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=$STEP_CACHE/flash-attn-cute")
+    [ -n "${STEP_CACHE:-}" ] && read -ra cache < <(python3 -c 'import sys
+from fabench.measure.invocation import CACHE_ENV
+print(" ".join(f"{key}={sys.argv[1]}/{sub}" for key, sub in CACHE_ENV.items()))' "$STEP_CACHE")
     on_card "$card" env "${cache[@]}" timeout -s INT -k 30 "$limit" \
         python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" \
         > "$out/$name.log" 2>&1
@@ -70,14 +72,15 @@ tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit
     note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(pytest_counts "$out/$name.log")"
     return $rc
 }
+step_cache() { echo "/tmp/fabench-test-cache-card$1"; }  # card: the compile cache its test steps share
 shared_step() {  # card: the GPU tests that share the card, in 8 pytest processes
     # Test by test (--dist load): by file, test_worker.py's workers, each ~10 s of start-up on an
     # H200, ran one after another in one process, past the step's limit.
-    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-shared" "$1" 180 \
+    STEP_CACHE=$(step_cache "$1") tests_step "tests-card$1-shared" "$1" 180 \
         -m 'not slow and not docker and not slurm and not gpu_workflow' -n 8 --dist load $GPU_SHARED
 }
 workflow_step() {  # card: whole Snakemake runs on the test experiment (pytest -m gpu_workflow), timed apart
-    STEP_CACHE=/tmp/fabench-test-cache-card$1 tests_step "tests-card$1-workflow" "$1" 420 \
+    STEP_CACHE=$(step_cache "$1") tests_step "tests-card$1-workflow" "$1" 420 \
         -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
 }
 gpu_tests() {  # card: the GPU tests in two steps within 5 minutes, then the workflow-level ones apart

@@ -11,10 +11,10 @@ each launch (a launch's gaps and, for cuDNN, its small set-up kernel inside). Th
 import json
 import sys
 
-# nvbench_peer.py's states, by their axis values, as our (backend, shape) cells
-PEER_SHAPES = [(4, 512, 8, 256), (4, 1024, 8, 256), (4, 2048, 8, 256), (4, 4096, 8, 256), (4, 1024, 8, 64)]
+from nvbench_peer import NATIVE_SHAPE, SHAPES as PEER_SHAPES  # the peer's states (this folder)
+
+# The peer's SDPA backends as our backends' names
 PEER_BACKENDS = {"cudnn": "sdpa_cudnn", "flash": "sdpa_flash"}
-NATIVE_SHAPE = (4, 4096, 8, 256)
 
 
 def nvbench_states(doc: dict) -> dict[tuple[str, tuple], float]:
@@ -68,11 +68,18 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    with open(argv[0]) as f:
-        results = json.load(f)
-    with open(argv[1]) as f:
-        peer = nvbench_states(json.load(f))
-    print(table(results, peer))
+    try:
+        with open(argv[0]) as f:
+            results = json.load(f)
+        with open(argv[1]) as f:
+            peer = nvbench_states(json.load(f))
+        text = table(results, peer)
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        # One line: which input could not be read as a run's results.json and nvbench's JSON.
+        print(f"tools/nvbench_table.py: {argv[0]} and {argv[1]} are not a run's results.json and "
+              f"nvbench's JSON: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 

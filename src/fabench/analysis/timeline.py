@@ -246,20 +246,11 @@ def gpu_overlaps(processes: list[dict]) -> list[str]:
     """Pairs of processes that measured on one GPU at the same time (there should be none); a
     process is on its GPU from `on_gpu_from` (its job's hand-over, in a worker) to its end."""
     found = []
-    by_gpu = defaultdict(list)
-    for process in processes:
-        if process["gpu"]:
-            by_gpu[(process["host"], process["gpu"])].append(process)
-    for (_, gpu), group in by_gpu.items():
-        group.sort(key=_on_gpu_from)
-        latest = group[0]  # of the processes so far, the one that ended last
-        for after in group[1:]:
-            if _on_gpu_from(after) < latest["end"]:
-                together = min(latest["end"], after["end"]) - _on_gpu_from(after)
-                found.append(f"{latest['job']} process {latest['process']} and {after['job']} process "
-                             f"{after['process']} on {gpu}: {together:.2f} s together")
-            if after["end"] > latest["end"]:
-                latest = after
+    for latest, after in _one_after_another([p for p in processes if p["gpu"]]):
+        if _on_gpu_from(after) < latest["end"]:
+            together = min(latest["end"], after["end"]) - _on_gpu_from(after)
+            found.append(f"{latest['job']} process {latest['process']} and {after['job']} process "
+                         f"{after['process']} on {after['gpu']}: {together:.2f} s together")
     return found
 
 
@@ -272,6 +263,24 @@ def between_jobs(processes: list[dict]) -> dict | None:
     and from then to the measurement's start (the worker reached, the job handed over; in isolate
     mode the measuring process started). Jobs that ran side by side on one device leave no gap."""
     gaps, parts = [], []
+    for latest, after in _one_after_another(processes):
+        begins = _on_gpu_from(after)
+        if begins > latest["end"]:
+            gaps.append(begins - latest["end"])
+            launcher = after.get("launcher") or {}
+            started, leased = launcher.get("started_at"), launcher.get("leased_at")
+            if started is not None and leased is not None and latest["end"] <= started <= leased <= begins:
+                parts.append((started - latest["end"], leased - started, begins - leased))
+    if not gaps:
+        return None
+    return {"gaps": len(gaps), "seconds": sum(gaps), "split": len(parts),
+            "before_launcher_s": sum(p[0] for p in parts), "launcher_s": sum(p[1] for p in parts),
+            "to_measuring_s": sum(p[2] for p in parts)}
+
+
+def _one_after_another(processes: list[dict]):
+    """On each device (host and GPU; a CPU's processes share theirs), each process in the order
+    they reached it, with the process before it that ended last: the one it overlaps or follows."""
     by_device = defaultdict(list)
     for process in processes:
         by_device[(process["host"], process["gpu"])].append(process)
@@ -279,20 +288,9 @@ def between_jobs(processes: list[dict]) -> dict | None:
         group.sort(key=_on_gpu_from)
         latest = group[0]
         for after in group[1:]:
-            begins = _on_gpu_from(after)
-            if begins > latest["end"]:
-                gaps.append(begins - latest["end"])
-                launcher = after.get("launcher") or {}
-                started, leased = launcher.get("started_at"), launcher.get("leased_at")
-                if started is not None and leased is not None and latest["end"] <= started <= leased <= begins:
-                    parts.append((started - latest["end"], leased - started, begins - leased))
+            yield latest, after
             if after["end"] > latest["end"]:
                 latest = after
-    if not gaps:
-        return None
-    return {"gaps": len(gaps), "seconds": sum(gaps), "split": len(parts),
-            "before_launcher_s": sum(p[0] for p in parts), "launcher_s": sum(p[1] for p in parts),
-            "to_measuring_s": sum(p[2] for p in parts)}
 
 
 def _on_gpu_from(process: dict) -> float:

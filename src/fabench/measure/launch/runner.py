@@ -162,8 +162,7 @@ def measured(args: argparse.Namespace, commit: str | None, index: int) -> tuple[
         lost_worker = (ended.get("worker") or {}).get("pid") if ended.get("exit_code") is None else None
         remove_orphaned_scratch(lost_worker)
     again = {"measured_again": args.measured_again} if args.measured_again else {}
-    launcher = {"launcher": args.launcher} if getattr(args, "launcher", None) else {}
-    return result, {"index": index, **ended, "wrote_result": result is not None, **again, **launcher}
+    return result, {"index": index, **ended, "wrote_result": result is not None, **again, "launcher": args.launcher}
 
 
 def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Path) -> dict:
