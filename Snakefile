@@ -33,6 +33,7 @@ onstart:
         PLAN.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
     )
     PLAN.record_start()
+    compile_ahead(workflow.dag.needrun_jobs())
 
 
 onsuccess:

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from fabench.measure.device.gpu_state import IDENTITY_KEYS, GpuState, _fields
+from fabench.measure.launch import devices
 from fabench.report.render import render
 from fabench.results.collect import collect, result_schema
 
@@ -130,3 +131,12 @@ def test_report_leaves_the_lines_out_without_an_identity(tmp_path, gpu):
     lines = hardware(render_h200(tmp_path, [gpu] * len(H200)))
     assert lines[0] == "- **Device**: NVIDIA H200"
     assert not any("GPU UUID" in line or "Power limit" in line for line in lines)
+
+
+@pytest.mark.skipif(not devices.NVIDIA_PROC.is_dir() or not devices.nvidia_gpus(),
+                    reason="needs an NVIDIA host: the driver's folder and NVML")
+def test_the_drivers_folder_names_the_gpus_nvml_names_in_its_order():
+    """Every job's lease reads the driver's folder first (0.006 s against NVML's 0.1 s on an H200
+    host): it must name the GPUs NVML does, in NVML's index order. Blind side: hosts whose GPUs it
+    cannot see; a container's masked folder is not tested."""
+    assert [g.visible for g in devices.nvidia_proc_gpus()] == [g.visible for g in devices.nvidia_gpus()]

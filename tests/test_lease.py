@@ -234,6 +234,22 @@ def test_amd_gpus_are_read_from_the_kfd_topology_in_rocr_order(tmp_path):
     assert gpus[2].visible == {"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "0"}
 
 
+def test_nvidia_gpus_are_read_from_the_drivers_folder_in_pci_order_and_made_visible_by_uuid(tmp_path):
+    """Blind side: the folder's layout is the driver's as seen on two H200s (a folder per PCI address
+    holding `information`); whether its order is NVML's on a real host is
+    test_gpu_identity.py's GPU test."""
+    root = tmp_path / "gpus"
+    for address, uuid in {"0000:07:00.0": "GPU-b", "0000:06:00.0": "GPU-a", "0000:0A:00.0": "GPU-c"}.items():
+        (root / address).mkdir(parents=True)
+        (root / address / "information").write_text(f"Model: \t\t NVIDIA H200\nGPU UUID: \t {uuid}\nBus Type: \t PCIe\n")
+    (root / "0000:0b:00.0").mkdir()  # a GPU going away as it is read: no information, left out
+    gpus = devices.nvidia_proc_gpus(root)
+    assert [(g.id, g.visible, g.aliases) for g in gpus] == [
+        ("0", {"CUDA_VISIBLE_DEVICES": "GPU-a"}, ("GPU-a",)), ("1", {"CUDA_VISIBLE_DEVICES": "GPU-b"}, ("GPU-b",)),
+        ("2", {"CUDA_VISIBLE_DEVICES": "GPU-c"}, ("GPU-c",))]
+    assert devices.nvidia_proc_gpus(tmp_path / "absent") == []
+
+
 def test_a_container_with_its_gpus_nodes_gets_no_visibility_variable(tmp_path):
     held = lease.Lease(source="lease", gpu="3", device_nodes=["/dev/dri/renderD152"],
                        visible_devices={"CUDA_VISIBLE_DEVICES": None, "HIP_VISIBLE_DEVICES": "0",

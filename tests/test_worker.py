@@ -16,7 +16,7 @@ import torch
 
 from fabench.analysis.timeline import run_time_line
 from fabench.measure.spec import job_spec
-from fabench.measure.backends import aiter_kernel
+from fabench.measure.backends import aiter_kernel, fa4_kernel
 from fabench.measure.launch import lease as device_lease
 from fabench.measure.launch import runner, worker, worker_client
 from fabench.measure.launch.worker_client import stop_workers
@@ -125,13 +125,18 @@ def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_it
     # same GPU (held, that job would wait for it: on an H200 the test hung so).
     with device_lease.acquire(env={k: v for k, v in os.environ.items() if not k.startswith("FABENCH_GPU")}) as lease:
         began = time.monotonic()
-        [name] = worker_client.start_ahead(lease, [1], idle_s=IDLE_S)
+        [name] = worker_client.start_ahead(lease, [1], idle_s=IDLE_S, start_up=("fa4", "native"))
         assert time.monotonic() - began < 5, "start_ahead waited"  # not waited for: its imports take seconds
         deadline = time.monotonic() + 120
         while not live_workers(worker_dir, round_=1):
             assert time.monotonic() < deadline, "the worker started ahead never came up"
             time.sleep(0.1)
         assert worker_client.start_ahead(lease, [1], idle_s=IDLE_S) == []  # running: not started twice
+    # Its backends' start-up imports, made before any job: FlashAttention-4's where it is installed
+    # (a GPU host), else the reason; native has none.
+    [record] = [json.loads(r.read_text()) for r in worker_dir.glob("w-*.json")]
+    expected = "imported" if fa4_kernel.installed_version() else "not imported: ImportError"
+    assert list(record["started_up"]) == ["fa4"] and record["started_up"]["fa4"].startswith(expected), record
     assert not live_workers(worker_dir, round_=0), "a worker of round 0 came up"
 
     proc, out = launch(tmp_path, worker_dir, "round-1", process=1, repeats=2)
@@ -139,6 +144,46 @@ def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_it
     assert code == 0, output
     [ended] = json.loads(out.read_text())["method"]["process_exits"]
     assert ended["worker"]["started_by_this_job"] is False and ended["worker"]["name"] == name, (ended, output)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_worker_started_ahead_with_its_backends_start_up_holds_no_context_on_its_gpu(tmp_path, worker_dir,
+                                                                                         monkeypatch):
+    """A worker started ahead imports while another job measures on its GPU: its start-up, the
+    backends' start-up imports included (FlashAttention-4's asks the driver for the GPU's
+    capability), must create no context there. NVML lists the processes with a context on a GPU; a
+    process of this test that makes one is the control that NVML shows them here. Blind side: a
+    context made later, in a job, is the job's and allowed."""
+    import pynvml
+
+    monkeypatch.setenv("FABENCH_WORKER_DIR", str(worker_dir))
+    monkeypatch.delenv("FABENCH_WORKFLOW", raising=False)
+    monkeypatch.setenv("PYTHONPATH", source_path())
+    monkeypatch.chdir(tmp_path)
+    with device_lease.acquire(env={k: v for k, v in os.environ.items() if not k.startswith("FABENCH_GPU")}) as lease:
+        worker_client.start_ahead(lease, [0], idle_s=IDLE_S, start_up=("fa4", "flex", "triton"))
+        deadline = time.monotonic() + 180
+        while not [r for r in worker_dir.glob("w-*.json") if "started_up" in r.read_text()]:
+            assert time.monotonic() < deadline, "the worker started ahead never became ready"
+            time.sleep(0.2)
+        [pid] = live_workers(worker_dir, round_=0)
+        control = subprocess.Popen([sys.executable, "-c", "import sys, torch; torch.ones(1, device='cuda'); "
+                                    "torch.cuda.synchronize(); print('ready', flush=True); sys.stdin.read()"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                   env=lease.environment(dict(os.environ)))
+        try:
+            assert control.stdout.readline().strip() == "ready"
+            pynvml.nvmlInit()
+            try:
+                with_context = {p.pid for i in range(pynvml.nvmlDeviceGetCount())
+                                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i))}
+            finally:
+                pynvml.nvmlShutdown()
+        finally:
+            control.communicate("", timeout=60)
+    if control.pid not in with_context:
+        pytest.skip("NVML does not list this host's processes (another PID namespace)")
+    assert pid not in with_context
 
 
 def test_only_a_job_planned_for_a_gpu_and_leased_one_starts_workers_ahead():

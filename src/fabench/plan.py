@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 import time
 from functools import cached_property
@@ -43,6 +44,11 @@ VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 # When this Snakemake started (its Snakefile parsed), written once the workflow runs (Snakefile
 # onstart), so that the report can say how long the whole run took, from Snakemake's start.
 WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
+
+
+def compile_ahead_record(run: str) -> str:
+    """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.compile_ahead)."""
+    return f"results/{run}/compile-ahead.json"
 # The rules whose jobs talk to the Docker engine when the runtime is docker.
 ENGINE_RULES = frozenset({"build_image", "patch_config", "measure"})
 
@@ -372,6 +378,39 @@ class Plan:
         again; nothing for a process never lost, whose params stay as they were."""
         count = times_lost(Path(process_file))
         return f" --measured-again {count}" if 0 < count <= MEASURED_AGAIN_MAX else ""
+
+    def compiles_ahead(self, cluster: bool) -> bool:
+        """Whether the workflow compiles ahead (measure.compile_ahead) before its first measuring process:
+        on the local executor in the local runtime only (a cluster job's node, a container's image
+        have caches of their own), on a GPU run unless told `always` or `never`."""
+        wanted = self.config["measure"]["compile_ahead"]
+        if self.docker or cluster or wanted == "never":
+            return False
+        return wanted == "always" or self.platform.is_gpu
+
+    def compile_ahead(self, measure_jobs: list[dict], cluster: bool) -> str | None:
+        """Compile ahead the kernels of the measure jobs about to run (their wildcards), one call of
+        fabench.measure.launch.compile_ahead per run, before Snakemake starts any job (onstart);
+        its record in results/<run>/compile-ahead.json. Never fails the workflow: what went wrong is
+        one line to print, and the jobs compile for themselves."""
+        notes = []
+        for run in self.runs:
+            cells = sorted({(job["variant"], job["shape"]) for job in measure_jobs if job["run"] == run},
+                           key=lambda cell: self.job_order[(run, *cell)])
+            if not cells:
+                continue
+            # An earlier workflow's record describes no process measured from now on.
+            Path(compile_ahead_record(run)).unlink(missing_ok=True)
+            if not self.compiles_ahead(cluster):
+                continue
+            specs = [arg for cell in cells for arg in ("--spec", self.job_spec_json(run, *cell))]
+            cmd = [self.python, "-m", "fabench.measure.launch.compile_ahead", *specs,
+                   "--out", compile_ahead_record(run), *shlex.split(str(self.measure_options(cluster)))]
+            code = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
+            if code != 0:
+                notes.append(f"note: compiling ahead for run {run} ended with exit code {code}; "
+                             f"each job compiles its own kernels")
+        return "\n".join(notes) or None
 
     def stop_measuring_workers(self, cluster: bool) -> str | None:
         """At the workflow's end, its measuring workers end at once instead of when idle. Called by

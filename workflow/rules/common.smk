@@ -10,7 +10,7 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config_layers
-from fabench.plan import WORKFLOW_STARTED, Plan, PlanError, layer_user_config
+from fabench.plan import WORKFLOW_STARTED, Plan, PlanError, compile_ahead_record, layer_user_config
 from fabench.results import archive_read
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
 from fabench.shapes import SHAPE_ID_PATTERN
@@ -163,6 +163,13 @@ def say_what_was_made():
 
     for line in finished_lines(RUNS, PLAN.started_at):
         print(line, file=sys.stderr)
+
+
+def compile_ahead(jobs):
+    """Before any job, the kernels of the measure jobs about to run (fabench.plan.Plan.compile_ahead)."""
+    measuring = [job.wildcards_dict for job in jobs if job.rule.name == "measure"]
+    if note := PLAN.compile_ahead(measuring, CLUSTER):
+        print(note, file=sys.stderr)
 
 
 def stop_measuring_workers():

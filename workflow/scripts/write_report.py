@@ -31,6 +31,10 @@ try:
                         expected=sm.params.expected)
 except ResultError as err:
     sys.exit(f"fabench collect: {err}")
+# The compile ahead before the measuring processes (Snakefile onstart), for the report's time line.
+ahead = Path(sm.params.compile_ahead)
+if ahead.is_file():
+    collected["compile_ahead"] = json.loads(ahead.read_text())
 write_json(sm.output.json, collected)
 write_atomic(sm.output.csv, results_csv(collected))
 collected = json.loads(Path(sm.output.json).read_text())  # the plots and the report read what was written

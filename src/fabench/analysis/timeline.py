@@ -171,9 +171,10 @@ def worker_name(timeline: dict, ended: dict | None) -> str | None:
 
 
 def run_time_line(results: list[dict], workflow_started_at: float | None = None,
-                  report_at: float | None = None) -> dict | None:
+                  report_at: float | None = None, compile_ahead: dict | None = None) -> dict | None:
     """The run's time by kind of work, summed over its processes, and its spans; None when no
-    result recorded a time line."""
+    result recorded a time line. `compile_ahead`: the record of the kernels compiled before the
+    measuring processes (fabench.measure.launch.compile_ahead), if the run has one."""
     processes = [p for r in results for p in job_processes(r)]
     if not processes:
         return None
@@ -185,6 +186,9 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
     groups = group_shares(by_group, in_processes)
     workers = len({p["worker"] for p in processes if p["worker"]})
     stops = trial_stops(results)
+    # Only this workflow's compile ahead: one recorded by an earlier Snakemake is not in its span.
+    ahead = compile_ahead if compile_ahead and not (
+        workflow_started_at and compile_ahead.get("started_at", 0) < workflow_started_at) else None
     return {
         "cpu": cpu,
         "jobs": len({p["job"] for p in processes}),
@@ -199,7 +203,8 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
         "workers": workers,
         "in_workers": sum(1 for p in processes if p["worker"]),
-        "overlaps": gpu_overlaps(processes),
+        "overlaps": gpu_overlaps(processes) + compiled_while_measuring(processes, ahead),
+        "compile_ahead": ahead and compile_ahead_summary(ahead),
         "between_jobs": between_jobs(processes),
         "trial_stops": stops,
         "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
@@ -252,6 +257,30 @@ def gpu_overlaps(processes: list[dict]) -> list[str]:
             found.append(f"{latest['job']} process {latest['process']} and {after['job']} process "
                          f"{after['process']} on {after['gpu']}: {together:.2f} s together")
     return found
+
+
+def compile_ahead_summary(record: dict) -> dict:
+    """The compile ahead in a line: how long it held its GPU, its processes, how many at a time, the
+    kernels' first calls it made and the processes or backends that failed (their jobs compiled
+    for themselves)."""
+    processes = record.get("processes") or []
+    outcomes = [o for p in processes for o in (p.get("backends") or {}).values()]
+    return {"seconds": record["ended_at"] - record["leased_at"], "processes": len(processes),
+            "parallel": record.get("parallel"), "gpu": record.get("gpu_uuid") or record.get("gpu"),
+            "compiled": sum(1 for o in outcomes if o.get("status") == "compiled"),
+            "failed": sum(1 for p in processes if p.get("reason"))
+            + sum(1 for o in outcomes if o.get("status") == "failed")}
+
+
+def compiled_while_measuring(processes: list[dict], record: dict | None) -> list[str]:
+    """Measuring processes on the compile ahead's GPU while it held it (there should be none: the
+    Snakefile starts it before any job)."""
+    if not record or not record.get("gpu_uuid"):
+        return []
+    return [f"{p['job']} process {p['process']} measured on {p['gpu']} while kernels were compiled ahead there"
+            for p in processes
+            if p["gpu"] == record["gpu_uuid"] and p["host"] == record.get("host")
+            and _on_gpu_from(p) < record["ended_at"] and p["end"] > record["leased_at"]]
 
 
 def between_jobs(processes: list[dict]) -> dict | None:

@@ -2,8 +2,9 @@
 compiles the kernel at the first call of each shape), as the `fa4` backend, on NVIDIA sm90 and later.
 
 Whether it can run is decided from the platform, the GPU's compute capability and the installed
-distributions' metadata alone: `flash_attn` is imported only by `prepare`, on a host that passed
-(on a CPU or ROCm host, or an older NVIDIA GPU, nothing of it is loaded). The kernel reads no
+distributions' metadata alone: `flash_attn` is imported by `prepare`, on a host that passed, or
+by a measuring worker's start-up where it is installed (import_interface; on a CPU or ROCm host
+nothing of it is loaded). The kernel reads no
 variant config: FlashAttention-4 chooses its own tiles per shape and GPU.
 
 Its compiled kernels persist, as Triton's and Inductor's do, in a folder of the compile cache that
@@ -69,10 +70,20 @@ def attention_output(returned):
     return returned
 
 
+def import_interface():
+    """The package's interface module, imported (2.5-4 s on an H200 host, the CuTe DSL's compiler
+    included). Its import asks the driver for the GPU's compute capability (cuInit and device
+    attributes) but creates no context: a measuring worker imports it at start-up
+    (registry.Backend.start_up; tests/test_worker.py checks on a GPU that a worker holds no context)."""
+    if installed_version() is None:
+        raise ImportError(f"{DISTRIBUTION} is not installed ({INSTALL})")
+    return importlib.import_module(INTERFACE)
+
+
 def forward(q, k, v, causal: bool) -> Callable[[], object]:
     """The zero-argument call the harness times: flash_attn_func on (batch, seq, heads, dim) inputs,
     its output (batch, seq, heads, dim). Imports the package (a GPU host that passed the check)."""
-    interface = importlib.import_module(INTERFACE)
+    interface = import_interface()
     attend = interface.flash_attn_func
     return lambda: attention_output(attend(q, k, v, causal=causal))
 

@@ -4,8 +4,10 @@ Read without torch (the lease is taken before any process touches a GPU), in thi
 
 1. ``FABENCH_GPUS``: ids declared by hand, e.g. ``0,1`` (tests declare two GPUs on a CPU host;
    a user can name the GPUs fabench may use). They are made visible through all three variables.
-2. NVIDIA GPUs by NVML index (PCI order), from NVML (``nvidia-ml-py``) or else the driver's
-   /proc/driver/nvidia/gpus, made visible by UUID, which no CUDA_DEVICE_ORDER can renumber.
+2. NVIDIA GPUs in PCI order (NVML's index order), from the driver's /proc/driver/nvidia/gpus or,
+   where a host has no such folder, from NVML (``nvidia-ml-py``), made visible by UUID, which no
+   CUDA_DEVICE_ORDER can renumber. Every job's launcher reads this: on two H200s NVML's start-up
+   took 0.10-0.14 s a call, the folder 0.006 s, and both named the same GPUs in the same order.
 3. The KFD topology in sysfs (the amdgpu driver): AMD GPUs in ROCr's order, made visible through
    ROCR_VISIBLE_DEVICES (HIP then numbers the one it sees 0), each with its render node for a
    container.
@@ -50,16 +52,16 @@ def host_gpus(env: dict[str, str] | None = None, kfd_nodes: Path = KFD_NODES) ->
     env = os.environ if env is None else env
     if DECLARED_ENV in env:
         return declared_gpus(env[DECLARED_ENV]), f"declared in {DECLARED_ENV}"
-    found = nvidia_gpus()
-    if found:
-        return found, "NVML"
     found = nvidia_proc_gpus()
     if found:
         return found, str(NVIDIA_PROC)
+    found = nvidia_gpus()
+    if found:
+        return found, "NVML"
     found = amd_gpus(kfd_nodes)
     if found:
         return found, f"KFD topology ({kfd_nodes})"
-    return [], "none found (NVML, /proc/driver/nvidia, KFD topology)"
+    return [], "none found (/proc/driver/nvidia, NVML, KFD topology)"
 
 
 def declared_gpus(text: str) -> list[Gpu]:

@@ -170,14 +170,16 @@ def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Pat
     request = {"spec": args.spec.to_json(), "aiter_config": str(args.aiter_config) if args.aiter_config else None,
                "project_commit": commit, "process": index, "out": str(out), "lease": args.lease.record()}
     print(f"[fabench] process {index}: measuring worker of round {index}", flush=True)
-    return run_in_worker(request, args.lease, index, args.worker_idle_s, args.timeout_s,
-                         rounds_ahead=rounds_ahead(args.spec, args.lease))
+    ahead = rounds_ahead(args.spec, args.lease)
+    return run_in_worker(request, args.lease, index, args.worker_idle_s, args.timeout_s, rounds_ahead=ahead,
+                         start_up=args.spec.settings.backends if ahead else ())
 
 
 def rounds_ahead(spec, lease) -> range:
     """The rounds whose workers a job starts ahead (worker_client.start_ahead): every round of a
     job planned for a GPU and leased one; none on a CPU, where a worker's start-up would take the
-    cores the job's figures are timed on."""
+    cores the job's figures are timed on. On a GPU the workers also make their backends' start-up
+    imports (registry.Backend.start_up); on a CPU none, as no worker starts ahead there."""
     if lease.gpu is None or spec.platform is None or not PlatformName.parse(spec.platform).is_gpu:
         return range(0)
     return range(spec.settings.timing.repeats)

@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--idle-s", type=config_bounded("measure", "worker_idle_s"), required=True)
     parser.add_argument("--identity", type=json.loads, required=True)
+    parser.add_argument("--start-up", default="", metavar="NAMES",
+                        help="backends (comma-separated) whose start-up imports to make before any job "
+                             "(fabench.measure.backends.registry.Backend.start_up)")
     args = parser.parse_args(argv)
     where = Address(args.name, private_dir(args.folder, WORKER_DIR_ENV))
     if take_lock(where.lock) is None:
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     server.bind(str(where.socket))
     server.listen(8)
     watch_workflow()
-    Worker(where, args.identity, args.idle_s).serve(server)
+    Worker(where, args.identity, args.idle_s, [n for n in args.start_up.split(",") if n]).serve(server)
     return 0
 
 
@@ -80,8 +83,9 @@ def take_lock(path: Path) -> int | None:
 
 
 class Worker:
-    def __init__(self, where: Address, facts: dict, idle_s: float) -> None:
+    def __init__(self, where: Address, facts: dict, idle_s: float, start_up: list[str] = ()) -> None:
         from fabench.measure import job  # torch and the measuring code: the start-up paid once
+        from fabench.measure.backends.registry import start_up as backends_start_up
 
         self.job = job
         # The compiler reset every hand-over makes (reset_between_jobs), made once here: its first
@@ -93,6 +97,8 @@ class Worker:
         import torch
 
         torch.compiler.reset()
+        # The jobs' backends' own imports (FlashAttention-4's), which touch no device either.
+        self.started_up = backends_start_up(start_up)
 
         # What the imports made lives as long as the worker: frozen out of the collector, so the
         # collections between jobs (reset_between_jobs, each cell's release) walk only what the jobs
@@ -106,9 +112,10 @@ class Worker:
         self.jobs_run = 0
         self.pid = os.getpid()
         write_json(where.record, {"identity": facts, "pid": self.pid, "started_at": IMPORTS_BEGAN,
-                                  "log": str(where.log)})
+                                  "log": str(where.log), "started_up": self.started_up})
         print(f"[fabench worker] {where.name} (pid {self.pid}) ready after "
-              f"{self.imports[1] - self.imports[0]:.1f} s of imports", flush=True)
+              f"{self.imports[1] - self.imports[0]:.1f} s of imports"
+              + "".join(f"; {name} {outcome}" for name, outcome in self.started_up.items()), flush=True)
 
     def serve(self, server: socket.socket) -> None:
         server.settimeout(self.idle_s)

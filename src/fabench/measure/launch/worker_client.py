@@ -112,19 +112,20 @@ def address(facts: dict, env: dict | None = None) -> Address:
 
 
 def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: float | None,
-                  out=None, rounds_ahead: range = range(0)) -> dict:
+                  out=None, rounds_ahead: range = range(0), start_up: tuple[str, ...] = ()) -> dict:
     """Measure one job in the worker of (lease's GPU, round `process`), starting one when none
     answers; the workers of `rounds_ahead` (the job's other rounds) are started too, not waited
-    for (start_ahead). Returns how it ended: exit_code (None when the worker died or was killed),
-    spawned_at and exited_at (epoch seconds), the worker's hello, and a reason when no exit code came."""
+    for (start_ahead). A worker started here makes the start-up imports of the backends `start_up`
+    names. Returns how it ended: exit_code (None when the worker died or was killed), spawned_at and
+    exited_at (epoch seconds), the worker's hello, and a reason when no exit code came."""
     out = out or sys.stdout.buffer
     facts = identity(lease, process)
     where = address(facts)
     began = time.time()
     for attempt in range(3):  # a worker that goes away before answering (idle end, lost start race)
-        conn, started = connect_or_start(where, facts, lease, idle_s, began)
+        conn, started = connect_or_start(where, facts, lease, idle_s, began, start_up)
         if attempt == 0:
-            start_ahead(lease, [r for r in rounds_ahead if r != process], idle_s)
+            start_ahead(lease, [r for r in rounds_ahead if r != process], idle_s, start_up)
         try:
             return exchange(conn, dict(request, sent_at=time.time()), lease, timeout_s, out, began, started)
         except WorkerGone:
@@ -145,7 +146,7 @@ def connect(where: Address) -> socket.socket | None:
     return conn
 
 
-def start_ahead(lease, rounds: list[int], idle_s: float) -> list[str]:
+def start_ahead(lease, rounds: list[int], idle_s: float, start_up: tuple[str, ...] = ()) -> list[str]:
     """Start the workers of the lease's GPU for `rounds` where none answers, and return at once
     (their names). On a GPU a job's round-N process otherwise starts its worker when it comes, and
     waits through its start-up (on an H200: 5 s of imports, then Dynamo's and the compilers' first
@@ -161,18 +162,21 @@ def start_ahead(lease, rounds: list[int], idle_s: float) -> list[str]:
         if conn is not None:
             conn.close()  # its worker serves the next request of its own; an empty one is no job
             continue
-        spawn(where, facts, lease, idle_s, time.time())
+        spawn(where, facts, lease, idle_s, time.time(), start_up)
         started.append(where.name)
     return started
 
 
-def spawn(where: Address, facts: dict, lease, idle_s: float, began: float) -> subprocess.Popen:
+def spawn(where: Address, facts: dict, lease, idle_s: float, began: float,
+          start_up: tuple[str, ...] = ()) -> subprocess.Popen:
     """A worker started for `where` (detached: it outlives this launcher, bound to the lease's GPU
-    through its visibility variables); one that finds another of its name running ends at once."""
+    through its visibility variables); one that finds another of its name running ends at once.
+    `start_up`: the backends whose start-up imports it makes before its first job."""
     env = measuring_environment(lease)
     env[SPAWNED_AT_ENV] = repr(began)
     cmd = [sys.executable, "-m", WORKER_MODULE, "--folder", str(where.folder), "--name", where.name,
-           "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True)]
+           "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True),
+           "--start-up", ",".join(start_up)]
     log = open_file(where.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, WORKER_DIR_ENV)
     try:
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -181,12 +185,13 @@ def spawn(where: Address, facts: dict, lease, idle_s: float, began: float) -> su
         os.close(log)
 
 
-def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: float) -> tuple[socket.socket, bool]:
+def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: float,
+                     start_up: tuple[str, ...] = ()) -> tuple[socket.socket, bool]:
     """A connection to the worker: the running one, or a fresh one started here (spawn)."""
     conn = connect(where)
     if conn is not None:
         return conn, False
-    worker = spawn(where, facts, lease, idle_s, began)
+    worker = spawn(where, facts, lease, idle_s, began, start_up)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         conn = connect(where)

@@ -26,7 +26,7 @@ def label(group: str, cpu: bool) -> str:
 def time_line(run: Run) -> dict | None:
     """The run's time line (fabench.analysis.timeline.run_time_line), up to the report's rendering
     when the workflow rendering it recorded its start."""
-    return run_time_line(run.results, run.started_at, run.rendered_at)
+    return run_time_line(run.results, run.started_at, run.rendered_at, run.compile_ahead)
 
 
 def context(run: Run, published: dict | None) -> dict | None:
@@ -36,6 +36,7 @@ def context(run: Run, published: dict | None) -> dict | None:
     total = line["in_processes_s"]
     largest = line["largest"]
     between = line["between_jobs"]
+    ahead = line["compile_ahead"]
     return {
         "jobs": line["jobs"],
         "processes": line["processes"],
@@ -61,6 +62,7 @@ def context(run: Run, published: dict | None) -> dict | None:
                                 "split": between["split"], "before_launcher": seconds(between["before_launcher_s"]),
                                 "launcher": seconds(between["launcher_s"]),
                                 "to_measuring": seconds(between["to_measuring_s"])},
+        "compile_ahead": ahead and {**ahead, "seconds": seconds(ahead["seconds"])},
         "stops": line["trial_stops"],
         "largest": largest and {"group": largest["group"], "label": label(largest["group"], line["cpu"]),
                                 "seconds": seconds(largest["seconds"]), "share": f"{largest['share']:.0%}",

@@ -1,0 +1,161 @@
+"""Compile ahead: before a run's first measuring process, the kernels of every job that is to be
+measured built at once, in processes side by side on one leased GPU, while no job is timed.
+
+    python -m fabench.measure.launch.compile_ahead --spec JSON [--spec JSON ...] --out RECORD.json
+        [--timeout-s S] [--mode worker --worker-idle-s S]
+
+Why: the jobs of a round run one after another on a GPU, and each compiled its backends' kernels
+in its first call while holding the GPU. With cold caches that was 45.5 s of a default run on an
+H200 (FlexAttention ~4 s a shape at d=256, aiter's Triton kernel, FlashAttention-4;
+examples/h200-x2-speed-2026-11-27), spent one after another on the run's critical path. Compiling
+is mostly host work (Inductor, Triton's and the CuTe DSL's compilers), so one process per job
+(fabench.measure.compile_ahead) builds them side by side here, and the jobs find them cached. No
+timed job runs meanwhile: the Snakefile starts this before any job (onstart), and it holds the
+GPU's lease (fabench.measure.launch.lease) so that no other workflow's job measures there either.
+
+In worker mode the measuring workers of the leased GPU are started here too
+(worker_client.start_ahead): they import while the kernels compile, and touch no device.
+
+Torch-free, as the runner is. Nothing here fails the workflow: a process that fails, times out or
+cannot start is recorded with why, and its job compiles for itself as before. The record
+(results/<run>/compile-ahead.json, rule write_report puts it into results.json) gives the report's
+time line its span.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fabench.files import write_json
+from fabench.measure.invocation import Parser, config_bounded, job_spec_arg, measuring_environment
+from fabench.measure.launch import lease as device_lease
+from fabench.measure.launch.devices import DeviceError
+from fabench.measure.launch.launcher import exit_text, kill, timeout_reason
+from fabench.measure.launch.runner import MODES, process_started_at, rounds_ahead
+from fabench.measure.launch.worker_client import start_ahead
+from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.watchdog import watch_workflow
+
+FORMAT = "fabench-compile-ahead-run/1"
+CHILD_MODULE = "fabench.measure.compile_ahead"
+# Cores left to the measuring workers started alongside and to the host itself.
+CORES_KEPT = 2
+POLL_S = 0.05
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = Parser(prog="python -m fabench.measure.launch.compile_ahead", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=job_spec_arg, action="append", required=True,
+                        help="a job spec (JSON) whose kernels to build; one per job")
+    parser.add_argument("--out", type=Path, required=True, help="the record of what was compiled, JSON")
+    parser.add_argument("--timeout-s", type=config_bounded("measure", "job_timeout_s"), default=None, metavar="S",
+                        help="a compiling process still running after S seconds is killed (its job compiles itself)")
+    parser.add_argument("--mode", choices=MODES, default="isolate",
+                        help="worker: the leased GPU's measuring workers are started here as well")
+    parser.add_argument("--worker-idle-s", type=config_bounded("measure", "worker_idle_s"), default=None, metavar="S")
+    return parser.parse_args(argv)
+
+
+def parallel_processes(jobs: int, cores: int) -> int:
+    """How many compiling processes run at once: one per job, on the host's cores less CORES_KEPT,
+    at least one. Each compiles with one thread (TORCHINDUCTOR_COMPILE_THREADS, MEASURING_ENV)."""
+    return max(1, min(jobs, cores - CORES_KEPT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    watch_workflow()
+    started_at = process_started_at() or time.time()
+    try:
+        lease = device_lease.acquire()
+    except DeviceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    leased_at = time.time()
+    with lease:
+        workers = []
+        if args.mode == "worker" and args.worker_idle_s is not None:
+            workers = start_ahead(lease, list(rounds_ahead(args.spec[0], lease)), args.worker_idle_s,
+                                  args.spec[0].settings.backends)
+        parallel = parallel_processes(len(args.spec), len(os.sched_getaffinity(0)))
+        print(f"[fabench] compiling ahead: the kernels of {len(args.spec)} job(s), {parallel} process(es) at a "
+              f"time, on {'GPU ' + lease.gpu if lease.gpu else 'this host'}; no job is timed meanwhile", flush=True)
+        processes = compile_all(args.spec, lease, parallel, args.timeout_s)
+    ended_at = time.time()
+    record = {"format": FORMAT, "started_at": started_at, "leased_at": leased_at, "ended_at": ended_at,
+              "host": socket.gethostname(), "gpu": lease.gpu, "gpu_uuid": (lease.visible_devices or {}).get("CUDA_VISIBLE_DEVICES"),
+              "parallel": parallel, "workers_started": len(workers), "processes": processes}
+    write_json(args.out, record)
+    compiled = sum(1 for p in processes for o in (p.get("backends") or {}).values() if o.get("status") == "compiled")
+    print(f"[fabench] compiled ahead in {ended_at - leased_at:.1f} s: {compiled} compiled backend(s)' first calls "
+          f"in {len(processes)} process(es), {sum(1 for p in processes if p.get('reason'))} of them failed", flush=True)
+    return 0
+
+
+def compile_all(specs: list, lease, parallel: int, timeout_s: float | None) -> list[dict]:
+    """Each spec's compiling process, `parallel` at a time: the record of each (its own, with how it
+    ended). SIGTERM (the workflow cancelled) ends them all."""
+    env = measuring_environment(lease)
+    waiting = list(enumerate(specs))
+    running: dict[int, tuple[subprocess.Popen, dict, Path]] = {}
+    done: dict[int, dict] = {}
+
+    def cancel(signum, frame):
+        for child, _, _ in running.values():
+            kill(child.pid, signal.SIGKILL)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, cancel)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fabench-compile-ahead-") as tmp:
+            while waiting or running:
+                while waiting and len(running) < parallel:
+                    index, spec = waiting.pop(0)
+                    out = Path(tmp) / f"{index}.json"
+                    spawned_at = time.time()
+                    child = subprocess.Popen(
+                        [sys.executable, "-m", CHILD_MODULE, "--spec", spec.to_json(), "--out", str(out)],
+                        env={**env, SPAWNED_AT_ENV: repr(spawned_at)}, stdin=subprocess.DEVNULL,
+                        pass_fds=lease.inheritable_fds())
+                    running[index] = (child, {"variant": spec.variant, "shape_id": spec.shape_id,
+                                              "spawned_at": spawned_at}, out)
+                for index, (child, ended, out) in list(running.items()):
+                    code = child.poll()
+                    late = timeout_s is not None and time.time() - ended["spawned_at"] > timeout_s
+                    if code is None and not late:
+                        continue
+                    if code is None:
+                        kill(child.pid, signal.SIGKILL)
+                        code = child.wait()
+                        ended["reason"] = timeout_reason(timeout_s, "its compiling process")
+                    del running[index]
+                    done[index] = finished(ended, code, out)
+                time.sleep(POLL_S)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return [done[i] for i in sorted(done)]
+
+
+def finished(ended: dict, code: int, out: Path) -> dict:
+    """A compiling process's record, with how it ended; why, when it wrote none."""
+    ended = {**ended, "exit_code": code, "exited_at": time.time()}
+    try:
+        record = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return {**ended, "reason": ended.get("reason") or f"it wrote no record: it {exit_text(code)}"}
+    if record.get("failed"):
+        ended["reason"] = record["failed"]
+    return {**record, **ended}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

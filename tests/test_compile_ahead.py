@@ -1,0 +1,169 @@
+"""Compiling ahead (fabench.measure.launch.compile_ahead, fabench.measure.compile_ahead): real
+compiling processes on this CPU, where FlexAttention is the backend that compiles (Inductor's C++),
+into the compile cache that a job's measuring process then reads; the plan's choice of when; the
+time line's account of it. What it saves on a GPU (FlexAttention's Triton kernels, aiter's,
+FlashAttention-4's) is measured in a GPU lease (examples/, the report's time line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fabench.analysis.timeline import compile_ahead_summary, compiled_while_measuring, run_time_line
+from fabench.measure.launch.compile_ahead import parallel_processes
+from fabench.measure.spec import job_spec
+from fabench.shapes import parse_shape_id
+from test_plan import with_defaults
+from fabench.plan import Plan
+from workflow_util import REPO, default_config, snakemake, tiny_config
+
+SHAPE = "b1-s64-h2-d32"
+
+
+def flex_config() -> dict:
+    """The CPU test experiment with FlexAttention measured (the default CPU run leaves it out)."""
+    config = tiny_config()
+    config["cpu"] = {**config["cpu"], "leave_out": []}
+    return config
+
+
+def environment(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FABENCH_GPUS", "FABENCH_WORKFLOW"))}
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+            "OMP_NUM_THREADS": "1", "FABENCH_LEASE_DIR": str(tmp_path / "leases"),
+            "FABENCH_WORKER_DIR": str(tmp_path / "workers")}
+
+
+def compile_ahead(tmp_path: Path, specs: list, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """The compile ahead as the Snakefile starts it, working in `tmp_path` (its compile cache there)."""
+    out = tmp_path / "compile-ahead.json"
+    cmd = [sys.executable, "-m", "fabench.measure.launch.compile_ahead",
+           *[arg for spec in specs for arg in ("--spec", spec.to_json())], "--out", str(out), *extra]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=900)
+    return proc, json.loads(out.read_text()) if out.is_file() else None
+
+
+def spec_of(config: dict, variant: str):
+    return job_spec(config, variant, parse_shape_id(SHAPE), platform="cpu")
+
+
+def test_the_jobs_kernels_are_compiled_ahead_into_the_cache_their_job_then_reads(tmp_path):
+    """Blind side: on a CPU only FlexAttention compiles, and no worker starts ahead (a CPU's cores
+    are the timed device); the GPU's backends and workers run in a GPU lease."""
+    config = flex_config()
+    proc, record = compile_ahead(tmp_path, [spec_of(config, "default"), spec_of(config, "tuned")],
+                                 "--mode", "worker", "--worker-idle-s", "60")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [(p["variant"], p["shape_id"]) for p in record["processes"]] == [("default", SHAPE), ("tuned", SHAPE)]
+    ahead = [p["backends"]["flex"] for p in record["processes"]]
+    assert [o["status"] for o in ahead] == ["compiled", "compiled"], record
+    # What cannot run here is said, and what does not compile is not touched.
+    assert record["processes"][0]["backends"]["fa4"]["status"] == "unavailable"
+    assert "native" not in record["processes"][0]["backends"]
+    assert record["workers_started"] == 0 and not list((tmp_path / "workers").glob("w-*"))
+    assert record["leased_at"] <= record["processes"][0]["spawned_at"] <= record["processes"][-1]["exited_at"] \
+        <= record["ended_at"]
+    assert any((tmp_path / "build" / "compile-cache" / "inductor").rglob("*.so")), "no compiled kernel was cached"
+
+    # The default variant's job, in a process of its own, finds its FlexAttention kernel cached.
+    kernel_config = tmp_path / "aiter.json"
+    kernel_config.write_text(json.dumps({"fwd": {"default": {"BLOCK_M": 64, "BLOCK_N": 32}}}))
+    out = tmp_path / "process-0.json"
+    job = subprocess.run([sys.executable, "-m", "fabench.measure", "--spec", spec_of(config, "default").to_json(),
+                          "--aiter-config", str(kernel_config), "--out", str(out), "--process", "0"],
+                         cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=900)
+    assert job.returncode == 0, job.stdout + job.stderr
+    measured = json.loads(out.read_text())["backends"]["flex"]
+    assert measured["status"] == "ok", measured.get("reason")
+    assert measured["compile_s"] < ahead[0]["seconds"] / 2, (measured["compile_s"], ahead[0]["seconds"])
+
+
+def test_a_compiling_process_past_its_timeout_is_killed_and_recorded_and_the_compile_ahead_still_ends_well(tmp_path):
+    """Blind side: a process that hangs is the case timed here; one that crashes is recorded by the
+    same path (no record from it: its exit)."""
+    config = flex_config()
+    began = time.monotonic()
+    proc, record = compile_ahead(tmp_path, [spec_of(config, "default"), spec_of(config, "tuned")],
+                                 "--timeout-s", "0.2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - began < 60
+    assert [p["reason"] for p in record["processes"]] == [
+        "timed out after 0.2 s (measure.job_timeout_s): its compiling process was killed"] * 2
+    assert "2 of them failed" in proc.stdout
+
+
+@pytest.mark.parametrize("jobs, cores, expected", [(10, 16, 10), (10, 32, 10), (10, 2, 1), (10, 1, 1), (3, 6, 3),
+                                                   (20, 16, 14)])
+def test_the_compiling_processes_run_one_per_job_on_the_cores_left(jobs, cores, expected):
+    assert parallel_processes(jobs, cores) == expected
+
+
+@pytest.mark.parametrize("wanted, platform, docker, cluster, expected", [
+    ("gpu", "cuda", False, False, True), ("gpu", "rocm", False, False, True), ("gpu", "cpu", False, False, False),
+    ("always", "cpu", False, False, True), ("never", "cuda", False, False, False),
+    ("gpu", "cuda", True, False, False), ("gpu", "cuda", False, True, False), ("always", "cpu", False, True, False)])
+def test_the_workflow_compiles_ahead_on_a_gpu_on_the_local_executor_in_the_local_runtime(
+        wanted, platform, docker, cluster, expected):
+    """Blind side: whether the caches the jobs read are the ones filled (the container's, a cluster
+    node's) is why docker and cluster executors are left out, not tested."""
+    config = with_defaults({**default_config(), "measure": {"compile_ahead": wanted}})
+    assert Plan(config, REPO, docker=docker, platform=platform).compiles_ahead(cluster) is expected
+
+
+def test_the_workflow_compiles_ahead_before_its_first_job_and_its_report_says_so(tmp_path):
+    """Blind side: the CPU's one compiling process at a time (two cores); several side by side run
+    on a GPU host's cores in a GPU lease."""
+    config = {**flex_config(), "measure": {"compile_ahead": "always"}}
+    config["shapes"] = [config["shapes"][0]]
+    dry = snakemake(tmp_path, "--cores", "1", "report", "-n", config=config)
+    assert dry.returncode == 0 and not (tmp_path / "results" / "tiny" / "compile-ahead.json").exists()
+    proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    collected = json.loads((tmp_path / "results" / "tiny" / "results.json").read_text())
+    ahead = collected["compile_ahead"]
+    assert len(ahead["processes"]) == 2 and ahead["ended_at"] <= min(
+        t["phases"][0]["start"] for r in collected["results"] for t in r["timelines"])
+    report = (tmp_path / "results" / "tiny" / "report.md").read_text()
+    assert "compiling ahead for " in report and "2 processes, 1 at a time on the host with no job timed" in report
+    # Nothing left to measure: nothing compiled ahead, the record of the measured run kept.
+    again = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert again.returncode == 0 and "compiling ahead" not in again.stdout + again.stderr
+    assert json.loads((tmp_path / "results" / "tiny" / "compile-ahead.json").read_text()) == ahead
+
+
+def record(started: float, processes: list[dict], gpu_uuid: str | None = "GPU-a") -> dict:
+    return {"format": "fabench-compile-ahead-run/1", "started_at": started, "leased_at": started + 0.5,
+            "ended_at": started + 30.5, "host": "h", "gpu": "0", "gpu_uuid": gpu_uuid, "parallel": 8,
+            "workers_started": 2, "processes": processes}
+
+
+def test_the_time_line_counts_the_compile_ahead_and_flags_a_job_measured_on_its_gpu_while_it_ran():
+    """Constructed records: the compile ahead's summary, and the overlap that must not happen.
+    Blind side: whether the Snakefile really starts it before any job is the workflow test above."""
+    ahead = record(100.0, [{"backends": {"flex": {"status": "compiled"}, "fa4": {"status": "unavailable"},
+                                         "triton": {"status": "failed"}}},
+                           {"reason": "timed out", "backends": {}}])
+    assert compile_ahead_summary(ahead) == {"seconds": 30.0, "processes": 2, "parallel": 8, "gpu": "GPU-a",
+                                            "compiled": 1, "failed": 2}
+    early = {"job": "default b1", "process": 0, "gpu": "GPU-a", "host": "h", "start": 120.0, "end": 125.0}
+    after = {**early, "start": 131.0, "end": 135.0}
+    other_card = {**early, "gpu": "GPU-b"}
+    assert compiled_while_measuring([early, after, other_card], ahead) == [
+        "default b1 process 0 measured on GPU-a while kernels were compiled ahead there"]
+    assert compiled_while_measuring([early], record(100.0, [], gpu_uuid=None)) == []
+
+
+def test_an_earlier_workflows_compile_ahead_is_not_this_ones():
+    result = {"variant": "default", "shape_id": SHAPE, "platform": "cuda", "backends": {},
+              "method": {"process_exits": [{"index": 0, "gpu_uuid": "GPU-a", "host": "h"}]},
+              "timelines": [{"process": 0, "phases": [{"phase": "warm-up", "start": 140.0, "end": 150.0}]}]}
+    mine = run_time_line([result], workflow_started_at=99.0, report_at=160.0, compile_ahead=record(100.0, []))
+    assert mine["compile_ahead"]["seconds"] == 30.0 and mine["before_first_process_s"] == 41.0
+    earlier = run_time_line([result], workflow_started_at=101.0, report_at=160.0, compile_ahead=record(100.0, []))
+    assert earlier["compile_ahead"] is None
