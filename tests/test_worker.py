@@ -427,6 +427,7 @@ def test_killing_the_worker_mid_run_fails_the_job_it_held_and_the_run_finishes_t
     ({"mode": "fast"}, "invalid config: measure.mode: 'fast' is not one of ['worker', 'isolate']"),
     ({"worker_idle_s": 0}, "invalid config: measure.worker_idle_s: 0 is less than or equal to the minimum of 0"),
     ({"job_timeout_s": "1h"}, "invalid config: measure.job_timeout_s: '1h' is not of type 'number'"),
+    ({"compile_ahead": True}, "invalid config: measure.compile_ahead: True is not one of ['gpu', 'always', 'never']"),
 ])
 def test_a_bad_measure_setting_stops_the_run_in_one_line(tmp_path, bad, expected):
     proc = snakemake(tmp_path, "-n", "--cores", "1", "report", config=tiny_config(measure=bad))

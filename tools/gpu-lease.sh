@@ -12,9 +12,9 @@
 #               warm (w6), then the preview warm and, where cuda-bench is installed, the peer
 #               (nvbench, tools/nvbench_peer.py) on the same card, while card 1 runs the GPU tests;
 #               then both cards (m6).
-#   speed:      the verdicts plan's steps, for issue 37's acceptance: c7 cold, w7 warm, the preview,
-#               the peer and w7t2 (w7 with 2 trials per process) on card 0 beside the GPU tests on
-#               card 1; then m7 on both cards.
+#   speed:      the verdicts plan's steps, for issue 37's acceptance: c8 cold, w8 warm, the preview,
+#               the peer and w8n (w8 without compiling ahead) on card 0 beside the GPU tests on
+#               card 1; then m8 on both cards.
 #   tests:      the GPU tests' shared step on card 1 beside their workflow step on card 0.
 # Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts|speed|tests
 # A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
@@ -126,7 +126,7 @@ acceptance)
     timed preview on_card 1 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
     ;;
 verdicts|speed)
-    n=$([ "$plan" = verdicts ] && echo 6 || echo 7)
+    n=$([ "$plan" = verdicts ] && echo 6 || echo 8)
     gpu_tests 1 &
     tests=$!
     timed "c$n" on_card 0 experiment "c$n" --cores 1
@@ -139,10 +139,11 @@ verdicts|speed)
         note "peer: not run (cuda-bench is not installed)"
     fi
     if [ "$plan" = speed ]; then
-        # The trade-off beside the default, on the card the tests leave free: 2 trials per process
-        # instead of 3, warm, archived with the rest (its time, precision and verdicts against w7's).
-        printf 'timing:\n  trials: 2\n' > "$out/trials-2.yaml"
-        timed "w${n}t2" on_card 0 experiment "w${n}t2" --cores 1 --configfile "$out/trials-2.yaml"
+        # What compiling ahead costs a warm run: the same run with every job compiling its own
+        # (measure.compile_ahead: never), archived with the rest. (2 trials a process instead of 3
+        # was measured at 108259a: examples/h200-x2-speed-2026-11-27, w7t2.)
+        printf 'measure:\n  compile_ahead: never\n' > "$out/never.yaml"
+        timed "w${n}n" on_card 0 experiment "w${n}n" --cores 1 --configfile "$out/never.yaml"
     fi
     wait "$tests"
     timed "m$n" on_card 0,1 experiment "m$n" --profile profiles/multi-gpu --resources gpu=2

@@ -36,7 +36,7 @@ from fabench.measure.backends.failures import classify_failure
 from fabench.measure.backends.registry import Backend, Problem, process_configs_dir
 from fabench.measure.device import platform as plat
 from fabench.measure.invocation import job_arguments
-from fabench.measure.job import _kernel_config, backend_here, end_now, make_inputs, shared_here, use_cpu_threads
+from fabench.measure.job import backend_here, end_now, kernel_config_record, make_inputs, shared_here, use_cpu_threads
 from fabench.measure.spec import JobSpec
 
 IMPORTS_ENDED = time.time()
@@ -77,9 +77,10 @@ def compile_job(spec: JobSpec) -> dict:
     runnable, outcomes = compiled_backends(spec, platform)
     if runnable:
         with clock.phase("aiter config read-back"):
-            patched = Path(process_configs_dir()) / f"{spec.variant}.json"
+            # Beside, not among, the configs aiter's loader is pointed at (load_patched places them).
+            patched = Path(process_configs_dir()) / "patched" / f"{spec.variant}.json"
             aiter_config.patch_local(dict(spec.triton), patched, patched.with_suffix(".meta.json"))
-            kernel_config = _kernel_config(spec.triton, patched, platform, settings.dtype)
+            kernel_config = kernel_config_record(spec.triton, patched, platform, settings.dtype)
         with clock.phase("inputs"):
             q, k, v = make_inputs(spec.shape, getattr(torch, settings.dtype), settings.seed,
                                   plat.named(platform).device)

@@ -128,7 +128,7 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
         job = measurement(settings, platform, shape)
         gpu_state = GpuState(platform)
     with clock.phase("aiter config read-back"):
-        kernel_config = _kernel_config(spec.triton, kernel_config_path, platform, settings.dtype)
+        kernel_config = kernel_config_record(spec.triton, kernel_config_path, platform, settings.dtype)
     shared = shared_here(spec)
     cells = {name: Cell(backend_here(name, settings, platform), None, None, job, process)
              for name in settings.backends if name not in shared}
@@ -308,7 +308,7 @@ def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
     }
 
 
-def _kernel_config(triton: dict, path: Path | None, platform: str | None = None, dtype: str = "float16") -> dict:
+def kernel_config_record(triton: dict, path: Path | None, platform: str | None = None, dtype: str = "float16") -> dict:
     """The Triton-role config this job measures: from the patched file when given (what aiter reads),
     with what aiter's own loader read from that file wherever aiter is installed (CPU included)."""
     if path is None:
