@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fabench.analysis.timeline import compile_ahead_summary, compiled_while_measuring, run_time_line
-from fabench.measure.launch.compile_ahead import parallel_processes
+from fabench.measure.launch.compile_ahead import STAMPS, parallel_processes
 from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id
 from test_plan import with_defaults
@@ -70,6 +70,18 @@ def test_the_jobs_kernels_are_compiled_ahead_into_the_cache_their_job_then_reads
     assert record["leased_at"] <= record["processes"][0]["spawned_at"] <= record["processes"][-1]["exited_at"] \
         <= record["ended_at"]
     assert any((tmp_path / "build" / "compile-cache" / "inductor").rglob("*.so")), "no compiled kernel was cached"
+    assert len(list((tmp_path / STAMPS).glob("*.json"))) == 2 and record["cached"] == []
+
+    # Again, into the same cache: each job's stamp says it was compiled ahead, and nothing is compiled.
+    began = time.monotonic()
+    again, second = compile_ahead(tmp_path, [spec_of(config, "default"), spec_of(config, "tuned")])
+    assert again.returncode == 0 and second["processes"] == [], again.stdout + again.stderr
+    assert second["cached"] == [{"variant": "default", "shape_id": SHAPE}, {"variant": "tuned", "shape_id": SHAPE}]
+    assert time.monotonic() - began < 15
+    # A job whose spec differs (another shape) has no stamp: compiled.
+    other = job_spec(config, "default", parse_shape_id("b1-s64-h2-d64"), platform="cpu")
+    _, third = compile_ahead(tmp_path, [other, spec_of(config, "tuned")], "--timeout-s", "0.2")
+    assert [p["shape_id"] for p in third["processes"]] == ["b1-s64-h2-d64"] and len(third["cached"]) == 1
 
     # The default variant's job, in a process of its own, finds its FlexAttention kernel cached.
     kernel_config = tmp_path / "aiter.json"
@@ -96,6 +108,7 @@ def test_a_compiling_process_past_its_timeout_is_killed_and_recorded_and_the_com
     assert [p["reason"] for p in record["processes"]] == [
         "timed out after 0.2 s (measure.job_timeout_s): its compiling process was killed"] * 2
     assert "2 of them failed" in proc.stdout
+    assert not list((tmp_path / STAMPS).glob("*.json"))  # nothing compiled: no stamp, compiled again next time
 
 
 @pytest.mark.parametrize("jobs, cores, expected", [(10, 16, 10), (10, 32, 10), (10, 2, 1), (10, 1, 1), (3, 6, 3),
@@ -130,11 +143,23 @@ def test_the_workflow_compiles_ahead_before_its_first_job_and_its_report_says_so
     assert len(ahead["processes"]) == 2 and ahead["ended_at"] <= min(
         t["phases"][0]["start"] for r in collected["results"] for t in r["timelines"])
     report = (tmp_path / "results" / "tiny" / "report.md").read_text()
-    assert "compiling ahead for " in report and "2 processes, 1 at a time on the host with no job timed" in report
+    assert "before compiling ahead (checking the config, planning the jobs), compiled ahead for " in report
+    assert "(2 processes, 1 at a time on the host with no job timed, made 2 compiled backends' first calls" in report
     # Nothing left to measure: nothing compiled ahead, the record of the measured run kept.
     again = snakemake(tmp_path, "--cores", "1", "report", config=config)
     assert again.returncode == 0 and "compiling ahead" not in again.stdout + again.stderr
     assert json.loads((tmp_path / "results" / "tiny" / "compile-ahead.json").read_text()) == ahead
+    # Results deleted are measured again: their kernels were compiled ahead before, so none is compiled.
+    for variant in ("default", "tuned"):
+        (tmp_path / "results" / "tiny" / variant / f"{SHAPE}.json").unlink()
+        (tmp_path / "results" / "tiny" / variant / SHAPE / "process-0.json").unlink()
+    third = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    latest = json.loads((tmp_path / "results" / "tiny" / "compile-ahead.json").read_text())
+    assert latest["processes"] == [] and [c["variant"] for c in latest["cached"]] == ["default", "tuned"]
+    report = (tmp_path / "results" / "tiny" / "report.md").read_text()
+    assert "compiled ahead for " in report
+    assert "(none: the kernels of its 2 jobs were compiled ahead before, into this compile cache; " in report
 
 
 def record(started: float, processes: list[dict], gpu_uuid: str | None = "GPU-a") -> dict:
@@ -150,7 +175,7 @@ def test_the_time_line_counts_the_compile_ahead_and_flags_a_job_measured_on_its_
                                          "triton": {"status": "failed"}}},
                            {"reason": "timed out", "backends": {}}])
     assert compile_ahead_summary(ahead) == {"seconds": 30.0, "processes": 2, "parallel": 8, "gpu": "GPU-a",
-                                            "compiled": 1, "failed": 2}
+                                            "compiled": 1, "failed": 2, "cached": 0}
     early = {"job": "default b1", "process": 0, "gpu": "GPU-a", "host": "h", "start": 120.0, "end": 125.0}
     after = {**early, "start": 131.0, "end": 135.0}
     other_card = {**early, "gpu": "GPU-b"}
@@ -165,5 +190,7 @@ def test_an_earlier_workflows_compile_ahead_is_not_this_ones():
               "timelines": [{"process": 0, "phases": [{"phase": "warm-up", "start": 140.0, "end": 150.0}]}]}
     mine = run_time_line([result], workflow_started_at=99.0, report_at=160.0, compile_ahead=record(100.0, []))
     assert mine["compile_ahead"]["seconds"] == 30.0 and mine["before_first_process_s"] == 41.0
+    assert mine["before_compile_ahead_s"] == 1.0 and mine["after_compile_ahead_s"] == 9.5
+    assert mine["measure_span_s"] == 10.0
     earlier = run_time_line([result], workflow_started_at=101.0, report_at=160.0, compile_ahead=record(100.0, []))
     assert earlier["compile_ahead"] is None

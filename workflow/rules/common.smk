@@ -10,7 +10,13 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config_layers
-from fabench.plan import WORKFLOW_STARTED, Plan, PlanError, compile_ahead_record, layer_user_config
+from fabench.plan import (
+    WORKFLOW_STARTED,
+    Plan,
+    PlanError,
+    compile_ahead_record,
+    layer_user_config,
+)
 from fabench.results import archive_read
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
 from fabench.shapes import SHAPE_ID_PATTERN

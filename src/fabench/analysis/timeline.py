@@ -183,12 +183,14 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
     waiting = sum(p["waiting_s"] for p in processes)
     in_processes = sum(p["end"] - p["start"] for p in processes) - waiting
     first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)
-    groups = group_shares(by_group, in_processes)
-    workers = len({p["worker"] for p in processes if p["worker"]})
-    stops = trial_stops(results)
     # Only this workflow's compile ahead: one recorded by an earlier Snakemake is not in its span.
     ahead = compile_ahead if compile_ahead and not (
         workflow_started_at and compile_ahead.get("started_at", 0) < workflow_started_at) else None
+    # The measuring workers it started import beside it: the jobs' span begins when it ended.
+    first_job = max(first, ahead["ended_at"]) if ahead else first
+    groups = group_shares(by_group, in_processes)
+    workers = len({p["worker"] for p in processes if p["worker"]})
+    stops = trial_stops(results)
     return {
         "cpu": cpu,
         "jobs": len({p["job"] for p in processes}),
@@ -198,8 +200,11 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "measuring_s": sum(by_group[g] for g in MEASURING),
         "groups": groups,
         "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),
-        "measure_span_s": last - first,
+        "measure_span_s": last - first_job,
         **workflow_spans(processes, first, last, workflow_started_at, report_at),
+        # With a compile ahead: Snakemake before it, and from its end to the first job on a device.
+        "before_compile_ahead_s": (ahead["started_at"] - workflow_started_at) if ahead and workflow_started_at else None,
+        "after_compile_ahead_s": (min(_on_gpu_from(p) for p in processes) - ahead["ended_at"]) if ahead else None,
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
         "workers": workers,
         "in_workers": sum(1 for p in processes if p["worker"]),
@@ -261,13 +266,14 @@ def gpu_overlaps(processes: list[dict]) -> list[str]:
 
 def compile_ahead_summary(record: dict) -> dict:
     """The compile ahead in a line: how long it held its GPU, its processes, how many at a time, the
-    kernels' first calls it made and the processes or backends that failed (their jobs compiled
-    for themselves)."""
+    kernels' first calls it made, the processes or backends that failed (their jobs compiled for
+    themselves) and the jobs it found compiled ahead before (their stamps)."""
     processes = record.get("processes") or []
     outcomes = [o for p in processes for o in (p.get("backends") or {}).values()]
     return {"seconds": record["ended_at"] - record["leased_at"], "processes": len(processes),
             "parallel": record.get("parallel"), "gpu": record.get("gpu_uuid") or record.get("gpu"),
             "compiled": sum(1 for o in outcomes if o.get("status") == "compiled"),
+            "cached": len(record.get("cached") or []),
             "failed": sum(1 for p in processes if p.get("reason"))
             + sum(1 for o in outcomes if o.get("status") == "failed")}
 

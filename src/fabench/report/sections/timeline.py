@@ -51,6 +51,8 @@ def context(run: Run, published: dict | None) -> dict | None:
         "workers_waiting": seconds(line["workers_waiting_s"]) if line["workers_waiting_s"] >= 0.1 else None,
         "workflow": seconds(line["workflow_s"]),
         "before_first_process": seconds(line["before_first_process_s"]),
+        "before_compile_ahead": seconds(line["before_compile_ahead_s"]),
+        "after_compile_ahead": seconds(line["after_compile_ahead_s"]),
         "after_last_process": seconds(line["after_last_process_s"]),
         "measured_before_workflow": line["measured_before_workflow"],
         "earlier_processes": line["earlier_processes"],
