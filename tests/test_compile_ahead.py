@@ -72,9 +72,11 @@ def test_the_jobs_kernels_are_compiled_ahead_into_the_cache_their_job_then_reads
     assert any((tmp_path / "build" / "compile-cache" / "inductor").rglob("*.so")), "no compiled kernel was cached"
     assert len(list((tmp_path / STAMPS).glob("*.json"))) == 2 and record["cached"] == []
 
-    # Again, into the same cache: each job's stamp says it was compiled ahead, and nothing is compiled.
+    # Another run of the same jobs, into the same cache: each job's stamp says it was compiled ahead
+    # (a run's name is no part of its kernels), and nothing is compiled.
     began = time.monotonic()
-    again, second = compile_ahead(tmp_path, [spec_of(config, "default"), spec_of(config, "tuned")])
+    renamed = {**config, "run": "another"}
+    again, second = compile_ahead(tmp_path, [spec_of(renamed, "default"), spec_of(renamed, "tuned")])
     assert again.returncode == 0 and second["processes"] == [], again.stdout + again.stderr
     assert second["cached"] == [{"variant": "default", "shape_id": SHAPE}, {"variant": "tuned", "shape_id": SHAPE}]
     assert time.monotonic() - began < 15

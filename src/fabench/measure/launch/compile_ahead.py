@@ -91,15 +91,17 @@ def parallel_processes(jobs: int, cores: int) -> int:
 
 
 def stamp_facts(spec, lease, env: dict) -> dict:
-    """What a job's compiled kernels depend on: its spec (shape, dtype, variant, backends), the host
-    and the GPU (its visibility: a card's UUID), the compilers' versions, the backends' code, and
-    the cache folders they were written to."""
+    """What a job's compiled kernels depend on: its spec but the run's name (shape, dtype, the
+    variant's config, the backends; on an H200 a run of another name found no stamp of the run
+    before it and compiled everything ahead again), the host and the GPU (its visibility: a card's
+    UUID), the compilers' versions, the backends' code, and the cache folders they were written to."""
     code = hashlib.sha256()
     for part in BACKEND_CODE:
         root = PACKAGE / part
         for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
             code.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
-    return {"spec": spec.to_json(), "host": socket.gethostname(), "gpu": lease.gpu,
+    job = {key: value for key, value in spec.to_dict().items() if key != "run"}
+    return {"job": job, "host": socket.gethostname(), "gpu": lease.gpu,
             "visible_devices": lease.visible_devices, "python": sys.executable,
             "versions": {name: installed_version(name) for name in COMPILERS},
             "code": code.hexdigest(), "caches": {key: env.get(key) for key in CACHE_ENV}}
