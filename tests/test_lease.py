@@ -234,6 +234,21 @@ def test_amd_gpus_are_read_from_the_kfd_topology_in_rocr_order(tmp_path):
     assert gpus[2].visible == {"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "0"}
 
 
+def test_a_pool_of_one_gpu_names_the_lease_before_it_is_taken_and_the_lease_is_that_one(tmp_path):
+    """sole_gpu: what a job's launcher starts its worker for before waiting (runner). Blind side: a
+    real NVIDIA host's single GPU (one UUID visible) is the GPU lease's case; here a declared one."""
+    env = lease_env(tmp_path, "3")
+    predicted = lease.sole_gpu(env)
+    with lease.acquire(env=env) as held:
+        assert (predicted.source, predicted.gpu, predicted.visible_devices) == \
+            (held.source, held.gpu, held.visible_devices)
+    assert predicted.inheritable_fds() == () and not list((tmp_path / "leases").glob("*.holder.json"))
+    assert lease.sole_gpu(lease_env(tmp_path, "0,1")) is None  # which one is known once one is free
+    assert lease.sole_gpu({**env, lease.LEASE_ENV: json.dumps(held.record())}) is None  # inherited
+    assert lease.sole_gpu({**env, lease.SCHEDULER_ENV: "7", "CUDA_VISIBLE_DEVICES": "0"}) is None
+    assert lease.sole_gpu(lease_env(tmp_path, "0,0")) is None  # a bad declaration: acquire says why
+
+
 def test_nvidia_gpus_are_read_from_the_drivers_folder_in_pci_order_and_made_visible_by_uuid(tmp_path):
     """Blind side: the folder's layout is the driver's as seen on two H200s (a folder per PCI address
     holding `information`); whether its order is NVML's on a real host is

@@ -198,6 +198,44 @@ def test_only_a_job_planned_for_a_gpu_and_leased_one_starts_workers_ahead():
         assert runner.rounds_ahead(spec, lease) == rounds, (platform, lease.gpu)
 
 
+def test_a_job_on_a_host_of_one_gpu_starts_its_workers_before_waiting_for_the_lease(tmp_path, worker_dir,
+                                                                                     monkeypatch):
+    """Its rounds' workers start without waiting, before the lease (the GPU is the pool's one); where
+    the GPU is not known before the lease (two), in isolate mode, or on a CPU, none. Blind side: the
+    GPU test step's queue it shortens is measured in a GPU lease."""
+    import argparse
+
+    monkeypatch.setenv("FABENCH_WORKER_DIR", str(worker_dir))
+    monkeypatch.delenv("FABENCH_WORKFLOW", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PYTHONPATH", source_path())
+    monkeypatch.setenv("FABENCH_LEASE_DIR", str(tmp_path / "leases"))
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config()
+    config["timing"] = {**config["timing"], "repeats": 2}
+
+    def args(platform, mode="worker"):
+        spec = job_spec(config, "tuned", parse_shape_id(SHAPE), platform=platform)
+        return argparse.Namespace(mode=mode, spec=spec, worker_idle_s=IDLE_S)
+
+    monkeypatch.setenv("FABENCH_GPUS", "0,1")
+    assert runner.start_workers_before_lease(args("cuda")) == []
+    monkeypatch.setenv("FABENCH_GPUS", "0")
+    assert runner.start_workers_before_lease(args("cpu")) == []
+    assert runner.start_workers_before_lease(args("cuda", "isolate")) == []
+    began = time.monotonic()
+    names = runner.start_workers_before_lease(args("cuda"))
+    assert len(names) == 2 and time.monotonic() - began < 5  # not waited for
+    deadline = time.monotonic() + 120
+    while len(live_workers(worker_dir)) < 2:
+        assert time.monotonic() < deadline, "the workers started before the lease never came up"
+        time.sleep(0.1)
+    # The lease the job then takes is the one they were started for: the job's worker is one of them.
+    with device_lease.acquire() as held:
+        assert worker_client.address(worker_client.identity(held, 0)).name in names
+    assert runner.start_workers_before_lease(args("cuda")) == []  # running: not started twice
+
+
 def failed_alone(out, reason: str) -> None:
     """The job's process file is the record of a process that wrote no result (as in isolate mode):
     every backend failed with `reason`, the worker's exit in the method."""

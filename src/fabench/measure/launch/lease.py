@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.measure.launch.devices import Gpu, gpu_pool
+from fabench.measure.launch.devices import DeviceError, Gpu, gpu_pool
 from fabench.measure.visibility import LEASE_ENV, VISIBLE_VARS
 from fabench.places import LEASE_DIR_ENV, lease_folder, lock_at_once, open_file, shared_dir
 
@@ -105,6 +105,25 @@ def acquire(env: dict[str, str] | None = None, say=print, poll_s: float = 0.5) -
         return Lease(source="none", gpu=None, visible_devices={v: env.get(v) for v in VISIBLE_VARS},
                      found_by=found_by)
     return wait_for_gpu(pool, found_by, lease_dir(env), say, poll_s)
+
+
+def sole_gpu(env: dict[str, str] | None = None) -> Lease | None:
+    """The lease `acquire` will give when this host's pool is one GPU that no scheduler gave nor
+    parent leased: its GPU and visibility, unheld (no lock is taken). None otherwise: which GPU of
+    several a job gets is known only once one is free. A job's launcher starts its measuring worker
+    for it before waiting for the lease (fabench.measure.launch.runner)."""
+    env = dict(os.environ if env is None else env)
+    if env.get(LEASE_ENV) or scheduler_chose(env):
+        return None
+    try:
+        pool, found_by = gpu_pool(env)
+    except DeviceError:
+        return None
+    if len(pool) != 1:
+        return None
+    gpu = pool[0]
+    return Lease(source="lease", gpu=gpu.id, visible_devices={v: gpu.visible.get(v) for v in VISIBLE_VARS},
+                 device_nodes=list(gpu.device_nodes), found_by=found_by)
 
 
 def check_environment(env: dict[str, str] | None = None) -> None:

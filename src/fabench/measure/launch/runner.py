@@ -47,7 +47,7 @@ from fabench.measure.invocation import (USAGE, config_bounded, job_arguments, me
                                         report_failure)
 from fabench.measure.launch.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
-from fabench.measure.launch.worker_client import run_in_worker
+from fabench.measure.launch.worker_client import run_in_worker, start_ahead
 from fabench.measure.record import SKIPPED_KEY
 from fabench.places import remove_orphaned_scratch
 from fabench.platforms import PlatformName
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     watch_workflow()
     commit = args.project_commit or git_commit(Path(__file__).parent)
+    args.workers_started = start_workers_before_lease(args)
     try:
         lease = device_lease.acquire()
     except DeviceError as err:
@@ -117,6 +118,22 @@ def run(args: argparse.Namespace) -> int:
     with lease:
         args.lease = lease
         return one_process(args, commit)
+
+
+def start_workers_before_lease(args: argparse.Namespace) -> list[str]:
+    """In worker mode on a host whose pool is one GPU, start that GPU's measuring workers for the job's
+    rounds (those not running) before waiting for its lease: a worker only imports until a job hands
+    it the lease (~15 s on an H200), so it starts while another job measures, not while this one
+    holds the GPU. On a GPU test step 8 jobs queued for one card's lease, each then holding it
+    through its worker's start-up (examples/h200-x2-compile-ahead-2026-11-27). Where the pool is
+    several GPUs, the lease picks one first (rounds_ahead); none on a CPU."""
+    if args.mode != "worker":
+        return []
+    predicted = device_lease.sole_gpu()
+    if predicted is None:
+        return []
+    rounds = list(rounds_ahead(args.spec, predicted))
+    return start_ahead(predicted, rounds, args.worker_idle_s, args.spec.settings.backends) if rounds else []
 
 
 def process_started_at() -> float | None:
@@ -172,7 +189,8 @@ def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Pat
     print(f"[fabench] process {index}: measuring worker of round {index}", flush=True)
     ahead = rounds_ahead(args.spec, args.lease)
     return run_in_worker(request, args.lease, index, args.worker_idle_s, args.timeout_s, rounds_ahead=ahead,
-                         start_up=args.spec.settings.backends if ahead else ())
+                         start_up=args.spec.settings.backends if ahead else (),
+                         started_here=tuple(args.workers_started))
 
 
 def rounds_ahead(spec, lease) -> range:

@@ -112,12 +112,15 @@ def address(facts: dict, env: dict | None = None) -> Address:
 
 
 def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: float | None,
-                  out=None, rounds_ahead: range = range(0), start_up: tuple[str, ...] = ()) -> dict:
+                  out=None, rounds_ahead: range = range(0), start_up: tuple[str, ...] = (),
+                  started_here: tuple[str, ...] = ()) -> dict:
     """Measure one job in the worker of (lease's GPU, round `process`), starting one when none
     answers; the workers of `rounds_ahead` (the job's other rounds) are started too, not waited
     for (start_ahead). A worker started here makes the start-up imports of the backends `start_up`
-    names. Returns how it ended: exit_code (None when the worker died or was killed), spawned_at and
-    exited_at (epoch seconds), the worker's hello, and a reason when no exit code came."""
+    names; `started_here` names the workers this job's launcher started before its lease, which the
+    record counts as this job's. Returns how it ended: exit_code (None when the worker died or was
+    killed), spawned_at and exited_at (epoch seconds), the worker's hello, and a reason when no exit
+    code came."""
     out = out or sys.stdout.buffer
     facts = identity(lease, process)
     where = address(facts)
@@ -127,7 +130,8 @@ def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: 
         if attempt == 0:
             start_ahead(lease, [r for r in rounds_ahead if r != process], idle_s, start_up)
         try:
-            return exchange(conn, dict(request, sent_at=time.time()), lease, timeout_s, out, began, started)
+            return exchange(conn, dict(request, sent_at=time.time()), lease, timeout_s, out, began,
+                            started or where.name in started_here)
         except WorkerGone:
             if attempt == 2:
                 raise
