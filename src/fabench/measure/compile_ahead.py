@@ -48,8 +48,9 @@ def compiled_backends(spec: JobSpec, platform) -> tuple[dict[str, Backend], dict
     that cannot (the job's own choice: shared backends left to the first variant's job, the CPU's
     leave_out)."""
     runnable, outcomes = {}, {}
+    shared = shared_here(spec)
     for name in spec.settings.backends:
-        if name in shared_here(spec):
+        if name in shared:
             continue
         try:
             backend = backend_here(name, spec.settings, platform)
