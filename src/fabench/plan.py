@@ -44,13 +44,13 @@ VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 # When this Snakemake started (its Snakefile parsed), written once the workflow runs (Snakefile
 # onstart), so that the report can say how long the whole run took, from Snakemake's start.
 WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
+# The rules whose jobs talk to the Docker engine when the runtime is docker.
+ENGINE_RULES = frozenset({"build_image", "patch_config", "measure"})
 
 
 def compile_ahead_record(run: str) -> str:
     """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.compile_ahead)."""
     return f"results/{run}/compile-ahead.json"
-# The rules whose jobs talk to the Docker engine when the runtime is docker.
-ENGINE_RULES = frozenset({"build_image", "patch_config", "measure"})
 
 
 class PlanError(ValueError):

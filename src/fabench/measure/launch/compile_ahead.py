@@ -34,8 +34,8 @@ time line its span.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import signal
@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from fabench.files import write_json
+from fabench.gitinfo import package_version
 from fabench.measure.invocation import (CACHE_ENV, COMPILE_CACHE, Parser, config_bounded, job_spec_arg,
                                         measuring_environment)
 from fabench.measure.launch import lease as device_lease
@@ -95,23 +96,22 @@ def stamp_facts(spec, lease, env: dict) -> dict:
     variant's config, the backends; on an H200 a run of another name found no stamp of the run
     before it and compiled everything ahead again), the host and the GPU (its visibility: a card's
     UUID), the compilers' versions, the backends' code, and the cache folders they were written to."""
+    job = {key: value for key, value in spec.to_dict().items() if key != "run"}
+    return {"job": job, "host": socket.gethostname(), "gpu": lease.gpu,
+            "visible_devices": lease.visible_devices, "python": sys.executable,
+            "versions": {name: package_version(name) for name in COMPILERS},
+            "code": backend_code(), "caches": {key: env.get(key) for key in CACHE_ENV}}
+
+
+@functools.lru_cache(maxsize=1)
+def backend_code() -> str:
+    """The digest of the code that decides what a job compiles (BACKEND_CODE), read once."""
     code = hashlib.sha256()
     for part in BACKEND_CODE:
         root = PACKAGE / part
         for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
             code.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
-    job = {key: value for key, value in spec.to_dict().items() if key != "run"}
-    return {"job": job, "host": socket.gethostname(), "gpu": lease.gpu,
-            "visible_devices": lease.visible_devices, "python": sys.executable,
-            "versions": {name: installed_version(name) for name in COMPILERS},
-            "code": code.hexdigest(), "caches": {key: env.get(key) for key in CACHE_ENV}}
-
-
-def installed_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return code.hexdigest()
 
 
 def stamp_path(facts: dict) -> Path:

@@ -121,9 +121,13 @@ def sole_gpu(env: dict[str, str] | None = None) -> Lease | None:
         return None
     if len(pool) != 1:
         return None
-    gpu = pool[0]
+    return lease_of(pool[0], found_by)
+
+
+def lease_of(gpu: Gpu, found_by: str, **held) -> Lease:
+    """The lease of `gpu`: what a job's processes see of it; `held`, the lock's fields once taken."""
     return Lease(source="lease", gpu=gpu.id, visible_devices={v: gpu.visible.get(v) for v in VISIBLE_VARS},
-                 device_nodes=list(gpu.device_nodes), found_by=found_by)
+                 device_nodes=list(gpu.device_nodes), found_by=found_by, **held)
 
 
 def check_environment(env: dict[str, str] | None = None) -> None:
@@ -207,9 +211,7 @@ def try_lock(gpu: Gpu, directory: Path, found_by: str, say) -> Lease | None:
     with contextlib.suppress(OSError):
         write_json(holder_path(path), {"pid": os.getpid(), "host": socket.gethostname(), "gpu": gpu.id,
                                        "since": time.time(), "command": sys.argv})
-    return Lease(source="lease", gpu=gpu.id, visible_devices={v: gpu.visible.get(v) for v in VISIBLE_VARS},
-                 device_nodes=list(gpu.device_nodes), found_by=found_by, lock=str(path),
-                 taken_over_from=stale.get("pid") if stale else None, _fd=fd)
+    return lease_of(gpu, found_by, lock=str(path), taken_over_from=stale.get("pid") if stale else None, _fd=fd)
 
 
 def read_holder(lock: Path) -> dict | None:
