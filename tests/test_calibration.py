@@ -13,7 +13,7 @@ import os
 import pytest
 
 from fabench.analysis import analyse_run, calibration, policy
-from fabench.analysis.identity import hardware_identity, hardware_key
+from fabench.analysis.identity import PairType, hardware_identity, hardware_key
 from fabench.analysis.policy import Rule
 from fabench.report.compare_markdown import render_markdown
 from fabench.results.archive_read import list_entries
@@ -47,21 +47,30 @@ def _read_again():
     calibration.calibrations.cache_clear()
 
 
+def same_card_margin(data: dict, margin: float) -> None:
+    data["fits"][data["fallback"]]["pair_types"]["same card"]["steady"]["margin"] = margin
+
+
 def test_the_rule_takes_its_fitted_values_from_the_calibration_and_a_margin_there_changes_verdicts(tmp_path, monkeypatch):
     old, new = analysed("cuda-13.0/0001-d37d7e44"), analysed("cuda-13.0/0002-7a004542")
     h200 = hardware_identity(old)
     fit = calibration.calibration_for(h200)
     rule = Rule.of({}, h200)
-    assert (rule.margin, rule.between_run, rule.between_card, rule.fit) == (
-        fit["margin"], fit["between_run"], fit["between_card"], fit["name"])
+    assert rule.fit == fit["name"] and rule.margin is None
+    for kind in PairType:
+        values = calibration.pair_values(fit, str(kind))
+        pair = rule.for_pair(kind)
+        assert (pair.steady.margin, pair.steady.scale, pair.steady.variance) == (
+            values["steady"]["margin"], values["steady"]["scale"], values["steady"]["noise"] ** 2)
+        assert (pair.capped.margin, pair.capped.variance) == (values["capped"]["margin"], values["capped"]["noise"] ** 2)
     entry = next(b for r in new for b in r["backends"].values() if b["status"] == "ok" and b["stats"].get("stable"))
     slower = json.loads(json.dumps(entry))
     for figure in ("device_ms", "wall_mean_ms", "device_cycles"):  # a slower kernel, in cycles too
         if slower["stats"].get(figure):
             slower["stats"][figure]["median"] *= 1.03
     assert policy.judge(entry, slower, Rule.of({}), hardware=(h200, h200))["code"] == policy.Code.REGRESSION
-    # The same +3% under a fit whose margin is 5%: within it. Nothing else read the value.
-    yaml_with(tmp_path, monkeypatch, lambda d: d["fits"][d["fallback"]].update(margin=0.05))
+    # The same +3% under a fit whose same-card margin is 5%: within it. Nothing else read the value.
+    yaml_with(tmp_path, monkeypatch, lambda d: same_card_margin(d, 0.05))
     verdict = policy.judge(entry, slower, Rule.of({}), hardware=(h200, h200))
     assert verdict["code"] != policy.Code.REGRESSION and verdict["values"]["margin"] == 0.05
     assert verdict["calibrated"] is True
@@ -87,47 +96,48 @@ def test_calibrated_only_when_the_rule_is_the_fits():
         marks = {v.get("calibrated") for v in (policy.judge(a, b, rule, hardware=(h200, h200)) for a, b in pairs)
                  if "calibrated" in v}
         assert marks == {expected}
-    # The fit's own margin given by hand is the fit's rule: calibrated.
-    same = Rule.of({"comparison": {"margin": fit.margin}})
-    assert same.calibrated_on(h200) and not by_hand.calibrated_on(h200) and not fit.calibrated_on(MI300X)
+    # A margin given by hand replaces every pair type's fitted one: not the fit's rule, whatever its value.
+    same = Rule.of({"comparison": {"margin": fit.for_pair(PairType.SAME_CARD).margin}})
+    assert fit.calibrated_on(h200) and not same.calibrated_on(h200) and not by_hand.calibrated_on(h200)
+    assert not fit.calibrated_on(MI300X)
 
 
 def test_no_fitted_value_is_copied_into_the_source():
     """Each fitted value lives in calibrations.yaml only (a literal of it in src/ would be a second
     source). Blind side: a value written another way (1.35e-2) is not found."""
-    values = {repr(fit[key]) for fit in calibration.calibrations().values() for key in calibration.FITTED_VALUES
-              if fit[key] not in (0, 0.0)}
+    values = {repr(v[key]) for fit in calibration.calibrations().values() for kind in fit["pair_types"].values()
+              for v in kind.values() for key in ("margin", "noise", "scale") if v[key] not in (0, 0.0, 1.0)}
+    values |= {repr(fit["floor"]) for fit in calibration.calibrations().values()}
     found = [(path.name, value) for path in (REPO / "src").rglob("*.py") for value in values
              if re.search(rf"(?<![\d.]){re.escape(value)}(?![\d])", path.read_text())]
     assert values and found == []
 
 
-def test_every_calibration_names_real_runs_and_at_least_one_of_its_own_hardware():
+def test_every_calibration_names_real_runs_and_at_least_one_of_its_own_hardware(tmp_path):
+    from fabench.results.named_runs import named_runs
+
     for key, fit in calibration.calibrations().items():
-        own = []
-        for run in fit["runs"]:
-            entry = REPO / run["archive"] / run["entry"]
-            results = json.loads((entry / "results.json").read_text())["results"]
-            assert (entry / "SHA256SUMS").is_file() and str(run["measured"]) in results[0]["method"]["process_exits"][0]["started"]
-            own.append(hardware_key(hardware_identity(results)) == key)
+        runs = named_runs(fit["runs"] + fit["validation"], REPO, tmp_path)
+        assert len(runs) == len(fit["runs"]) + len(fit["validation"])
+        for named, (_, results) in zip(fit["runs"] + fit["validation"], runs):
+            assert str(named["measured"]) in results[0]["method"]["process_exits"][0]["started"]
+        own = [hardware_key(hardware_identity(results)) == key for _, results in runs[:len(fit["runs"])]]
         assert any(own), key  # a calibration fitted on other hardware only would be none
 
 
-def test_the_held_out_runs_are_in_their_archives_and_held_out_until_a_fit_names_them(tmp_path, monkeypatch):
-    import tarfile
+def test_runs_are_fitted_validation_or_test_until_a_fit_names_them(tmp_path, monkeypatch):
+    from fabench.analysis.detector import scope_of
 
     (fit,) = {fit["name"]: fit for fit in calibration.calibrations().values()}.values()
-    for run in fit["held_out"]:
-        with tarfile.open(REPO / run["archive"]) as tar:
-            assert f"archive/{run['entry']}/results.json" in tar.getnames(), run
-    held = {run["entry"].split("/")[-1] for run in fit["held_out"]}
-    assert len(held) == 7 and {calibration.held_out_runs()[r] for r in held} == {"held out"}
-    # A fit that names one of them among its runs makes it in-sample (and may not also hold it out).
+    seen = {run["entry"].split("/")[-1] for run in fit["validation"]}
+    assert len(seen) == 8 and {calibration.run_scopes()[r] for r in seen} == {"validation"}
+    assert scope_of("cuda-13.0/0009-0123abcd") == "test"  # any run no fit names: a test run
+    # A fit that names one of them among its runs makes it fitted (and may not also list it as seen).
     def name_one(data):
         chosen = data["fits"][data["fallback"]]
-        chosen["runs"].append(chosen["held_out"].pop())
+        chosen["runs"].append(chosen["validation"].pop())
     yaml_with(tmp_path, monkeypatch, name_one)
-    assert sorted(calibration.held_out_runs().values()).count("fitted") == 6
+    assert sorted(calibration.run_scopes().values()).count("fitted") == len(fit["runs"]) + 1
 
 
 def test_a_verdict_by_the_rule_says_whether_its_hardware_is_calibrated():
@@ -155,17 +165,24 @@ def test_the_comparison_names_uncalibrated_hardware_in_one_line():
     assert len(lines) == 1 and "AMD Instinct MI300X" in lines[0]
 
 
+STEADY = "pair_types.same card.steady"
+
+
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: d["fits"][d["fallback"]].pop("floor"), "fits.h200-h100-2026-11-25: 'floor' is a required property"),
-    (lambda d: d["fits"][d["fallback"]].update(margin="1.35%"), "fits.h200-h100-2026-11-25.margin: '1.35%' is not of type 'number'"),
-    (lambda d: d["fits"][d["fallback"]].update(margin=2), "fits.h200-h100-2026-11-25.margin: 2 is greater than or equal"),
-    (lambda d: d["fits"][d["fallback"]].update(between_card=-0.01), "fits.h200-h100-2026-11-25.between_card: -0.01 is less than"),
-    (lambda d: d["fits"][d["fallback"]].update(runs=[]), "fits.h200-h100-2026-11-25.runs: [] should be non-empty"),
-    (lambda d: d["fits"][d["fallback"]].update(extra=1), "fits.h200-h100-2026-11-25: Additional properties"),
+    (lambda d: d["fits"][d["fallback"]].pop("floor"), "fits.h200-h100-2026-11-28: 'floor' is a required property"),
+    (lambda d: same_card_margin(d, "1.35%"), f"fits.h200-h100-2026-11-28.{STEADY}.margin: '1.35%' is not of type 'number'"),
+    (lambda d: same_card_margin(d, 2), f"fits.h200-h100-2026-11-28.{STEADY}.margin: 2 is greater than or equal"),
+    (lambda d: d["fits"][d["fallback"]]["pair_types"]["same card"]["steady"].update(noise=-0.01),
+     f"fits.h200-h100-2026-11-28.{STEADY}.noise: -0.01 is less than"),
+    (lambda d: d["fits"][d["fallback"]]["pair_types"].pop("same card"), f"fits.h200-h100-2026-11-28.pair_types: 'same card' is a required property"),
+    (lambda d: d["fits"][d["fallback"]]["pair_types"].update({"next door": {}}), "fits.h200-h100-2026-11-28.pair_types: 'next door' is not one of"),
+    (lambda d: d["fits"][d["fallback"]].update(runs=[]), "fits.h200-h100-2026-11-28.runs: [] should be non-empty"),
+    (lambda d: d["fits"][d["fallback"]].update(extra=1), "fits.h200-h100-2026-11-28: Additional properties"),
     (lambda d: d.update(fallback="nowhere"), "fallback: 'nowhere' is not a fit named under fits"),
     (lambda d: d["calibrations"][0].update(fit="nowhere"), "calibrations[0].fit: 'nowhere' is not a fit"),
     (lambda d: d["calibrations"][1]["hardware"].pop("arch"), "calibrations[1].hardware: 'arch' is a required property"),
-    (lambda d: d["fits"][d["fallback"]]["held_out"].append(d["fits"][d["fallback"]]["runs"][0]), "held_out: cuda-13.0/0001-d37d7e44 is also a run"),
+    (lambda d: d["fits"][d["fallback"]]["validation"].append(d["fits"][d["fallback"]]["runs"][0]),
+     "validation: cuda-13.0/0001-d37d7e44 is also a run"),
 ])
 def test_a_broken_calibration_file_is_refused_on_one_line_naming_the_key(tmp_path, monkeypatch, edit, message):
     yaml_with(tmp_path, monkeypatch, edit)
@@ -187,34 +204,31 @@ def test_the_command_says_a_broken_calibration_file_in_one_line(tmp_path):
                            str(tmp_path / "c.md")], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
-        "fabench compare: error: calibrations.yaml: fits.h200-h100-2026-11-25: 'floor' is a required property"]
+        "fabench compare: error: calibrations.yaml: fits.h200-h100-2026-11-28: 'floor' is a required property"]
 
 
-def test_compare_takes_the_unseen_noise_from_the_fit_else_from_the_archives_repeats(tmp_path, monkeypatch):
-    """On calibrated hardware the fit's between-run and between-card noise (the archive's own
-    estimate stated beside it); with the H200's calibration removed, the archive's repeats."""
-    from fabench.analysis.components import between_runs
-
+def test_compare_states_each_pair_its_kind_and_the_smallest_change_it_can_see(tmp_path, monkeypatch):
+    """One source per pair: the fit's margin for its kind (or the wider kind it falls back to), or
+    the config's margin; never an estimate from the very runs judged."""
     fitted = compare_entries(list_entries(H200), Rule.of({}))
-    (noise,) = fitted["noise"]
     fit = calibration.fallback()
-    assert (noise["between_run"], noise["between_card"]) == (fit["between_run"], fit["between_card"])
-    assert set(noise["source"].values()) == {f"calibration {fit['name']}"}
-    runs = [(e.id, analyse_run({"results": e.results()["results"]})["results"]) for e in list_entries(H200)]
-    own = between_runs(runs)
-    assert noise["archive_estimate"] == {"between_run": own["between_run"], "between_card": own["between_card"]}
-    assert "this archive's repeats show" in render_markdown(fitted)
-
+    kinds = {(p["old"].split("/")[-1][:4], p["new"].split("/")[-1][:4]): p for p in fitted["pairs"]}
+    assert kinds[("0001", "0002")]["kind"] == "same card" and kinds[("0002", "0003")]["kind"] == "other host"
+    for pair in fitted["pairs"]:
+        assert pair["margin"] == calibration.pair_values(fit, pair["kind"])["steady"]["margin"]
+        assert pair["source"] == f"calibration {fit['name']}"
+    markdown = render_markdown(fitted)
+    assert "changes below" in markdown and "this archive's repeats" not in markdown
+    verdicts = [c["vs_previous"] for row in fitted["rows"] for c in row["cells"] if c.get("vs_previous")
+                and "pair" in c["vs_previous"]["values"]]
+    assert verdicts and all(v["values"]["pair"]["kind"] in ("same card", "other host") for v in verdicts)
+    chosen = compare_entries(list_entries(H200), Rule.of({"comparison": {"margin": 0.04}}))
+    assert {p["margin"] for p in chosen["pairs"]} == {0.04}
+    assert {p["source"] for p in chosen["pairs"]} == {"the config (comparison.margin)"}
     yaml_with(tmp_path, monkeypatch, lambda d: d["calibrations"].pop(0))  # the H200 has no fit now
     alone = compare_entries(list_entries(H200), Rule.of({}))
-    (noise,) = alone["noise"]
-    assert set(noise["source"].values()) == {"this archive's repeats"}
-    assert noise["between_card"] == own["between_card"] and own["between_card"] != fit["between_card"]
     verdicts = [c["vs_previous"] for row in alone["rows"] for c in row["cells"] if c.get("vs_previous")]
     assert {v.get("calibrated") for v in verdicts if "calibrated" in v} == {False}
-    # A value the config sets is the config's, on any hardware.
-    chosen = compare_entries(list_entries(H200), Rule.of({"comparison": {"between_card": 0.01}}))
-    assert chosen["noise"][0]["between_card"] == 0.01 and chosen["noise"][0]["source"]["between_card"] == "the config"
 
 
 def test_fabench_compare_with_a_margin_by_hand_is_not_calibrated(tmp_path):

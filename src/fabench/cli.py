@@ -7,18 +7,21 @@
                     [--published FILE] [--out-md FILE] [--out-json FILE] [--out-csv FILE]
                     [--out-html FILE] [--plots DIR] [--fail-on regression] [--min-answered SHARE]
     fabench detector-check [ENTRY ...] [--root archive ...] [--configfile FILE] [--margin M]
-                    [--out-md FILE] [--out-json FILE] [--trade-off]
+                    [--out-md FILE] [--out-json FILE] [--trade-off] [--fail-on acceptance]
 
 Both judge by the comparison policy (fabench.analysis.policy) that `snakemake compare` applies:
 its defaults, or the `comparison` key of --configfile (a workflow config), --margin over it.
 
 An ENTRY is an entry's directory, or <label>/<run-id> (also <label>/<number>, or a bare <label>
-for its newest intact entry) under --root. `compare` without entries compares every entry in --root.
+for its newest intact entry) under --root. `compare` judges the entries named in the order named
+(the first the baseline, each against the one before); without entries, every entry in --root in
+version order.
 
 Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
 out of a comparison, a run refused as incomplete) or an entry that could not be written (a full
 disk: nothing is left of it); 2 a usage error (bad option or --label, no such entry); 3 a
-regression, with `compare --fail-on regression`; 4 too few cells judged: the share of ok cells
+regression, with `compare --fail-on regression`, or an acceptance row that fails, with
+`detector-check --fail-on acceptance`; 4 too few cells judged: the share of ok cells
 compared with the previous entry that got same or changed is below `compare --min-answered`
 (with `--fail-on regression` its default is 0.9, else it is asked for alone), so a CI gate fails
 where it has no evidence (a regression, 3, is reported first); 5 `archive store` of a run whose
@@ -194,8 +197,9 @@ def build_parser() -> Parser:
                        f"{os.devnull}: nowhere)")
     check.add_argument("--out-json", type=output_or_discard, help="write the check as JSON here")
     check.add_argument("--trade-off", action="store_true", help="also judge the same pairs by other designs of the "
-                       "rule (margins, with and without the between-run and between-card noise): the table in "
-                       "docs/archive.md")
+                       "rule (margins, with and without the noise no run sees by itself): the table in docs/archive.md")
+    check.add_argument("--fail-on", choices=["acceptance"], help="exit with status 3 when an acceptance row "
+                       "fails (fabench.analysis.detector.ACCEPTANCE), or none could be measured")
     for sub in (compare, check):
         sub.add_argument("--configfile", type=Path, metavar="FILE", help="a workflow config (YAML): its "
                          "`comparison` key sets the policy, as in `snakemake compare` (default: the policy's defaults)")
@@ -315,7 +319,7 @@ def cmd_compare(args) -> int:
     except UsageError as err:
         return fail(prog, f"error: {err}", USAGE)
     try:
-        comparison = compare_entries(entries, rule, baseline, published)
+        comparison = compare_entries(entries, rule, baseline, published, in_given_order=bool(args.entries))
     except CompareError as err:
         return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
     markdown = write_comparison(comparison, ComparisonOutputs(
@@ -370,7 +374,7 @@ def entries_from(args) -> list:
 
 
 def cmd_detector_check(args) -> int:
-    from fabench.analysis.detector import detector_check
+    from fabench.analysis.detector import detector_check, holds
     from fabench.results.compare import usable_results
     from fabench.results.detector_markdown import render
 
@@ -398,7 +402,14 @@ def cmd_detector_check(args) -> int:
                           f"two runs of one experiment on the same GPU model", USAGE)
     check = detector_check(runs, rule, trade_off=args.trade_off)
     write_outputs(args, render(check), check)
-    return INTEGRITY if len(runs) < len(entries) else 0
+    if len(runs) < len(entries):
+        return INTEGRITY
+    if args.fail_on == "acceptance" and not holds(check):
+        failed = [f"{i['name']} ({i['kind']})" for i in check["acceptance"] if i["holds"] is False]
+        print(f"{prog}: failing on the acceptance (--fail-on acceptance): " +
+              (", ".join(failed) if failed else "no row could be measured"), file=sys.stderr)
+        return REGRESSION
+    return 0
 
 
 COMMANDS = {("archive", "store"): cmd_store, ("archive", "list"): cmd_list, ("archive", "verify"): cmd_verify,

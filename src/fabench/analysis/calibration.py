@@ -1,11 +1,17 @@
 """The comparison rule's fitted values as data (calibrations.yaml), the one place they live: per
-hardware identity (fabench.analysis.identity.hardware_key) the fit that holds its margin, the
-noise model's floor and the two noise components a run cannot see by itself (between runs of one
-hardware key, between cards of one model; fabench.analysis.components), with the archived runs
-the fit was made on and, apart, the runs held out of it (where `fabench detector-check` measures
-the acceptance). policy.Rule.of reads the margin and the components from here, the noise model its
-floor; on hardware with no fit the `fallback` fit's values apply, and every verdict made there
-says `calibrated: false`, as does a verdict whose rule is not the fit's (a margin set by hand).
+hardware identity (fabench.analysis.identity.hardware_key) the fit that holds the noise model's
+floor and, per kind of pair (identity.PairType), the noise two runs of such a pair differ by beyond
+their own (fabench.analysis.components.fit: per class of cell, steady or held at a power cap, with
+its degrees of freedom) and the margin fitted from it: the smallest change the rule calls a change
+between such runs. A fit names the archived runs it was made on (`runs`) and the runs a design
+decision of the rule saw without being fitted on them (`validation`); every other archived run is a
+test run of the fit (fabench.analysis.detector), until a refit names it.
+
+policy.Rule.of reads the margins and the noise from here, the noise model its floor; on hardware
+with no fit the `fallback` fit's values apply, and every verdict made there says `calibrated:
+false`, as does a verdict whose rule is not the fit's (a margin set by hand). A pair type a fit has
+too few runs for (PairType absent) is judged by the next wider type's values (FALLS_BACK), and the
+verdict says so.
 
 The file is checked strictly when first read (every key, its type and its bounds): a malformed
 file is a CalibrationError of one line naming the key, never a traceback.
@@ -20,17 +26,27 @@ from importlib.resources import files
 import jsonschema
 import yaml
 
-from fabench.analysis.identity import hardware_key, hardware_text
+from fabench.analysis.identity import PairType, hardware_key, hardware_text
 
 CALIBRATIONS = files("fabench").joinpath("analysis", "calibrations.yaml")
 HARDWARE_KEYS = ("platform", "device", "arch")
-# The fitted values the rule and the noise model take from a fit: the rule's are overridable by a
-# config's `comparison` key (then the verdicts are no longer the fit's), the floor is not.
-RULE_VALUES = ("margin", "between_run", "between_card")
-FITTED_VALUES = (*RULE_VALUES, "floor")
+PAIR_TYPES = tuple(str(kind) for kind in PairType)
+CLASSES = ("steady", "capped")
+# A pair type with no values of its own is judged by a wider one's: another card of one host by
+# another host's (which holds a card's effect and a host's), a run over several cards by another
+# host's; the same card has no wider type and must be fitted.
+FALLS_BACK = {str(PairType.OTHER_CARD): str(PairType.OTHER_HOST), str(PairType.SEVERAL_CARDS): str(PairType.OTHER_HOST)}
 
 _FRACTION = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 0.5}
 _COMPONENT = {"type": "number", "minimum": 0, "exclusiveMaximum": 0.5}
+_COUNT = {"type": "integer", "minimum": 0}
+_CLASS = {"type": "object", "additionalProperties": False,
+          "required": ["margin", "noise", "df", "scale", "pairs", "runs", "cells"],
+          "properties": {"margin": _FRACTION, "noise": _COMPONENT, "df": {"type": ["number", "null"], "minimum": 1},
+                         "scale": {"type": "number", "minimum": 0.25, "maximum": 1}, "pairs": _COUNT, "runs": _COUNT,
+                         "cells": _COUNT}}
+_PAIR_TYPE = {"type": "object", "additionalProperties": False, "required": ["steady"],
+              "properties": {"steady": _CLASS, "capped": _CLASS}}
 _RUN = {"type": "object", "additionalProperties": False, "required": ["entry", "archive"],
         "properties": {"entry": {"type": "string", "pattern": r"^[^/\s]+/[0-9]{4}-[0-9a-f]{8}$"},
                        "archive": {"type": "string", "minLength": 1},
@@ -41,12 +57,15 @@ SCHEMA = {
         "fallback": {"type": "string", "minLength": 1},
         "fits": {"type": "object", "minProperties": 1, "additionalProperties": {
             "type": "object", "additionalProperties": False,
-            "required": ["margin", "floor", "between_run", "between_card", "pooled", "fitted", "runs", "held_out"],
-            "properties": {"margin": _FRACTION, "floor": _COMPONENT, "between_run": _COMPONENT,
-                           "between_card": _COMPONENT, "pooled": {"type": "string", "minLength": 1},
+            "required": ["floor", "answered_target", "pair_types", "pooled", "fitted", "runs", "validation"],
+            "properties": {"floor": _COMPONENT, "answered_target": {"type": "number", "minimum": 0.5, "maximum": 0.999},
+                           "pair_types": {"type": "object", "required": [str(PairType.SAME_CARD)],
+                                          "propertyNames": {"enum": list(PAIR_TYPES)},
+                                          "additionalProperties": _PAIR_TYPE},
+                           "pooled": {"type": "string", "minLength": 1},
                            "fitted": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
                            "runs": {"type": "array", "minItems": 1, "items": _RUN},
-                           "held_out": {"type": "array", "items": _RUN}}}},
+                           "validation": {"type": "array", "items": _RUN}}}},
         "calibrations": {"type": "array", "items": {
             "type": "object", "additionalProperties": False, "required": ["hardware", "fit"],
             "properties": {"fit": {"type": "string"}, "hardware": {
@@ -84,9 +103,9 @@ def check(data) -> dict:
             raise CalibrationError(f"calibrations.yaml: calibrations[{i}].fit: {item['fit']!r} is not a fit "
                                    f"named under fits")
     for name, fit in data["fits"].items():
-        both = {run["entry"] for run in fit["runs"]} & {run["entry"] for run in fit["held_out"]}
+        both = {run["entry"] for run in fit["runs"]} & {run["entry"] for run in fit["validation"]}
         if both:
-            raise CalibrationError(f"calibrations.yaml: fits.{name}.held_out: {sorted(both)[0]} is also a run "
+            raise CalibrationError(f"calibrations.yaml: fits.{name}.validation: {sorted(both)[0]} is also a run "
                                    f"the fit was made on")
     return data
 
@@ -101,8 +120,8 @@ def _data() -> dict:
 
 
 def calibrations() -> dict[tuple, dict]:
-    """hardware_key -> its fit ({margin, floor, between_run, between_card, pooled, fitted, runs,
-    held_out, name})."""
+    """hardware_key -> its fit ({floor, answered_target, pair_types, pooled, fitted, runs, validation,
+    name})."""
     data = _data()
     return {hardware_key(item["hardware"]): {**data["fits"][item["fit"]], "name": item["fit"]}
             for item in data["calibrations"]}
@@ -122,20 +141,39 @@ def fallback() -> dict:
     return {**data["fits"][data["fallback"]], "name": data["fallback"]}
 
 
-def values_for(identity: dict | None) -> dict:
-    """The fitted values (FITTED_VALUES, and the fit's name) that apply to this hardware: its own
-    fit's, else the fallback's."""
-    fit = calibration_for(identity) or fallback()
-    return {key: fit[key] for key in (*FITTED_VALUES, "name")}
+def fit_named(name: str) -> dict:
+    """The fit of that name (CalibrationError where the file has none)."""
+    fits = _data()["fits"]
+    if name not in fits:
+        raise CalibrationError(f"calibrations.yaml: no fit named {name!r} (fits: {', '.join(sorted(fits))})")
+    return {**fits[name], "name": name}
 
 
-def held_out_runs() -> dict[str, str]:
-    """run id (<number>-<hash>) -> the fit that named it: every run any fit was made on is
-    "fitted", every run a fit lists as held out and no fit was made on is "held out"."""
+def fit_for(identity: dict | None) -> dict:
+    """The fit that applies to this hardware: its own, else the fallback."""
+    return calibration_for(identity) or fallback()
+
+
+def pair_values(fit: dict, kind: str) -> dict:
+    """The values a fit gives a pair type: {steady, capped (each {margin, noise, df, scale}; capped
+    the steady's where the fit saw no capped cell), fitted_as (the type whose values they are: the
+    pair's own, or the wider one it falls back to)}."""
+    fitted_as = kind
+    while fitted_as not in fit["pair_types"] and fitted_as in FALLS_BACK:
+        fitted_as = FALLS_BACK[fitted_as]
+    values = fit["pair_types"].get(fitted_as)
+    if values is None:  # unreachable for a checked file: the same card is required, and others fall back
+        raise CalibrationError(f"calibrations.yaml: fits.{fit['name']}.pair_types has no {kind!r} nor a wider type")
+    return {"steady": values["steady"], "capped": values.get("capped") or values["steady"], "fitted_as": fitted_as}
+
+
+def run_scopes() -> dict[str, str]:
+    """run id (<number>-<hash>) -> "fitted" (a fit was made on it) or "validation" (a design decision
+    saw it, no fit was made on it); every run not here is a test run."""
     fits = _data()["fits"].values()
     fitted = {run["entry"].split("/")[-1] for fit in fits for run in fit["runs"]}
-    held = {run["entry"].split("/")[-1] for fit in fits for run in fit["held_out"]} - fitted
-    return {**dict.fromkeys(fitted, "fitted"), **dict.fromkeys(held, "held out")}
+    seen = {run["entry"].split("/")[-1] for fit in fits for run in fit["validation"]} - fitted
+    return {**dict.fromkeys(fitted, "fitted"), **dict.fromkeys(seen, "validation")}
 
 
 def mark(verdict: dict, hardware: tuple[dict, dict] | None, calibrated: bool | None) -> dict:
@@ -153,7 +191,7 @@ def coverage(identities: list[dict]) -> dict:
     rest (None when all are): {calibrated, uncalibrated (hardware texts), line}."""
     texts = {hardware_text(i) or "unknown hardware": calibration_for(i) is not None for i in identities}
     uncalibrated = sorted(text for text, known in texts.items() if not known)
-    line = (f"Uncalibrated: the margin, the noise floor and the between-run and between-card noise were never "
+    line = (f"Uncalibrated: the margins, the noise floor and the noise between runs of each kind of pair were never "
             f"fitted on {', '.join(uncalibrated)}; verdicts there apply the values fitted on other hardware "
             f"(src/fabench/analysis/calibrations.yaml, fit {fallback()['name']})"
             if uncalibrated else None)

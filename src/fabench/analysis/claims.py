@@ -17,8 +17,10 @@ any difference between them is run-to-run noise, and no claim that one variant i
 
 from __future__ import annotations
 
+import math
+
 from fabench.analysis import calibration, policy, verdict_text
-from fabench.analysis.identity import hardware_identity
+from fabench.analysis.identity import PairType, hardware_identity
 from fabench.analysis.figures import METRICS, cell_metric
 from fabench.analysis.pairs import Pair, PairNoise
 from fabench.analysis.policy import Code, Rule, judge
@@ -134,15 +136,18 @@ class WithinRun:
     """The claims on cells of one run's results: two backends of one job (interleaved trial by
     trial in its processes) by the paired test with the run's pooled noise of such pairs, computed
     once per metric; any other two by the verdict between figures. A cell's calibrated shift between
-    runs on this hardware (the fit's `between_run`, calibrations.yaml) joins the paired test,
-    so a claim holds for another run too; without it the claim's words say it is this run's."""
+    runs on this card (half the unseen noise the fit gives two runs of one card, calibrations.yaml)
+    joins the paired test, so a claim holds for another run too; where the fit finds none beyond
+    the process noise the claim's words say it is this run's."""
 
     def __init__(self, results: list[dict], rule: Rule, published: bool = False):
         self.results, self.rule, self.published = results, rule, published
         self._job = {id(entry): index for index, r in enumerate(results) for entry in r["backends"].values()}
         self._noise: dict[tuple[str, bool], PairNoise | None] = {}
         fit = None if published else calibration.calibration_for(hardware_identity(results))
-        self.between_runs = float((fit or {}).get("between_run") or 0.0)
+        # Each of the two cells shifts by its own run effect: sd of one cell's, from the pair's variance.
+        same_card = calibration.pair_values(fit, str(PairType.SAME_CARD))["steady"] if fit else None
+        self.between_runs = math.sqrt(same_card["noise"] ** 2 / 2) if same_card else 0.0
 
     def pair_noise(self, metric: str, unsteady: bool = False) -> PairNoise | None:
         """The run's pooled noise of paired cells (pairs.PairNoise): of stable pairs, or `unsteady`

@@ -2,40 +2,41 @@
 
 A cell's figure in a run is the median over its processes of each process's median over its trials.
 Model, in log space, of one process's median of one cell:
-    true time + card effect + run effect + process effect + the mean of its trials' noise
+    true time + the run's effect on this cell + its card's effect on this cell + process effect
+                + the mean of its trials' noise
   within_process   the spread of a process's trials about their median (timer, launch jitter; it
                    reaches a run's figure only through the process medians);
   between_process  the spread of a run's process medians about the run's figure: what `repeats`
                    measure and the run's own intervals carry (fabench.analysis.noise, pooled over
                    the cells nearest in duration);
-  between_run      a shift of a whole run on one card, the same in each of its processes: its
-                   clocks, thermal and power state, compiled code. A run cannot see it by itself;
-                   it is what two runs of one experiment on one card differ by beyond their
-                   process noise;
-  between_card     a shift of one card of the model against another (the card identity is recorded
-                   per process: method.process_exits[].gpu_uuid): what two runs on other cards
-                   differ by beyond the between-run part.
+  unseen           what two runs of one experiment differ by in a cell beyond both runs' process
+                   noise: the run's state (clocks, power, compiled code) and, across cards, the
+                   card's effect on that kernel. It is per cell, not one shift per run or card: on
+                   two H200 cards FlashAttention-4 at seq 512 read +1.8% while SDPA read -0.9%.
+                   No run sees it by itself; its size depends on the kind of pair
+                   (identity.PairType: the same card, another card of the host, another host, a run
+                   over several cards), and cells held at a power cap (stats.capped) have their own.
 Two runs' change d = log(new / old) then has variance
-    sigma_old^2 / P_old + sigma_new^2 / P_new + 2 between_run^2 [+ 2 between_card^2 when their cards differ]
-(fabench.analysis.policy.change_noise). between_run and between_card come from repeats of one
-experiment on one hardware key: pooled over the cells of those pairs (method of moments: the mean
-excess of d^2 over the process part), because two or three runs give a cell one or two degrees of
-freedom of its own; `per_cell` gives the cells' own estimates beside it, with their pairs.
+    scale * (sigma_old^2 / P_old + sigma_new^2 / P_new) + unseen(pair type, class)
+(fabench.analysis.policy.change_noise). `fit` estimates unseen per pair type and class from repeats
+of one experiment on one GPU model: the mean over their cells of d^2 less the process part (method
+of moments), with the uncertainty of that mean from a bootstrap over RUNS (the unit whose state is
+shared by all of a run's cells and pairs), turned into degrees of freedom (chi-square: df = 2 U^2 /
+se(U)^2) that the verdicts carry (stats.welch_df), so a component fitted on few runs widens what it
+judges; where the process part over-explains the changes, `scale` narrows it instead.
 """
 
 from __future__ import annotations
 
 import math
+import random
+import statistics
 from itertools import combinations
 
 from fabench.analysis import stats
 from fabench.analysis.figures import cell_metric
-from fabench.analysis.identity import (code_differences, experiment_differences, hardware_identity, same_card,
-                                       same_hardware)
-
-# A cell's own between-run estimate is shown from this many repeat pairs of it.
-OWN_PAIRS = 2
-
+from fabench.analysis.identity import (PairType, code_differences, experiment_differences, hardware_identity,
+                                       hosts_of, pair_type)
 
 def process_cards(result: dict) -> dict[int, str | None]:
     """process index -> the card (GPU UUID) it ran on, from its recorded exit (older results: the
@@ -94,8 +95,28 @@ def run_components(results: list[dict]) -> dict:
             "same_card_process_gap": med(same_gaps)}
 
 
-def _excess(a: list[dict], b: list[dict]) -> dict[tuple, float]:
-    """Per cell stable in both runs and of the same code, d^2 minus its process part."""
+CLASSES = ("steady", "capped")
+BOOTSTRAP_DRAWS = 400
+BOOTSTRAP_SEED = 20261128
+# Degrees of freedom are capped here: past it the t quantile no longer moves.
+MAX_DF = 1000
+# A pair type is fitted from at least this many runs: a bootstrap over fewer cannot see how much
+# one pair's shift weighs (two runs make one pair, resampled into itself).
+MIN_RUNS = 3
+MARGIN_STEP = 0.0005
+# The least share of the process part a fit may keep: below it the runs' own noise estimate would
+# be said to be four times too wide, which no fit of a few runs can tell from chance.
+MIN_SCALE = 0.25
+
+
+def cell_class(*entries: dict) -> str:
+    """"capped" where either run's cell was held at a power cap (entry.stability), else "steady"."""
+    return "capped" if any((e.get("stats") or {}).get("capped") for e in entries) else "steady"
+
+
+def cell_excess(a: list[dict], b: list[dict]) -> dict[tuple, tuple[float, str, tuple[float, int]]]:
+    """Per cell ok and stable in both runs, of the same code and with a noise estimate in both:
+    (d^2 less its process part, its class, the process part (variance, degrees of freedom))."""
     x, y = _ok_cells(a), _ok_cells(b)
     found = {}
     for key in sorted(set(x) & set(y)):
@@ -107,36 +128,108 @@ def _excess(a: list[dict], b: list[dict]) -> dict[tuple, float]:
         if not (fa.get("noise") and fb.get("noise")):
             continue
         d = math.log(fb["median"] / fa["median"])
-        found[key] = d * d - sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] for f in (fa, fb))
+        process = sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] for f in (fa, fb))
+        found[key] = (d * d - process, cell_class(old, new), (process, min(fa["noise"]["df"], fb["noise"]["df"])))
     return found
 
 
-def _sd(excess: list[float]) -> float | None:
-    """The component's sd from the excesses of d^2 (each 2 component^2 in expectation), 0 where
-    the process part explains them all."""
-    return math.sqrt(max(sum(excess) / len(excess) / 2, 0.0)) if excess else None
-
-
-def between_runs(runs: list[tuple[str, list[dict]]]) -> dict:
-    """between_run (pairs on one card) and between_card (pairs on other cards, less the between-run
-    part) from every pair of analysed runs of one experiment on one hardware key, pooled over their
-    cells; with the pairs and cells they rest on, and per cell (`per_cell`: "variant shape backend"
-    -> {sd, pairs}) each cell's own estimate where it has OWN_PAIRS pairs or more of one kind."""
+def comparable_pairs(runs: list[tuple[str, list[dict]]]) -> list[dict]:
+    """Every pair of the runs of one GPU model and one experiment: {old, new, type, cells: {cell:
+    (excess, class)}}; the pair types told with the hosts of all the runs given (identity.hosts_of)."""
     identity = {run_id: hardware_identity(results) for run_id, results in runs}
-    same, other, per_cell = [], [], {}
-    pairs = {"same card": 0, "other card": 0}
+    hosts = hosts_of(list(identity.values()))
+    found = []
     for (i, a), (j, b) in combinations(runs, 2):
-        if not same_hardware(identity[i], identity[j]) or experiment_differences(a, b):
+        kind = pair_type(identity[i], identity[j], hosts)
+        if kind is None or experiment_differences(a, b):
             continue
-        one_card = same_card(identity[i], identity[j])
-        pairs["same card" if one_card else "other card"] += 1
-        for key, value in _excess(a, b).items():
-            (same if one_card else other).append(value)
-            per_cell.setdefault((" ".join(key), one_card), []).append(value)
-    run_sd = _sd(same)
-    other_sd = _sd(other)
-    card_sd = None if other_sd is None else math.sqrt(max(other_sd ** 2 - (run_sd or 0.0) ** 2, 0.0))
-    own = {cell: {"sd": _sd(values), "pairs": len(values), "cards": "same" if one_card else "other"}
-           for (cell, one_card), values in per_cell.items() if len(values) >= OWN_PAIRS}
-    return {"between_run": run_sd, "between_card": card_sd, "pairs": pairs,
-            "cells": {"same card": len(same), "other card": len(other)}, "per_cell": own}
+        found.append({"old": i, "new": j, "type": kind, "cells": cell_excess(a, b)})
+    return found
+
+
+def _means(pairs: list[dict], weights: dict[str, int], kind: str, klass: str) -> tuple[float, float, int]:
+    """(the weighted mean excess of the type's and class's cells, their mean process part, cells
+    counted); each pair weighted by the product of its runs' weights (a bootstrap draw's
+    multiplicities; 1 for the data)."""
+    excess = process = count = 0.0
+    for pair in pairs:
+        weight = weights.get(pair["old"], 0) * weights.get(pair["new"], 0)
+        if pair["type"] != kind or not weight:
+            continue
+        chosen = [(e, part[0]) for e, c, part in pair["cells"].values() if c == klass]
+        excess += weight * sum(e for e, _ in chosen)
+        process += weight * sum(p for _, p in chosen)
+        count += weight * len(chosen)
+    return (excess / count, process / count, int(count)) if count else (math.nan, math.nan, 0)
+
+
+def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05, answered_target: float = 0.85) -> dict:
+    """The noise two runs of each pair type differ by beyond their own, from every comparable pair of
+    the runs: {type: {class: {noise (sd, log), df, scale, pairs, runs, cells}, margin per class}}.
+
+    Where the runs' process part explains more than the changes seen (the mean excess below zero:
+    the pooled process noise is an upper estimate, its floor and the order-statistic bound widen it),
+    the unseen noise is 0 and `scale` (below 1, at least MIN_SCALE) is the share of the process part
+    the changes show: the prediction is made that much narrower, so it is right both ways; else
+    `scale` is 1. A type is absent where fewer than MIN_RUNS runs give it (too few to resample: its
+    verdicts take a wider type's values, calibration.FALLS_BACK), a class where no cell gives it.
+    The degrees of freedom of the unseen noise from a seeded bootstrap over runs (BOOTSTRAP_DRAWS
+    draws): the runs resampled with replacement, each pair of two distinct runs weighted by their
+    multiplicities. Each class's margin: fitted_margin on its cells."""
+    pairs = comparable_pairs(runs)
+    run_ids = [run_id for run_id, _ in runs]
+    rng = random.Random(BOOTSTRAP_SEED)
+    draws = []
+    for _ in range(BOOTSTRAP_DRAWS):
+        drawn: dict[str, int] = {}
+        for _ in run_ids:
+            pick = rng.choice(run_ids)
+            drawn[pick] = drawn.get(pick, 0) + 1
+        draws.append(drawn)
+    ones = dict.fromkeys(run_ids, 1)
+    out: dict = {}
+    for kind in PairType:
+        if len({r for p in pairs if p["type"] == kind for r in (p["old"], p["new"])}) < MIN_RUNS:
+            continue
+        for klass in CLASSES:
+            excess, process, cells = _means(pairs, ones, kind, klass)
+            if not cells:
+                continue
+            of_kind = [p for p in pairs if p["type"] == kind and any(c == klass for _, c, _ in p["cells"].values())]
+            again = [m for m in (_means(pairs, w, kind, klass)[0] for w in draws) if not math.isnan(m)]
+            se = statistics.pstdev(again) if len(again) > 1 else math.inf
+            unseen = max(excess, 0.0)
+            scale = 1.0 if excess >= 0 else max(MIN_SCALE, (excess + process) / process)
+            df = min(MAX_DF, 2 * unseen ** 2 / se ** 2) if unseen and se else (MAX_DF if unseen else 0.0)
+            found = {"noise": math.sqrt(unseen), "df": round(max(df, 1.0), 1) if unseen else None,
+                     "scale": round(scale, 3), "pairs": len(of_kind),
+                     "runs": len({r for p in of_kind for r in (p["old"], p["new"])}), "cells": cells}
+            chosen = [cell for p in of_kind for _, c, cell in p["cells"].values() if c == klass]
+            found["margin"] = fitted_margin(chosen, found, equivalence_alpha, answered_target)
+            out.setdefault(str(kind), {})[klass] = found
+    return out
+
+
+def fitted_margin(cells: list[tuple[float, int]], fitted: dict, equivalence_alpha: float,
+                  answered_target: float) -> float:
+    """The smallest margin (a step of MARGIN_STEP) at which the rule's equivalence test is expected to
+    call `answered_target` of these unchanged cells the same: each cell's change d ~ N(0, sd) with
+    sd^2 its process part (times the fit's scale) plus the unseen noise, and same when |d| +
+    t(1 - equivalence_alpha, df) sd lies within log(1 + margin). Fitted on the model, not on the
+    cells' observed changes, so the runs a fit was made on do not choose it by their own draws."""
+    unseen, unseen_df = fitted["noise"] ** 2, fitted["df"]
+
+    def expected_same(margin: float) -> float:
+        bound, total = math.log1p(margin), 0.0
+        for process, df in cells:
+            sd = math.sqrt(fitted["scale"] * process + unseen)
+            both = stats.welch_df([(fitted["scale"] * process, df),
+                                   (unseen, math.inf if unseen_df is None else unseen_df)])
+            room = bound / sd - stats.t_quantile(1 - equivalence_alpha, both)
+            total += max(0.0, 2 * statistics.NormalDist().cdf(room) - 1)
+        return total / len(cells)
+
+    steps = 1
+    while expected_same(steps * MARGIN_STEP) < answered_target and steps * MARGIN_STEP < 0.5:
+        steps += 1
+    return round(steps * MARGIN_STEP, 6)

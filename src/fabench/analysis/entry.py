@@ -68,35 +68,43 @@ def sort_notes(notes: list[dict], figure_is_pairs: bool) -> tuple[list[dict], di
 
 
 def stability(figure: dict, stable_spread: float, doubts: list[dict],
-              trials: list[dict] = ()) -> tuple[bool, str | None, list[str]]:
-    """(stable, reason, codes). Stable when each process's trials of the judged figure lie within
-    `stable_spread` of each other and no observation that changes that figure (`doubts`: warm-up
-    that never settled, kernels other than those identified or differing between processes) doubts
-    it. The processes' medians may lie further apart: that is the noise between processes, which
-    `repeats` estimate and the cell's intervals carry (fabench.analysis.noise), not instability. A
-    clock held down that moves the figure moves its trials: then the reason says so (code `clock`,
-    beside `spread`); one that does not move them is no doubt on it (and the comparison tells a
-    clock's change by the cycles, policy.clock_explains)."""
+              trials: list[dict] = ()) -> tuple[bool, str | None, list[str], str | None]:
+    """(stable, reason, codes, capped). Stable when each process's trials of the judged figure lie
+    within `stable_spread` of each other and no observation that changes that figure (`doubts`:
+    warm-up that never settled, kernels other than those identified or differing between processes)
+    doubts it. The processes' medians may lie further apart: that is the noise between processes,
+    which `repeats` estimate and the cell's intervals carry (fabench.analysis.noise), not
+    instability.
+
+    A spread that a clock held down explains (power_capped: the GPU reported its clocks held and
+    the SM clock moved beyond the spread limit between the trials) is no doubt on what was run: the
+    cell is `capped` (its reason in words), stable, and judged at the noise of capped cells (the
+    noise model pools them apart, the calibration has their own between-run noise), as nvbench keeps
+    a throttled state's samples above its clock floor. A capped cell with any other doubt is
+    unstable, and its reasons say the clock too (code `clock`)."""
     reasons, codes = [observation_text(item) for item in doubts], [doubt_code(item) for item in doubts]
     within = figure.get("within_spread", figure["spread"])
+    capped = power_capped(list(trials), stable_spread)
     if within > stable_spread:
+        if capped and not reasons:
+            return True, None, [], capped
         reasons.insert(0, f"{legacy.SPREAD_REASON}{within:.1%} within one process ({figure['n']} trials in "
                           f"{len(figure['process_medians'])} process(es)) exceeds {stable_spread:.1%}")
         codes.insert(0, SPREAD)
-        capped = power_capped(list(trials), stable_spread)
         if capped:
             reasons.insert(1, capped)
             codes.append(CLOCK)
-    return (not reasons), ("; ".join(reasons) or None), sorted(set(codes))
+    return (not reasons), ("; ".join(reasons) or None), sorted(set(codes)), capped
 
 
 def trial_stats(trials: list[dict], stable_spread: float, doubts: list[dict]) -> dict:
     wall = metric_summary(*trial_values(trials, "wall_mean_ms"))
     device_values = trial_values(trials, "device_ms")
     device = metric_summary(*device_values) if device_values[0] else None
-    stable, reason, codes = stability(device or wall, stable_spread, doubts, trials if device else ())
+    stable, reason, codes, capped = stability(device or wall, stable_spread, doubts, trials if device else ())
     out = {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
-           "stable": stable, "unstable_reason": reason, "unstable_codes": codes, "device_cycles": device_cycles(trials)}
+           "stable": stable, "unstable_reason": reason, "unstable_codes": codes, "capped": capped,
+           "device_cycles": device_cycles(trials)}
     # The device loop's period (no profiler) where one ran; runs with one loop per trial have only
     # the profiled stream's.
     periods = trial_medians(trials, "period_events_ms")

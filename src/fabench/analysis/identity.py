@@ -8,6 +8,7 @@ and the merge's kernel-difference note ask here; one definition of each.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from functools import lru_cache
 
 from fabench.platforms import PlatformName
@@ -75,10 +76,11 @@ def _canon(value) -> str:
 
 
 def hardware_identity(results: list[dict]) -> dict:
-    """What ran the results: platform, device model and architecture (the model), and the cards
-    (GPU UUIDs; on a CPU, the host), as the results record them."""
+    """What ran the results: platform, device model and architecture (the model), the cards (GPU
+    UUIDs; on a CPU, the host) and the cards of their host(s) where recorded (`host_cards`:
+    provenance.host_cards, every card the driver listed; [] in results from before it)."""
     if not results:
-        return {"platform": None, "device": None, "arch": None, "cards": []}
+        return {"platform": None, "device": None, "arch": None, "cards": [], "host_cards": []}
     # Results made by hand (tests, tools) may carry no provenance: hardware unknown, not an error.
     provenance = [r.get("provenance") or {} for r in results]
     first = provenance[0]
@@ -86,14 +88,16 @@ def hardware_identity(results: list[dict]) -> dict:
     platform = results[0].get("platform")
     if platform == PlatformName.CPU:
         cards = sorted({f"host {p.get('host')}" for p in provenance if p.get("host")})
+        host_cards = cards
     else:
         # The card of each measuring process where its exit recorded it (a job may spread its
         # processes over the cards of a host), else the run's.
         cards = sorted(({(p.get("gpu") or {}).get("uuid") for p in provenance}
                         | {e.get("gpu_uuid") for r in results for e in (r.get("method") or {}).get("process_exits") or []})
                        - {None})
+        host_cards = sorted({card for p in provenance for card in p.get("host_cards") or ()})
     return {"platform": platform, "device": gpu.get("name") or first.get("device"), "arch": first.get("arch"),
-            "cards": cards}
+            "cards": cards, "host_cards": host_cards}
 
 
 def hardware_key(identity: dict) -> tuple:
@@ -112,6 +116,54 @@ def same_hardware(a: dict, b: dict) -> bool:
 def same_card(a: dict, b: dict) -> bool:
     """Two hardware identities of the very same cards (a CPU: the same host)."""
     return same_hardware(a, b) and bool(a.get("cards")) and a.get("cards") == b.get("cards")
+
+
+class PairType(StrEnum):
+    """What two runs of one GPU model are to each other, by the cards their processes ran on: each
+    kind of pair has its own noise beyond the runs' own (fabench.analysis.components) and so its own
+    smallest change a comparison can see (calibrations.yaml `pair_types`)."""
+
+    SAME_CARD = "same card"  # one card each, the same one (a CPU: the same host)
+    OTHER_CARD = "other card"  # one card each, two cards of one host
+    OTHER_HOST = "other host"  # one card each, cards of two hosts (or hosts that cannot be told apart)
+    SEVERAL_CARDS = "several cards"  # a run spread its processes over several cards
+
+
+def hosts_of(identities: list[dict]) -> dict[str, frozenset]:
+    """card -> every card known to share its host: the host_cards each run recorded, and, for runs
+    from before that record, the cards one run used together (a run of several cards names one
+    host's cards). The links of every identity given, so a pair's host is told by its archive."""
+    parent: dict[str, str] = {}
+
+    def root(card: str) -> str:
+        while parent.setdefault(card, card) != card:
+            card = parent[card]
+        return card
+
+    for identity in identities:
+        group = list(identity.get("host_cards") or ()) + list(identity.get("cards") or ())
+        for card in group[1:]:
+            parent[root(card)] = root(group[0])
+    members: dict[str, set] = {}
+    for card in list(parent):
+        members.setdefault(root(card), set()).add(card)
+    return {card: frozenset(members[root(card)]) for card in parent}
+
+
+def pair_type(a: dict, b: dict, hosts: dict[str, frozenset] | None = None) -> PairType | None:
+    """The kind of pair two hardware identities make (None: other models, never compared). Two
+    runs on single cards of one host are told apart from runs on two hosts only where a host's
+    cards are known (`hosts`: hosts_of over the runs at hand, else the two identities' own); where
+    they are not, the pair counts as of two hosts, the wider noise."""
+    if not same_hardware(a, b) or not a.get("cards") or not b.get("cards"):
+        return None if not same_hardware(a, b) else PairType.OTHER_HOST
+    if len(a["cards"]) > 1 or len(b["cards"]) > 1:
+        return PairType.SEVERAL_CARDS
+    if a["cards"] == b["cards"]:
+        return PairType.SAME_CARD
+    hosts = hosts if hosts is not None else hosts_of([a, b])
+    one_host = hosts.get(a["cards"][0], frozenset()) & hosts.get(b["cards"][0], frozenset())
+    return PairType.OTHER_CARD if b["cards"][0] in one_host else PairType.OTHER_HOST
 
 
 def matches_published_hardware(results: list[dict], published: dict) -> bool:
@@ -133,30 +185,38 @@ ROLE_MARK = "x-fabench-role"
 SETTING, DESCRIPTION = "setting", "description"
 
 
+# A setting only where the host computes: torch's threads move a CPU run's times, never a GPU
+# kernel's device time (a GPU run of 32 threads and one of 1 measure one experiment).
+HOST_SETTING = "host setting"
+
+
 @lru_cache(maxsize=None)
 def method_roles() -> dict[str, str]:
     """Each declared method field's role, from the result schema's marks: `setting` when it
-    changes what is measured, `description` when it describes, observes or judges. Declared in
-    the schema, beside each field's type, so that a new field is decided where it is written down."""
+    changes what is measured, `description` when it describes, observes or judges, `host setting`
+    when it changes what a CPU run measures only. Declared in the schema, beside each field's type,
+    so that a new field is decided where it is written down."""
     schema = json.loads((SCHEMA_DIR / "result.schema.json").read_text())
     fields = schema["properties"]["method"]["properties"]
     return {name: rule.get(ROLE_MARK) for name, rule in fields.items()}
 
 
-def experiment_settings(method: dict | None) -> dict:
-    """The method's fields that change what is measured. A field the schema does not declare
-    counts as a setting: a run is never called comparable on a field nobody has judged."""
+def experiment_settings(method: dict | None, platform: str | None = None) -> dict:
+    """The method's fields that change what is measured on `platform`. A field the schema does not
+    declare counts as a setting: a run is never called comparable on a field nobody has judged."""
     roles = method_roles()
-    return {k: v for k, v in (method or {}).items() if roles.get(k, SETTING) != DESCRIPTION}
+    on_gpu = platform is not None and platform != PlatformName.CPU
+    return {k: v for k, v in (method or {}).items()
+            if roles.get(k, SETTING) != DESCRIPTION and not (on_gpu and roles.get(k) == HOST_SETTING)}
 
 
 def experiment_identity(result: dict) -> dict:
     """The settings of one job that change what is measured: shape, dtype, masking, tolerances,
     and the method's settings (experiment_settings). Two runs of one experiment may differ only
-    in code and hardware."""
+    in code and hardware (the cards, their number, the run's name are hardware and naming)."""
     return {"shape": result.get("shape"), "dtype": result.get("dtype"), "causal": result.get("causal"),
             "tolerance": result.get("tolerance"), "flop_convention": result.get("flop_convention"),
-            "method": experiment_settings(result.get("method"))}
+            "method": experiment_settings(result.get("method"), result.get("platform"))}
 
 
 def experiment_differences(a: list[dict], b: list[dict]) -> list[str]:

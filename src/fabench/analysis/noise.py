@@ -14,10 +14,12 @@ sigma * sqrt(1/P + 1/P'). Hence, per cell and metric:
   ci95: this run's median +- t(df) * sigma / sqrt(P)              (where the true time lies)
   pi95: this run's median +- t(df) * sigma * sqrt(1/P + 1/P)      (where another run will read)
 with sigma^2 = pooled variance + floor^2, the floor from the calibration of the run's hardware
-(calibrations.yaml; fabench.analysis.calibration.values_for). What a run cannot see by itself,
-its own shift as a whole and its card's (fabench.analysis.components), widens the pi95 by the
-calibration's between-run and between-card components: another run may read on another card.
-How often another run's medians land outside it: `fabench detector-check` (docs/archive.md).
+(calibrations.yaml; fabench.analysis.calibration.fit_for). What a run cannot see by itself
+(fabench.analysis.components) widens the pi95 by the noise the calibration gives two runs of one
+card (of a capped cell: capped cells'), with its degrees of freedom: the pi95 says where another
+run on the same card will read. On another card or host the comparison carries that pair type's
+noise (fabench.analysis.policy); how often another run's medians land outside, per pair type and
+both ways: `fabench detector-check` (docs/archive.md).
 
 Pooling never makes a cell's interval narrower than its own replicates allow: its ci95 holds at
 least the distribution-free interval of the median from its replicates' order statistics (all of
@@ -36,8 +38,8 @@ from __future__ import annotations
 import math
 
 from fabench.analysis import calibration, stats
-from fabench.analysis.identity import hardware_identity
-from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_result, power_capped
+from fabench.analysis.identity import PairType, hardware_identity
+from fabench.analysis.entry import analyse_result
 from fabench.analysis.figures import METRICS
 from fabench.measure.record import MAX_MS, MIN_MS
 
@@ -59,9 +61,8 @@ def _cells(results: list[dict], metric: str) -> list[dict]:
             figure = (entry.get("stats") or {}).get(metric) if entry["status"] == "ok" else None
             if not figure or not figure.get("median"):
                 continue
-            limit = (result.get("method") or {}).get("stable_spread", DEFAULT_STABLE_SPREAD)
             cells.append({"figure": figure, "stats": entry["stats"], **own_noise(entry["trials"], metric),
-                          "capped": metric == "device_ms" and power_capped(entry["trials"], limit) is not None})
+                          "capped": metric == "device_ms" and bool(entry["stats"].get("capped"))})
     return cells
 
 
@@ -122,26 +123,25 @@ def cell_sigma(cell: dict, pooled: float, t: float, floor: float) -> float:
     return max(sigma, reach * math.sqrt(cell["replicates"]) / t)
 
 
-def method_text(between: str, df: int, cells: int, replicates: int, fitted: dict) -> str:
+def method_text(between: str, df: int, cells: int, replicates: int, fit: dict, unseen: tuple) -> str:
     what = ("the spread between the processes' medians" if between == "processes" else
             "the spread between the trials of one process (no second process: the noise from process to "
             "process is not included, so another run may land outside)")
-    predicts = ("pi95: where another run of the same experiment on the same hardware should read (with the "
-                f"between-run noise of {fitted['between_run']:.2%} and the between-card noise of "
-                f"{fitted['between_card']:.2%}, calibration {fitted['name']})"
+    predicts = ("pi95: where another run of the same experiment on the same card should read (with the noise "
+                f"between runs of one card, {math.sqrt(unseen[0]):.2%} a cell beyond the processes', calibration "
+                f"{fit['name']}; on another card or host the comparison states its own)"
                 if between == "processes" else
                 "no prediction interval: one process cannot tell where another run will read")
     return (f"Student-t {LEVEL:.0%} intervals from {what}, pooled over the {cells} cells nearest in duration "
-            f"({df} degrees of freedom), never below the cell's own, with a {fitted['floor']:.1%} floor; ci95: this run's "
+            f"({df} degrees of freedom), never below the cell's own, with a {fit['floor']:.1%} floor; ci95: this run's "
             f"median over {replicates} replicates, at least as wide as the range of the median its replicates "
             f"allow by themselves; {predicts}")
 
 
 def add_intervals(results: list[dict], metric: str) -> None:
     cells = _cells(results, metric)
-    fitted = calibration.values_for(hardware_identity(results))
-    # Another run differs from this one by its own shift and, on another card, by the card's too.
-    unseen = 2 * fitted["between_run"] ** 2 + 2 * fitted["between_card"] ** 2
+    fit = calibration.fit_for(hardware_identity(results))
+    same_card = calibration.pair_values(fit, str(PairType.SAME_CARD))
     for index, cell in enumerate(cells):
         variance, df, pooled_cells = _pooled(cells, index)
         figure, replicates = cell["figure"], cell["replicates"]
@@ -149,22 +149,23 @@ def add_intervals(results: list[dict], metric: str) -> None:
             figure.update(ci95=None, pi95=None, noise=None)
             continue
         t = stats.t_quantile(stats.two_sided(LEVEL), df)
-        sigma = cell_sigma(cell, variance, t, fitted["floor"])
+        sigma = cell_sigma(cell, variance, t, fit["floor"])
         figure["ci95"] = interval(figure["median"], t * sigma / math.sqrt(replicates))
         # One process per job cannot see the noise from process to process, the largest part of
         # what separates two runs (two CPU runs in a row: 6 of 20 medians inside such an interval):
         # no prediction interval is given rather than one that does not predict.
-        # The between-run and between-card parts are known from many cells: stats.welch_df.
-        pi_df = stats.welch_df([(2.0 * sigma**2 / replicates, df), (unseen, math.inf)])
+        values = same_card["capped"] if cell["capped"] else same_card["steady"]
+        unseen = (values["noise"] ** 2, values["df"])
+        process = values["scale"] * 2.0 * sigma**2 / replicates
+        pi_df = stats.welch_df([(process, df), (unseen[0], math.inf if unseen[1] is None else unseen[1])])
         pi_t = stats.t_quantile(stats.two_sided(LEVEL), pi_df)
-        # Never narrower than the process part alone at the run's own t (as before the components).
-        reach = max(pi_t * math.sqrt(2.0 * sigma**2 / replicates + unseen), t * sigma * math.sqrt(2.0 / replicates))
+        reach = pi_t * math.sqrt(process + unseen[0])
         figure["pi95"] = (interval(figure["median"], reach)
                           if cell["between"] == "processes" else None)
         figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
                            "between": cell["between"]}
         if metric == cell["stats"].get("judged"):
-            cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates, fitted)
+            cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates, fit, unseen)
 
 
 def analyse_run(collected: dict) -> dict:

@@ -3,13 +3,17 @@ changed, or undecided, and the identities (code, hardware, experiment) that say 
 be compared at all. compare, step detection, the report's claims, published vs reproduced,
 detector-check, the merge and tools/ all ask here.
 
-A cell's change is d = log(new median / old median); its noise is the two runs' pooled noise
-(fabench.analysis.noise) and what no run sees by itself (fabench.analysis.components):
-sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new + 2 between_run^2 [+ 2 between_card^2 where the
-runs' cards differ]), the components the rule's (the calibration's), with the degrees of freedom
-of that sum (stats.welch_df). Two tests on it, as asv and nvbench do (docs/archive.md compares them):
+A cell's change is d = log(new median / old median). Its noise is the two runs' own (their pooled
+process noise, fabench.analysis.noise) and what no run sees by itself, which depends on what the
+two runs are to each other (identity.PairType: the same card, another card of the host, another
+host, a run over several cards) and on whether the cell was held at a power cap
+(fabench.analysis.components): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new + unseen), with
+the degrees of freedom of that sum (stats.welch_df: the unseen part counts the fit's, from a
+bootstrap over its runs). Each pair type has its margin, fitted with its noise (calibrations.yaml):
+the smallest change the rule calls a change between such runs, which every verdict states. Two
+tests on d, as asv and nvbench do (docs/archive.md compares them):
   beyond the noise   |d| > t(1 - alpha/2, df) * sd: at most `alpha` of the cells of two runs of one
-                     experiment on one card are beyond the noise by chance;
+                     experiment are beyond the noise by chance;
   within the margin  the change's (1 - 2 * equivalence_alpha) interval, d +- t(1 - equivalence_alpha,
                      df) * sd, lies inside +-log(1 + margin) (two one-sided tests: a change beyond
                      the margin is called same at most `equivalence_alpha` of the time).
@@ -27,26 +31,29 @@ processes, the process the unit (fabench.analysis.pairs). `processes_apart` tell
 cells of different jobs apart by their process medians.
 The policy returns codes and values, never sentences: its callers write the words
 (fabench.analysis.verdict_text), so a rewording changes no decision and no test of one.
-The margin is the change a user cares about; its default is chosen from the measured noise between
-runs on one card and on two cards of one GPU model (docs/archive.md, "The comparison rule").
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from fabench.analysis import calibration, pairs, stats
-from fabench.analysis.figures import METRICS, cell_metric, trial_values
+from fabench.analysis.figures import cell_metric, trial_values
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
-    code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity, hardware_key,
-    hardware_text, launched_kernels, matches_published_hardware, same_card, same_code, same_hardware)
+    PairType, code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity,
+    hardware_key, hardware_text, hosts_of, launched_kernels, matches_published_hardware, pair_type, same_card,
+    same_code, same_hardware)
 
 CONFIG_KEY = "comparison"
-RETIRED_KEYS = {("archive", "threshold"): "comparison.margin", ("archive", "tolerance"): "comparison.published_margin"}
+RETIRED_KEYS = {("archive", "threshold"): "comparison.margin", ("archive", "tolerance"): "comparison.published_margin",
+                (CONFIG_KEY, "between_run"): "the noise between runs is fitted per kind of pair "
+                                             "(src/fabench/analysis/calibrations.yaml, pair_types): remove it",
+                (CONFIG_KEY, "between_card"): "the noise between cards is fitted per kind of pair "
+                                              "(src/fabench/analysis/calibrations.yaml, pair_types): remove it"}
 
 
 class RuleError(ValueError):
@@ -54,41 +61,74 @@ class RuleError(ValueError):
 
 
 @dataclass(frozen=True)
-class Rule:
-    """The comparison rule's parameters (config key `comparison`). The fitted ones (margin and the
-    between-run and between-card noise, calibration.RULE_VALUES) come from the calibration of the
-    hardware judged (calibrations.yaml, read by Rule.of and Rule.on) where the config leaves them
-    out; `chosen` names those the config set, `fit` the fit the others came from."""
+class ClassRule:
+    """What a pair type's cells of one class (steady, or held at a power cap) are judged by: the
+    margin, the share of the runs' process noise the fit kept (`scale`, at most 1) and the unseen
+    noise as a variance with its degrees of freedom (None: known exactly, as zero is)."""
 
-    margin: float | None = None  # the smallest change called a regression or improvement
+    margin: float
+    scale: float
+    variance: float
+    df: float | None
+
+    @classmethod
+    def of(cls, values: dict, margin: float | None, unseen_noise: bool) -> "ClassRule":
+        if not unseen_noise:
+            return cls(margin if margin is not None else values["margin"], 1.0, 0.0, None)
+        return cls(margin if margin is not None else values["margin"], values["scale"], values["noise"] ** 2,
+                   values["df"])
+
+
+@dataclass(frozen=True)
+class PairRule:
+    """What the rule judges one kind of pair by, per class of cell, and the pair type whose fitted
+    values these are (`fitted_as`: the pair's own, or the wider one it falls back to)."""
+
+    kind: str
+    steady: ClassRule
+    capped: ClassRule
+    fitted_as: str
+
+    def of(self, capped: bool) -> ClassRule:
+        return self.capped if capped else self.steady
+
+    @property
+    def margin(self) -> float:
+        """The smallest change such a pair can see in a steady cell (a capped cell's is wider)."""
+        return self.steady.margin
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The comparison rule's parameters (config key `comparison`). The fitted ones (each pair type's
+    margin and noise) come from the calibration of the hardware judged (calibrations.yaml, read by
+    Rule.of and Rule.on); a `margin` the config sets replaces every pair type's fitted margin
+    (`chosen` then names it), `fit` names the fit the others came from. `unseen_noise` false judges by
+    the runs' own noise alone (detector-check's trade-off shows what that costs)."""
+
+    margin: float | None = None  # the smallest change called a change, for every pair type; None: fitted per type
     alpha: float = 0.02  # chance that one cell of two runs of one experiment is beyond the noise by chance
     equivalence_alpha: float = 0.05  # chance that a change beyond the margin is called same
     power: float = 0.8  # for the smallest detectable change, stated beside "cannot tell"
     published_margin: float = 0.05  # published (no interval) vs reproduced: a difference beyond this
-    between_run: float | None = None  # sd of a whole run's shift on one card (fabench.analysis.components)
-    between_card: float | None = None  # sd of one card's shift against another of the model
+    unseen_noise: bool = True  # add what no run sees by itself (the fit's, per pair type)
     chosen: tuple = ()  # the fitted values the config set (not taken from the calibration)
     fit: str | None = None  # the calibration fit the other fitted values came from
     hardware_key: tuple | None = None  # the hardware whose fit (or the fallback) filled them; None: the fallback
 
     def __post_init__(self):
         if self.fit is None:  # built from settings (Rule.of), not a copy of a resolved rule
-            fitted = calibration.values_for(dict(zip(calibration.HARDWARE_KEYS, self.hardware_key))
-                                            if self.hardware_key else None)
-            chosen = {name for name in calibration.RULE_VALUES if getattr(self, name) is not None}
-            for name in calibration.RULE_VALUES:
-                if getattr(self, name) is None:
-                    object.__setattr__(self, name, fitted[name])
-            object.__setattr__(self, "chosen", tuple(sorted(chosen | set(self.chosen))))
+            fitted = calibration.fit_for(dict(zip(calibration.HARDWARE_KEYS, self.hardware_key))
+                                         if self.hardware_key else None)
+            object.__setattr__(self, "chosen", tuple(sorted(({"margin"} if self.margin is not None else set())
+                                                            | set(self.chosen))))
             object.__setattr__(self, "fit", fitted["name"])
-        for name in ("margin", "alpha", "equivalence_alpha", "published_margin"):
+        for name in ("alpha", "equivalence_alpha", "published_margin") + (("margin",) if self.margin is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.015 for 1.5%)")
-        for name in ("between_run", "between_card"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 0.5:
-                raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a relative sd in [0, 0.5) (0.002 for 0.2%)")
+        if not isinstance(self.unseen_noise, bool):
+            raise RuleError(f"{CONFIG_KEY}.unseen_noise: {self.unseen_noise!r}; expected true or false")
         if isinstance(self.power, bool) or not isinstance(self.power, (int, float)) or not 0.5 <= self.power < 1:
             raise RuleError(f"{CONFIG_KEY}.power: {self.power!r}; expected a probability in [0.5, 1)")
 
@@ -97,11 +137,13 @@ class Rule:
         """The rule of a workflow config: its `comparison` key; what it leaves out, the fitted values
         of `hardware`'s calibration (else the fallback fit's, calibrations.yaml) and the policy's
         defaults. The one way to build a rule from settings, so every consumer reads the same key.
-        Only `comparison` is read: an archived run's config may still hold the retired keys, which a
-        config about to be used is refused for (refuse_retired)."""
-        given = (config or {}).get(CONFIG_KEY) or {}
+        Only `comparison` is read: an archived run's config may still hold retired keys, which a
+        config about to be used is refused for (refuse_retired); here they are left out."""
+        given = (config or {}).get(CONFIG_KEY)
+        given = {} if given is None else given
         if not isinstance(given, dict):
             raise RuleError(f"{CONFIG_KEY}: {given!r}; expected a mapping of {', '.join(cls.keys())}")
+        given = {k: v for k, v in given.items() if (CONFIG_KEY, k) not in RETIRED_KEYS}
         unknown = sorted(set(given) - set(cls.keys()))
         if unknown:
             raise RuleError(f"{CONFIG_KEY}.{unknown[0]}: unknown key; expected one of {', '.join(cls.keys())}")
@@ -116,11 +158,29 @@ class Rule:
             return self
         return Rule.of({CONFIG_KEY: self.as_dict()}, hardware)
 
+    def _fit(self) -> dict:
+        return calibration.fit_for(dict(zip(calibration.HARDWARE_KEYS, self.hardware_key)) if self.hardware_key else None)
+
+    def for_pair(self, kind: str) -> PairRule:
+        """What this rule judges a pair of `kind` (identity.PairType) by."""
+        values = calibration.pair_values(self._fit(), str(kind))
+        return PairRule(str(kind), ClassRule.of(values["steady"], self.margin, self.unseen_noise),
+                        ClassRule.of(values["capped"], self.margin, self.unseen_noise), values["fitted_as"])
+
+    def within_run_margin(self) -> float:
+        """The margin of claims on two cells of one run (paired or told apart): the config's, else
+        the same card's, the pair whose noise is nearest a run's own."""
+        return self.margin if self.margin is not None else self.for_pair(PairType.SAME_CARD).margin
+
+    def margins(self) -> dict[str, float]:
+        """Each pair type's margin under this rule (its fitted one, or the config's for all)."""
+        return {str(kind): self.for_pair(kind).margin for kind in PairType}
+
     def calibrated_on(self, hardware: dict | None) -> bool:
-        """Whether this rule is the calibration of `hardware`: it has a fit, and the rule's fitted
-        values are that fit's (a margin set by hand, even on calibrated hardware, is not)."""
+        """Whether this rule is the calibration of `hardware`: it has a fit, its fitted values are
+        that fit's (a margin set by hand, even on calibrated hardware, is not) and it adds them."""
         fit = calibration.calibration_for(hardware)
-        return fit is not None and all(getattr(self, name) == fit[name] for name in calibration.RULE_VALUES)
+        return fit is not None and fit["name"] == self.fit and not self.chosen and self.unseen_noise
 
     @staticmethod
     def keys() -> list[str]:
@@ -129,20 +189,20 @@ class Rule:
     def as_dict(self) -> dict:
         """The rule as a `comparison` config: the values the config set and the policy's own
         parameters (the calibration fills the rest again where it is read: Rule.of)."""
-        return {k: getattr(self, k) for k in self.keys()
-                if k not in calibration.RULE_VALUES or k in self.chosen}
+        return {k: getattr(self, k) for k in self.keys() if k != "margin" or "margin" in self.chosen}
 
     def values(self) -> dict:
-        """Every parameter the rule judges by, the fitted ones included, and where those came from."""
-        return {**{k: getattr(self, k) for k in self.keys()}, "fit": self.fit, "chosen": list(self.chosen)}
+        """Every parameter the rule judges by, each pair type's margin included, and where those came from."""
+        return {**{k: getattr(self, k) for k in self.keys()}, "margins": self.margins(), "fit": self.fit,
+                "chosen": list(self.chosen)}
 
     def text(self) -> str:
-        return (f"changed (a regression or an improvement) when the median moved beyond the two runs' pooled noise "
-                f"(between their processes, and the between-run noise of {self.between_run:.2%} and, where their cards "
-                f"differ, the between-card noise of {self.between_card:.2%}: at most {self.alpha:.1%} of the cells of "
-                f"two runs of one experiment lie beyond it by chance) AND by "
-                f"more than the margin of {self.margin:.2%}; same when the change's "
-                f"{1 - 2 * self.equivalence_alpha:.0%} interval lies within +-{self.margin:.2%} (a change beyond the "
+        margins = ", ".join(f"{kind} {margin:.2%}" for kind, margin in self.margins().items())
+        return (f"changed (a regression or an improvement) when the median moved beyond the two runs' noise "
+                f"(between their processes and, by the kind of pair, what no run sees by itself: at most "
+                f"{self.alpha:.1%} of the cells of two runs of one experiment lie beyond it by chance) AND by more "
+                f"than the pair type's margin ({margins}); same when the change's "
+                f"{1 - 2 * self.equivalence_alpha:.0%} interval lies within that margin (a change beyond the "
                 f"noise but within the margin is named `small_change`); "
                 f"otherwise cannot tell, saying why (noise, unstable trials, no interval, other hardware, other "
                 f"experiment)")
@@ -150,9 +210,12 @@ class Rule:
 
 def refuse_retired(config: dict | None) -> None:
     """RuleError naming the successor when a config about to be used sets a retired key
-    (`archive.threshold`, `archive.tolerance`): the workflow and the CLI ask before any job."""
+    (`archive.threshold`, `archive.tolerance`, `comparison.between_run`, `comparison.between_card`):
+    the workflow and the CLI ask before any job."""
     for (section, key), successor in RETIRED_KEYS.items():
         if key in ((config or {}).get(section) or {}):
+            if section == CONFIG_KEY:
+                raise RuleError(f"{section}.{key} is no longer read: {successor}")
             raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
                             f"(default {getattr(Rule(), successor.split('.')[1])})")
 
@@ -192,20 +255,17 @@ def _noise(figure: dict) -> tuple[float, int, int] | None:
     return noise["sigma"], noise["df"], noise["replicates"]
 
 
-def change_noise(old: dict, new: dict, rule: "Rule | None" = None, other_cards: bool = False) -> tuple[float, float] | None:
-    """(sd of the log change, degrees of freedom): both runs' process noise, and, with a rule, the
-    noise a run cannot see by itself (fabench.analysis.components): twice the between-run variance,
-    and twice the between-card variance where the two runs' cards differ. Those come from many
-    cells of other runs (calibrations.yaml): they count as known, and the degrees of freedom are
-    the sum's (stats.welch_df)."""
+def change_noise(old: dict, new: dict, judged_by: ClassRule | None = None) -> tuple[float, float] | None:
+    """(sd of the log change, degrees of freedom): both runs' process noise (times the fit's scale)
+    and the unseen noise no run sees by itself (`judged_by`: the pair type's ClassRule; none: the
+    process noise alone), with the degrees of freedom of the sum (stats.welch_df)."""
     a, b = _noise(old), _noise(new)
     if a is None or b is None:
         return None
-    process = a[0] ** 2 / a[2] + b[0] ** 2 / b[2]
-    unseen = 0.0
-    if rule is not None:
-        unseen = 2 * rule.between_run ** 2 + (2 * rule.between_card ** 2 if other_cards else 0.0)
-    return math.sqrt(process + unseen), stats.welch_df([(process, min(a[1], b[1])), (unseen, math.inf)])
+    scale, variance, df = (judged_by.scale, judged_by.variance, judged_by.df) if judged_by else (1.0, 0.0, None)
+    process = scale * (a[0] ** 2 / a[2] + b[0] ** 2 / b[2])
+    return math.sqrt(process + variance), stats.welch_df([(process, min(a[1], b[1])),
+                                                          (variance, math.inf if df is None else df)])
 
 
 def noise_limit(sd: float, df: int, rule: Rule) -> float:
@@ -213,9 +273,10 @@ def noise_limit(sd: float, df: int, rule: Rule) -> float:
     return stats.t_quantile(stats.two_sided(1 - rule.alpha), df) * sd
 
 
-def detectable(sd: float, df: int, rule: Rule) -> float:
-    """The smallest relative change called changed with the rule's power, for this noise."""
-    limit = max(noise_limit(sd, df, rule), math.log1p(rule.margin))
+def detectable(sd: float, df: float, rule: Rule, margin: float | None = None) -> float:
+    """The smallest relative change called changed with the rule's power, for this noise and margin."""
+    margin = rule.within_run_margin() if margin is None else margin
+    limit = max(noise_limit(sd, df, rule), math.log1p(margin))
     return math.expm1(limit + stats.t_quantile(rule.power, df) * sd)
 
 
@@ -235,15 +296,16 @@ def _verdict(code: Code, names: tuple[str, str], **fields) -> dict:
 
 def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "new"),
           hardware: tuple[dict, dict] | None = None, experiment: list[str] | None = None,
-          expect_same_code: bool = False) -> dict:
+          expect_same_code: bool = False, kind: str | None = None) -> dict:
     """The verdict on one cell: two analysed backend entries (old, new) of two runs.
 
     Returns {verdict, code, metric, ratio, interval (of the ratio), detectable, values}: verdict is
     changed / same / cannot tell, implied by the code (Code); values hold what the code's words
-    need (the runs' `names`, statuses, hardware, differences, clock). `hardware` holds both runs'
-    hardware identities, `experiment` the differences between the runs' experiments
-    (experiment_differences), and `expect_same_code` says that the two are repeats
-    (detector-check), so other code is no repeat."""
+    need (the runs' `names`, statuses, hardware, differences, clock, the pair type and its margin).
+    `hardware` holds both runs' hardware identities, `kind` the pair type they make (where the
+    caller knows more runs of their hosts: identity.pair_type; else told from the two),
+    `experiment` the differences between the runs' experiments (experiment_differences), and
+    `expect_same_code` says that the two are repeats (detector-check), so other code is no repeat."""
     if experiment:
         return _verdict(Code.OTHER_EXPERIMENT, names, values={"differences": list(experiment)})
     moved = _status_change(old, new, names, hardware)
@@ -269,40 +331,44 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
     if one_process:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
     rule = rule.on(hardware[0] if hardware else None)  # the fitted values of the hardware judged
-    noise = change_noise(a, b, rule, other_cards=bool(hardware) and not same_card(*hardware))
+    kind = kind or (pair_type(*hardware) if hardware else PairType.SAME_CARD)
+    pair = rule.for_pair(kind)
+    capped = any(e["stats"].get("capped") for e in (old, new)) and metric == "device_ms"
+    judged_by = pair.of(capped)
+    noise = change_noise(a, b, judged_by)
     if noise is None:
         return _verdict(Code.NO_INTERVAL, names, **base)
     # Whether the rule is the calibration of this hardware (fabench.analysis.calibration).
     calibrated = rule.calibrated_on(hardware[0]) if hardware else None
-    return calibration.mark(_by_rule(old, new, noise, rule, names, base), hardware, calibrated)
-
-
-def _by_rule(old: dict, new: dict, noise: tuple[float, int], rule: Rule, names: tuple[str, str], base: dict) -> dict:
     sd, df = noise
-    return _tests(math.log(base["ratio"]), sd, df, rule, names, base, {},
-                  lambda limit: clock_explains(old, new, base["metric"], limit))
+    pair_values = {"pair": {"kind": pair.kind, "fitted_as": pair.fitted_as, "capped": capped}}
+    verdict = _tests(math.log(base["ratio"]), sd, df, rule, names, base, pair_values,
+                     lambda limit: clock_explains(old, new, metric, limit), margin=judged_by.margin)
+    return calibration.mark(verdict, hardware, calibrated)
 
 
 def _tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str], base: dict, values: dict,
-           clock=None) -> dict:
+           clock=None, margin: float | None = None) -> dict:
     """The rule's two tests on a log change d with standard error sd (df degrees of freedom), the
     verdict judge and paired share: changed beyond the noise and the margin (unless `clock(limit)`
     finds the clock's change), small_change beyond the noise only, same within the margin by the
-    equivalence interval, else noisy. Fills base's interval and detectable (in place)."""
+    equivalence interval, else noisy. `margin`: the pair type's (judge), else the rule's own, else
+    the same card's. Fills base's interval and detectable (in place)."""
+    margin = margin if margin is not None else rule.within_run_margin()
     limit = noise_limit(sd, df, rule)
     reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
-    base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule))
-    values = {"margin": rule.margin, "level": 1 - 2 * rule.equivalence_alpha, **values}
-    margin = math.log1p(rule.margin)
+    base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule, margin))
+    values = {"margin": margin, "level": 1 - 2 * rule.equivalence_alpha, **values}
+    bound = math.log1p(margin)
     beyond_noise = abs(d) > limit
-    if beyond_noise and abs(d) > margin:
+    if beyond_noise and abs(d) > bound:
         explained = clock(limit) if clock else None
         if explained:
             return _verdict(Code.CLOCK, names, **base, values={**values, **explained})
         return _verdict(Code.REGRESSION if d > 0 else Code.IMPROVEMENT, names, **base, values=values)
     if beyond_noise:
         return _verdict(Code.SMALL_CHANGE, names, **base, values=values)
-    if abs(d) + reach <= margin:
+    if abs(d) + reach <= bound:
         return _verdict(Code.SAME, names, **base, values=values)
     return _verdict(Code.NOISY, names, **base, values={**values, "hides": math.expm1(abs(d) + reach)})
 
@@ -339,20 +405,21 @@ def clock_explains(old: dict, new: dict, metric: str, limit: float) -> dict | No
 
 def find_step(points: list[tuple[str, dict]], rule: Rule) -> dict | None:
     """The step in a series of one cell's analysed figures ([(entry id, figure)] in time order,
-    same hardware; the rule resolved for it, Rule.on): the split whose before and after means differ most in units of their noise,
-    when that difference is beyond the noise (the rule's alpha) and the rule's margin; None
-    without one. Needs 3 runs."""
+    same hardware; the rule resolved for it, Rule.on): the split whose before and after means differ
+    most in units of their noise, when that difference is beyond the noise (the rule's alpha) and
+    the margin of runs on other hosts (a series spans cards and days); None without one. Needs 3 runs."""
     usable = [(entry, f) for entry, f in points if f and f.get("noise") and f.get("median")]
     if len(usable) < 3:
         return None
+    pair = rule.for_pair(PairType.OTHER_HOST)
     df = min(f["noise"]["df"] for _, f in usable)
     best = None
     for split in range(1, len(usable)):
         before, after = usable[:split], usable[split:]
         shift = _log_mean(after) - _log_mean(before)
-        sd = math.sqrt(_mean_variance(before, rule) + _mean_variance(after, rule))
+        sd = math.sqrt(_mean_variance(before, pair) + _mean_variance(after, pair))
         score = abs(shift) / sd if sd else 0.0
-        if (score > stats.t_quantile(stats.two_sided(1 - rule.alpha), df) and abs(shift) > math.log1p(rule.margin)
+        if (score > stats.t_quantile(stats.two_sided(1 - rule.alpha), df) and abs(shift) > math.log1p(pair.margin)
                 and (best is None or score > best["score"])):
             best = {"score": score, "after": usable[split][0], "before": usable[split - 1][0],
                     "ratio": math.exp(shift), "runs": len(usable)}
@@ -363,9 +430,12 @@ def _log_mean(part: list) -> float:
     return sum(math.log(f["median"]) for _, f in part) / len(part)
 
 
-def _mean_variance(part: list, rule: Rule) -> float:
-    # Each run's figure carries its process noise and its own shift (the between-run component).
-    return sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] + rule.between_run ** 2 for _, f in part) / len(part) ** 2
+def _mean_variance(part: list, pair: PairRule) -> float:
+    # Each run's figure carries its process noise and its own share of the unseen noise (half of
+    # what two runs differ by).
+    steady = pair.steady
+    return sum(steady.scale * f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] + steady.variance / 2
+               for _, f in part) / len(part) ** 2
 
 
 # ---------------------------------------------------------------- a figure against a published number
@@ -467,6 +537,6 @@ def processes_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
     df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if va + vb else math.inf
     t = abs(statistics.fmean(lb) - statistics.fmean(la)) / se if se else math.inf
     p = stats.t_two_sided_p(t, df)
-    if p > rule.alpha or gap <= rule.margin:
+    if p > rule.alpha or gap <= rule.within_run_margin():
         return None
     return {"faster": faster, "processes": [len(la), len(lb)], "gap": gap, "p": p, "df": df}

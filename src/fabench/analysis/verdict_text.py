@@ -97,7 +97,7 @@ REPEATS_SETTING = "two processes a job, `cpu: {repeats: 2}` on a CPU host"
 def apart_text(apart: dict, rule) -> str:
     """policy.processes_apart's finding in words."""
     return (f"every process median of the slower ({apart['processes']} processes) beyond every one of the faster, "
-            f"by {apart['gap']:.1%} at least (more than the {rule.margin:.2%} margin; Welch t over process medians "
+            f"by {apart['gap']:.1%} at least (more than the {rule.within_run_margin():.2%} margin; Welch t over process medians "
             f"p = {apart['p']:.2g}, {apart['df']:.1f} df), though trials of a cell spread beyond stable_spread")
 
 

@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 import torch
 
 from fabench.gitinfo import git_commit, package_version
+from fabench.measure.host_cards import nvidia_uuids
+from fabench.platforms import PlatformName
 from fabench.measure.visibility import LEASE_ENV, visible_devices
 
 
@@ -57,6 +59,8 @@ def collect(here, config_sha256: str, project_commit: str | None) -> dict:
         "device_count": here.device_count(),
         "visible_devices": visible_devices(platform, dict(os.environ)),
         "device_lease": device_lease(),
+        # Every card of the host (by UUID): tells another card of this host from another host's.
+        "host_cards": nvidia_uuids() if platform == PlatformName.CUDA else None,
         "driver": here.driver_version(),
         **here.toolkit(),
         "torch": torch.__version__,

@@ -16,7 +16,7 @@ from fabench.report.sections.summary import compare_context
 from fabench.resources import TEMPLATE_DIR
 from fabench.analysis.policy import Code
 from fabench.platforms import PlatformName
-from fabench.results.compare import FLAGGED, noise_line
+from fabench.results.compare import FLAGGED, pairs_line
 from fabench.shapes import shape_text
 
 TEMPLATE = "compare.md.j2"
@@ -178,7 +178,7 @@ def render_markdown(comparison: dict, template_dir: str | Path | None = None,
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
                "steps": [step_text(step) for step in comparison.get("steps") or []],
                "calibration": (comparison.get("calibration") or {}).get("line"),
-               "noise": noise_line(comparison.get("noise") or []),
+               "noise": pairs_line(comparison.get("pairs") or []),
                "unarchived": comparison.get("unarchived") or [],
                "compare_summary": compare_context(comparison)}
     return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)

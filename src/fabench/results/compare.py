@@ -18,9 +18,10 @@ refused, with that reason, as are entries whose files fail their checksums.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
-from fabench.analysis import analyse_run, calibration, components, policy, verdict_text
+from fabench.analysis import analyse_run, calibration, policy, verdict_text
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import Code, Rule
 from fabench.results.archive_read import Entry, EntryChanged
@@ -67,10 +68,12 @@ FLAGGED = (Code.REGRESSION, Code.IMPROVEMENT, Code.NOW_AVAILABLE, Code.UNSTABLE,
            Code.OTHER_EXPERIMENT, Code.CLOCK)
 
 
-def judge(old: dict, new: dict, rule: Rule, hardware: dict, experiments: dict) -> dict:
-    """The policy's verdict on one cell of two entries, with its words (`why`) for the outputs."""
+def judge(old: dict, new: dict, rule: Rule, hardware: dict, experiments, hosts: dict) -> dict:
+    """The policy's verdict on one cell of two entries, with its words (`why`) for the outputs; the
+    pair type told by the hosts of every entry compared (identity.hosts_of)."""
     ids = (old["entry"], new["entry"])
-    verdict = policy.judge(old, new, rule, ids, (hardware[ids[0]], hardware[ids[1]]), experiments(*ids))
+    kind = policy.pair_type(hardware[ids[0]], hardware[ids[1]], hosts)
+    verdict = policy.judge(old, new, rule, ids, (hardware[ids[0]], hardware[ids[1]]), experiments(*ids), kind=kind)
     return {**verdict, "why": verdict_text.why(verdict)}
 
 
@@ -121,22 +124,24 @@ def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
 # ---------------------------------------------------------------- the comparison
 
 def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None = None,
-                    published: dict | None = None) -> dict:
+                    published: dict | None = None, in_given_order: bool = False) -> dict:
     """The comparison of archived entries as data (the JSON output; the Markdown renders it).
 
     Broken and schema-v1 entries are listed under left_out, with their problems, and take no
-    part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order."""
-    used, left_out = _load(entries)
+    part. `baseline` is an entry id (<label>/<run-id>); default the first entry in order. The order
+    is version order (label, then number), or, `in_given_order`, the order the entries are given in
+    (a user who names `old new` judges new against old, whatever their numbers)."""
+    used, left_out = _load(entries, in_given_order)
     baseline = _baseline(baseline, [e.id for e, _ in used], left_out)
     experiments = experiment_differences({entry.id: results for entry, results in used})
     hardware = {entry.id: policy.hardware_identity(results) for entry, results in used}
-    rules, noise = noise_rules(used, rule, hardware)
-    rows, flags = _rows(used, baseline, lambda old, new: judge(old, new, rules[old["entry"]], hardware, experiments))
+    hosts = policy.hosts_of(list(hardware.values()))
+    rows, flags = _rows(used, baseline, lambda old, new: judge(old, new, rule, hardware, experiments, hosts))
     comparison = {
         "format": COMPARE_FORMAT,
-        "steps": steps(rows, hardware, rules, experiments),
+        "steps": steps(rows, hardware, rule, experiments),
         "rule": {**rule.values(), "text": rule_text(rule)},
-        "noise": noise,  # per GPU model: the between-run and between-card noise judged by, and whence
+        "pairs": pairs_judged([e.id for e, _ in used], baseline, rule, hardware, hosts),
         "calibration": calibration.coverage(list(hardware.values())),  # the rule's fits on these cards
         "baseline": baseline,
         "entries": [{**entry_info(e), "hardware": hardware[e.id]} for e, _ in used],
@@ -157,60 +162,42 @@ def compare_entries(entries: Iterable[Entry], rule: Rule, baseline: str | None =
     return comparison
 
 
-def noise_rules(used: list[tuple[Entry, list[dict]]], rule: Rule, hardware: dict) -> tuple[dict, list[dict]]:
-    """The rule each entry's cells are judged by (entry id -> Rule) and, per hardware key, the
-    between-run and between-card noise it holds and where they came from. On hardware with a fit
-    of its own, the fit's (so its verdicts are the calibration's); on hardware without, the
-    estimate from this archive's repeats (entries of one experiment, cells of the same code) where
-    it has a pair of that kind, else the fallback fit's; a value the config set, always. The
-    archive's own estimate is stated beside the value used wherever there is one."""
-    by_key: dict[tuple, list] = {}
-    for entry, results in used:
-        by_key.setdefault(policy.hardware_key(hardware[entry.id]), []).append((entry.id, results))
-    rules, noise = {}, []
-    for key, runs in by_key.items():
-        identity = hardware[runs[0][0]]
-        own = components.between_runs(runs) if len(runs) > 1 else {"between_run": None, "between_card": None}
-        estimated = {name: own[name] for name in ("between_run", "between_card")
-                     if own[name] is not None and name not in rule.chosen}
-        base = rule.on(identity)
-        if estimated and calibration.calibration_for(identity) is None:
-            used_rule = Rule.of({policy.CONFIG_KEY: {**rule.as_dict(), **estimated}}, identity)
-            source = {name: "this archive's repeats" if name in estimated else _source(base, name)
-                      for name in ("between_run", "between_card")}
-        else:
-            used_rule = base
-            source = {name: _source(base, name) for name in ("between_run", "between_card")}
-        rules.update(dict.fromkeys((run_id for run_id, _ in runs), used_rule))
-        noise.append({"hardware": policy.hardware_text(identity), "between_run": used_rule.between_run,
-                      "between_card": used_rule.between_card, "source": source,
-                      "archive_estimate": {name: own[name] for name in ("between_run", "between_card")},
-                      "archive_pairs": own.get("pairs")})
-    return rules, noise
+def pairs_judged(ids: list[str], baseline: str, rule: Rule, hardware: dict, hosts: dict) -> list[dict]:
+    """Each pair of entries the comparison judges (each against the one before, and against the
+    baseline): its kind, the margin it is judged by (the smallest change it can see) and where that
+    came from. One source per pair: the config's margin, else the fit's for that kind of pair."""
+    wanted = list(zip(ids, ids[1:])) + [(baseline, i) for i in ids if i != baseline]
+    out, seen = [], set()
+    for old, new in wanted:
+        if (old, new) in seen:
+            continue
+        seen.add((old, new))
+        kind = policy.pair_type(hardware[old], hardware[new], hosts)
+        if kind is None:
+            out.append({"old": old, "new": new, "kind": None, "margin": None, "fitted_as": None, "source": None})
+            continue
+        on = rule.on(hardware[old])
+        pair = on.for_pair(kind)
+        source = "the config (comparison.margin)" if "margin" in on.chosen else (
+            f"calibration {on.fit}" + ("" if pair.fitted_as == str(kind) else f", fitted as {pair.fitted_as}"))
+        out.append({"old": old, "new": new, "kind": str(kind), "margin": pair.margin, "fitted_as": pair.fitted_as,
+                    "capped_margin": pair.capped.margin,
+                    "unseen": {"steady": math.sqrt(pair.steady.variance), "capped": math.sqrt(pair.capped.variance)},
+                    "source": source})
+    return out
 
 
-def _source(rule: Rule, name: str) -> str:
-    return "the config" if name in rule.chosen else f"calibration {rule.fit}"
+def pairs_line(pairs: list[dict]) -> str | None:
+    """One line: per pair of entries, its kind and the smallest change it can see, and whence."""
+    parts = [f"{p['new']} against {p['old']}: {p['kind']}, changes below {p['margin']:.2%} cannot be seen "
+             f"({p['source']})" for p in pairs if p["kind"] is not None]
+    return ("Kinds of pair: " + "; ".join(parts) + ".") if parts else None
 
 
-def noise_line(noise: list[dict]) -> str | None:
-    """One line: the noise a run cannot see by itself, per GPU model, as judged by, and whence."""
-    def pct(value):
-        return "n/a" if value is None else f"{value:.2%}"
-    parts = [f"{n['hardware']}: between runs {pct(n['between_run'])} ({n['source']['between_run']}), between "
-             f"cards {pct(n['between_card'])} ({n['source']['between_card']})" +
-             (f"; this archive's repeats show {pct(n['archive_estimate']['between_run'])} and "
-              f"{pct(n['archive_estimate']['between_card'])}" if any(v is not None for v in n["archive_estimate"].values()) and
-              "this archive's repeats" not in n["source"].values() else "")
-             for n in noise]
-    return ("Noise no run sees by itself (added to two runs' noise; between cards where their cards differ): "
-            + "; ".join(parts) + ".") if parts else None
-
-
-def _load(entries: Iterable[Entry]) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
+def _load(entries: Iterable[Entry], in_given_order: bool = False) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
     """The usable entries in order, each with its results analysed again, and those left out."""
     used, left_out = [], []
-    for entry in sorted(entries, key=lambda e: e.sort_key):
+    for entry in (list(entries) if in_given_order else sorted(entries, key=lambda e: e.sort_key)):
         results, problems = usable_results(entry)
         if results is None:
             left_out.append({"id": entry.id, "path": str(entry.path), "problems": problems})
@@ -310,12 +297,11 @@ class experiment_differences:
         return self.found[(old, new)]
 
 
-def steps(rows: list[dict], hardware: dict, rules: dict, experiments=None) -> list[dict]:
+def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> list[dict]:
     """Cells whose series over the archived entries (one GPU model's and one experiment's, in
     archive order, three stable runs or more) steps somewhere beyond the noise and the margin
     (analysis.policy.find_step): where, by how much, and whether the card changed there (two cards
-    of one model differ by up to a few percent under a power cap); `rules`: entry id -> the rule
-    its cells are judged by (noise_rules)."""
+    of one model differ by up to a few percent under a power cap); `rule` resolved for each model."""
     found = []
     for row in rows:
         series: dict[tuple, list] = {}
@@ -327,7 +313,7 @@ def steps(rows: list[dict], hardware: dict, rules: dict, experiments=None) -> li
                     same_model.append(cell)
         for cells in series.values():
             metric = cell_metric(*cells) if len(cells) >= 3 else None
-            step = (policy.find_step([(c["entry"], c[metric]) for c in cells], rules[cells[0]["entry"]])
+            step = (policy.find_step([(c["entry"], c[metric]) for c in cells], rule.on(hardware[cells[0]["entry"]]))
                     if metric else None)
             if step:
                 cards = [hardware[step[side]]["cards"] for side in ("before", "after")]

@@ -1,49 +1,67 @@
 """The detector check (fabench.analysis.detector) as Markdown: what a user reads to decide how
-far to trust `fabench compare` on their archive."""
+far to trust `fabench compare` on their archive, per kind of pair."""
 
 from __future__ import annotations
 
-RULES = {"ours": "fabench (the comparison policy)", "asv": "asv (factor 1.1 and Mann-Whitney p < 0.002)",
-         "nvbench": "nvbench robust compare ([min, q3] apart by 0.5%)"}
-DONE_WHEN_TEXT = {
-    "answered": "ok cells answered (same or changed), same-experiment pairs",
-    "flagged": "cells flagged changed, same-experiment pairs",
-    "unstable_per_run": "cells unstable, the worst run",
-    "+2%": "ok cells flagged as a regression, +2% injected",
-    "+5%": "ok cells flagged as a regression, +5% injected",
-    "+5% stable": "cells stable in both flagged, +5% injected",
-    "pi_misses": "medians outside the other run's 95% PI (limit: the binomial bound)",
-}
-COUNTS = ("flagged", "pi_misses")
+from fabench.analysis.detector import ACCEPTANCE, RULES
+
+RULE_NAMES = {"ours": "fabench (the comparison policy)", "asv": "asv (factor 1.1 and Mann-Whitney p < 0.002)",
+              "nvbench": "nvbench robust compare ([min, q3] apart by 0.5%)"}
+ROW_TEXT = {row.name: row.text for row in ACCEPTANCE}
+FIGURE_TEXT = {"false_changes": "False changes per cell", "pairs_with_a_false_change": "Pairs with a false change",
+               "answered": "Answered", "+2%": "+2% flagged", "+5%": "+5% flagged",
+               "pi_misses": "Beyond the 95% prediction"}
 
 
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0%}"
+def pct(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}%}"
 
 
-def figure_text(name: str, value: float | None) -> str:
-    if value is None:
+def with_interval(figure: dict, digits: int = 1) -> str:
+    """A rate with its 95% interval over runs and what it counts."""
+    if figure.get("value") is None:
         return "n/a (no such pair)"
-    return f"{value:d}" if name in COUNTS else f"{value:.1%}"
+    interval = "" if figure.get("low") is None else f" [{pct(figure['low'], digits)}, {pct(figure['high'], digits)}]"
+    return f"{pct(figure['value'], digits)}{interval} of {figure['n']}"
 
 
-def trade_off_table(check: dict) -> list[str]:
-    """The designs of the rule tried on the same pairs, one row each (fabench.analysis.detector.trade_off_rules)."""
-    names = list(DONE_WHEN_TEXT)
-    lines = ["| Design | " + " | ".join(names) + " | All rows hold |", "|---|" + "---|" * (len(names) + 1)]
-    for row in check["trade_off"]:
-        lines.append(f"| {row['design']} | " + " | ".join(figure_text(n, row["figures"][n]) for n in names) +
-                     f" | {'yes' if row['holds'] else 'no'} |")
+def acceptance_table(check: dict) -> list[str]:
+    lines = ["| Row | Pairs | Measured [95% interval over runs] | Floor | Holds |", "|---|---|---|---|---|"]
+    for item in check["acceptance"]:
+        if item["sense"] == "band":
+            floor = f"interval holds {pct(item['floor'], 0)}"
+        else:
+            floor = f"{item['sense']} {pct(item['floor'], 1)}"
+        interval = "" if item["low"] is None else f" [{pct(item['low'])}, {pct(item['high'])}]"
+        holds = "n/a" if item["holds"] is None else ("yes" if item["holds"] else "**no**")
+        lines.append(f"| {ROW_TEXT[item['name']]} | {item['kind']} | {pct(item['value'], 2)}{interval} | {floor} | {holds} |")
+    return lines
+
+
+def summary_table(check: dict) -> list[str]:
+    names = list(FIGURE_TEXT)
+    lines = ["| Pair type | Margin (fitted as) | " + " | ".join(FIGURE_TEXT[n] for n in names) +
+             " | False alarms per 100 cells: " + " / ".join(RULES) + " |", "|---|---|" + "---|" * (len(names) + 1)]
+    for kind, s in check["summary"].items():
+        alarms = " / ".join("n/a" if s["peers_false_alarms"][r] is None else f"{100 * s['peers_false_alarms'][r]:.1f}"
+                            for r in RULES)
+        margin = f"{s['margin']['value']:.2%}" + ("" if s["margin"]["fitted_as"] == kind else f" ({s['margin']['fitted_as']})")
+        lines.append(f"| {kind} ({s['answered']['pairs']} pairs) | {margin} | " +
+                     " | ".join(with_interval(s[n], 2 if n == "false_changes" else 1) for n in names) +
+                     f" | {alarms} |")
     return lines
 
 
 def components_table(check: dict) -> list[str]:
-    lines = ["| Hardware | Runs | Pairs: same card / other card | Cells | Between runs (one card) | "
-             "Between cards | Cells with an estimate of their own (2+ pairs; the rule uses the pooled) |", "|---|---|---|---|---|---|---|"]
-    for c in check["components"]:
-        sd = ["n/a (no such pair)" if c[k] is None else f"{c[k]:.2%}" for k in ("between_run", "between_card")]
-        lines.append(f"| {c['hardware']} | {len(c['runs'])} | {c['pairs']['same card']} / {c['pairs']['other card']} | "
-                     f"{c['cells']['same card']} / {c['cells']['other card']} | {sd[0]} | {sd[1]} | {c['per_cell']} |")
+    lines = ["| Pair type | Class | Unseen noise (sd a cell) | Degrees of freedom | Share of the process noise kept | "
+             "Pairs | Runs | Cells | Margin |", "|---|---|---|---|---|---|---|---|---|"]
+    for kind, values in check["components"].items():
+        for klass in ("steady", "capped"):
+            if klass in values:
+                v = values[klass]
+                df = "exact (none found)" if v["df"] is None else f"{v['df']:.1f}"
+                lines.append(f"| {kind} | {klass} | {v['noise']:.2%} | {df} | {v['scale']:.2f} | {v['pairs']} | "
+                             f"{v['runs']} | {v['cells']} | {v['margin']:.2%} |")
     lines += ["", "| Run | Scope | Within a process | Between processes | Between the cards of the run "
               "(two processes on one card) | Unstable |", "|---|---|---|---|---|---|"]
     for r in check["runs"]:
@@ -56,72 +74,54 @@ def components_table(check: dict) -> list[str]:
     return lines
 
 
-NO_PI = "n/a: no prediction interval (one process per job)"
-
-
-def pi_text(s: dict, level: float) -> str:
-    """The calibration cells of one summary row: the misses and the bounds, or why there are none."""
-    if not s["pi_checks"]:
-        return f"{NO_PI} | n/a"
-    return (f"{s['pi_outside']} of {s['pi_checks']} ({s['pi_outside_share']:.1%}, nominal {1 - level:.0%}) | "
-            f"{'yes' if s['pi_within_bound'] else 'no'} / {'yes' if s['pi_every_pair_within_bound'] else 'no'}")
+def trade_off_table(check: dict) -> list[str]:
+    """The designs of the rule tried on the same pairs (fabench.analysis.detector.trade_off_rules)."""
+    names = list(check["trade_off"][0]["figures"]) if check["trade_off"] else []
+    lines = ["| Design | " + " | ".join(names) + " | All rows hold |", "|---|" + "---|" * (len(names) + 1)]
+    for row in check["trade_off"]:
+        lines.append(f"| {row['design']} | " + " | ".join(pct(row["figures"].get(n), 2) for n in names) +
+                     f" | {'yes' if row['holds'] else 'no'} |")
+    return lines
 
 
 def render(check: dict) -> str:
+    rule = check["rule"]
+    margins = ", ".join(f"{kind} {margin:.2%}" for kind, margin in rule["margins"].items())
     lines = ["# Detector check", "",
-             "How `fabench compare` behaves on these archived runs, by exactly the rule it applies (below): false "
-             "alarms between runs of the same experiment, how often it answers, the calibration of the 95% "
-             "prediction interval, and the share of stable cells flagged when a known change is injected into one "
-             "run of a pair (each run in turn: every trial's time scaled, the run analysed again). asv's and "
-             "nvbench's rules judge the same pairs from the same trials. Each pair of runs on one GPU model is "
-             "counted once; cells that ran other code in the two runs are not repeats and are left out (listed).",
-             "", f"**Rule.** {check['rule']['text']} (margin {check['rule']['margin']:.2%}, alpha "
-             f"{check['rule']['alpha']:.1%}, equivalence alpha {check['rule']['equivalence_alpha']:.0%}; fitted "
-             f"values from calibration {check['rule']['fit']}" + (f", set by the config: {', '.join(check['rule']['chosen'])}"
-                                                                  if check['rule']['chosen'] else "") + ").",
-             "", "## Runs", "", "| Entry | Hardware | Cards |", "|---|---|---|"]
-    lines += [f"| {r['id']} | {r['hardware']} | {', '.join(c[:12] for c in r['cards']) or '-'} |" for r in check["runs"]]
-    lines += ["", "## Noise components", "", "Standard deviations of log time (fabench.analysis.components): "
-              "between runs and between cards estimated from these runs' pairs of one experiment, pooled over "
-              "their stable cells; within a process and between processes, the median over a run's stable cells.",
-              "", *components_table(check)]
-    lines += ["", f"## Acceptance (issue 36), on the {check['acceptance_on']} pairs", "",
-              "| Figure | Measured | Limit | Holds |", "|---|---|---|---|"]
-    for item in check["done_when"]:
-        sense = ">=" if item["name"] in ("answered", "+2%", "+5%", "+5% stable") else "<="
-        holds = "n/a" if item["holds"] is None else ("yes" if item["holds"] else "**no**")
-        lines.append(f"| {DONE_WHEN_TEXT[item['name']]} | {figure_text(item['name'], item['value'])} | "
-                     f"{sense} {figure_text(item['name'], item['limit'])} | {holds} |")
-    summary = check["summary"]
-    lines += ["", "## Summary", "", "| Pairs | Cells | Answered (of them stable) | False alarms per 100 cells: " +
-              " / ".join(RULES) + " | Outside the other run's 95% PI (each way) | "
-              "Within the binomial bound: all pairs / every pair |",
-              "|---|---|---|---|---|---|"]
-    for name in ("same card", "other card"):
-        if name in summary:
-            s = summary[name]
-            alarms = " / ".join(f"{s['false_alarms_per_100'][rule]:.1f}" for rule in RULES)
-            lines.append(f"| {s['pairs']} pair(s), {name} | {s['cells']} | {s['answered']} ({s['stable_cells']}) | "
-                         f"{alarms} | {pi_text(s, check['level'])} |")
-    lines += ["", "| Injected change | Ok cells (both runs of each pair in turn) | Flagged: " + " / ".join(RULES) +
-              " |", "|---|---|---|"]
-    for change in check["injected"]:
-        s = summary.get(f"+{change:.0%}")
-        if s:
-            lines.append(f"| +{change:.0%} | {s['cells']} | " +
-                         " / ".join(pct(s["flagged_share"][rule]) for rule in RULES) + " |")
+             "How `fabench compare` behaves on these archived runs, by exactly the rule it applies (below), per kind "
+             "of pair (the same card, another card of one host, another host, a run over several cards): false "
+             "changes between runs of unchanged software, how often it answers, how often a change lies beyond its "
+             "95% prediction (both ways), and the share of ok cells flagged when a known change is injected into one "
+             "run of a pair (each run in turn: every trial's time scaled, the run analysed again). Every rate has "
+             "its 95% interval from a bootstrap over runs, the unit all of a run's cells share. Cells that ran other "
+             "code in the two runs are no repeats and are left out (listed).",
+             "", f"**Rule.** {rule['text']} (margins: {margins}; alpha {rule['alpha']:.1%}, equivalence alpha "
+             f"{rule['equivalence_alpha']:.0%}; fitted values from calibration {rule['fit']}" +
+             (f", set by the config: {', '.join(rule['chosen'])}" if rule["chosen"] else "") + ").",
+             "", "## Runs", "", "| Entry | Hardware | Cards | Scope |", "|---|---|---|---|"]
+    lines += [f"| {r['id']} | {r['hardware']} | {', '.join(c[:12] for c in r['cards']) or '-'} | {r['scope']} |"
+              for r in check["runs"]]
+    lines += ["", f"## Acceptance, on the {check['acceptance_on']} pairs", "",
+              "Runs are `fitted` (a calibration fit was made on them), `validation` (a design decision of the rule "
+              "saw them) or `test` (every other run): the acceptance is measured on the pairs furthest from the fit.",
+              "", *acceptance_table(check)]
+    lines += ["", "## Per kind of pair", "", *summary_table(check)]
+    lines += ["", "## Noise components, estimated from these runs", "",
+              "What two runs of each kind of pair differ by in a cell beyond their processes' noise "
+              "(fabench.analysis.components.fit: steady cells and cells held at a power cap apart; degrees of freedom "
+              "from a bootstrap over runs), and the margin fitted from it; per run, the spread within and between its "
+              "processes (median over its stable cells).", "", *components_table(check)]
     if check.get("trade_off"):
         lines += ["", "## Trade-off: the same pairs by other designs of the rule", "", *trade_off_table(check)]
-    lines += ["", "## Pairs", "", "| Old | New | Scope | Card | Cells | Answered (stable) | Flagged (ours/asv/nvbench) | "
-              "Outside PI, each way (bound) | +2% flagged (ours/asv/nvbench) of ok cells | +5% flagged | Left out: other code |",
+    lines += ["", "## Pairs", "", "| Old | New | Kind | Scope | Cells | Answered | Flagged (ours/asv/nvbench) | "
+              "Beyond the prediction (bound) | +2% flagged | +5% flagged | Left out: other code |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in check["pairs"]:
         fa = "/".join(str(p["false_alarms"][r]) for r in RULES)
-        inj = ["/".join(str(s["flagged"][r]) for r in RULES) + f" of {s['cells']}" for s in p["sensitivity"]]
-        outside = f"{p['pi_outside']} ({p['pi_bound']})" if p["pi_checks"] else "n/a (no PI)"
-        lines.append(f"| {p['old']} | {p['new']} | {p['scope']} | {'same' if p['same_card'] else 'other'} | {p['cells']} | "
-                     f"{p['answered']} ({p['stable_cells']}) | {fa} | {outside} | "
-                     f"{' | '.join(inj)} | {len(p['other_code'])} |")
+        inj = [f"{s['flagged']['ours']} of {s['cells']}" for s in p["sensitivity"]]
+        outside = f"{p['pi_misses']} of {p['pi_checks']} ({p['pi_bound']})" if p["pi_checks"] else "n/a"
+        lines.append(f"| {p['old']} | {p['new']} | {p['kind']} | {p['scope']} | {p['cells']} | {p['answered']} | {fa} | "
+                     f"{outside} | {' | '.join(inj)} | {len(p['other_code'])} |")
     left = sorted({cell for p in check["pairs"] for cell in p["other_code"]})
     if left:
         lines += ["", "Cells left out of some pair because they ran other code: " + "; ".join(

@@ -18,17 +18,16 @@ narrows the pool to the GPUs it names.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabench.measure.host_cards import NVIDIA_PROC, nvidia_uuids
 from fabench.measure.visibility import VISIBLE_VARS
 
 DECLARED_ENV = "FABENCH_GPUS"
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
-NVIDIA_PROC = Path("/proc/driver/nvidia/gpus")
 _ID = re.compile(r"[A-Za-z0-9._:-]+")
 
 
@@ -93,17 +92,8 @@ def nvidia_gpus() -> list[Gpu]:
 
 def nvidia_proc_gpus(root: Path = NVIDIA_PROC) -> list[Gpu]:
     """The driver's own list, one folder per GPU named by its PCI address: NVML's order."""
-    if not root.is_dir():
-        return []
-    gpus = []
-    for folder in sorted(root.iterdir(), key=lambda p: p.name.lower()):
-        with contextlib.suppress(OSError, KeyError):  # a GPU going away as it is read
-            info = dict(line.split(":", 1) for line in (folder / "information").read_text().splitlines()
-                        if ":" in line)
-            uuid = info["GPU UUID"].strip()
-            index = str(len(gpus))
-            gpus.append(Gpu(id=index, visible={"CUDA_VISIBLE_DEVICES": uuid}, aliases=(uuid,)))
-    return gpus
+    return [Gpu(id=str(index), visible={"CUDA_VISIBLE_DEVICES": uuid}, aliases=(uuid,))
+            for index, uuid in enumerate(nvidia_uuids(root))]
 
 
 def amd_gpus(kfd_nodes: Path = KFD_NODES) -> list[Gpu]:

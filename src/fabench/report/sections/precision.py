@@ -10,7 +10,7 @@ from fabench.analysis import stats
 from fabench.analysis.figures import run_metric, shown_figure
 from fabench.report.sections.timing import interval_names
 from fabench.analysis.components import run_components
-from fabench.analysis.identity import hardware_identity
+from fabench.analysis.identity import PairType, hardware_identity
 
 
 def measured_cells(run: Run):
@@ -69,16 +69,17 @@ def one_process_cells(run: Run, device: bool) -> int:
 
 def noise_components(run: Run) -> dict:
     """The noise model's components as this run states them (fabench.analysis.components): its own
-    within a process, between processes and between its cards, and from the calibration what it
-    cannot see by itself (between runs, between cards of the model)."""
+    within a process, between processes and between its cards, and from the calibration, per kind of
+    pair, the smallest change a comparison with another run can see (the pair type's margin)."""
     own = run_components(run.results)
     identity = hardware_identity(run.results)
 
     def pct(value):
         return None if value is None else f"{value:.2%}"
     return {"within": pct(own["within_process"]), "between": pct(own["between_process"]),
-            "cards": pct(own["between_card_in_run"]), "run": pct(run.rule.between_run),
-            "card": pct(run.rule.between_card), "fit": run.rule.fit,
+            "cards": pct(own["between_card_in_run"]),
+            "margins": ", ".join(f"{kind} {pct(margin)}" for kind, margin in run.rule.margins().items()),
+            "fit": run.rule.fit,
             "calibrated": run.rule.calibrated_on(identity)}
 
 
@@ -87,7 +88,8 @@ def context(run: Run, published: dict | None) -> dict | None:
         return None  # nothing recorded trials (e.g. published numbers recast as a run)
     device = run_metric(run.results) == "device_ms"
     return {"figure": "device time" if device else "wall-clock time", "floor": noise_floor(run, device),
-            "one_process": one_process_cells(run, device), "margin": f"{run.rule.margin:.2%}",
+            "one_process": one_process_cells(run, device),
+            "margin": f"{run.rule.for_pair(PairType.SAME_CARD).margin:.2%} (another run on the same card)",
             "intervals": [md_text(n) for n in interval_names(run, device)],
             "unstable": unstable_cells(run), "cross_check": cross_checks(run), "components": noise_components(run),
             **trial_counts(run)}

@@ -66,7 +66,7 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     for name, entry, _ in ranked[1:]:
         verdicts = [run.claim(entry, lead, names=(name, lead_name)) for lead_name, lead, _ in leaders]
         if trials_lead is None:
-            trials_lead = _trials_lead(ranked[0][0], verdicts[0], run.rule.margin)
+            trials_lead = _trials_lead(ranked[0][0], verdicts[0], run.rule.within_run_margin())
         behind = [v for v in verdicts if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
         if behind:
             return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
