@@ -18,7 +18,7 @@ from support.shared_runs import h100_archive
 from test_plan import with_defaults
 from workflow_util import REPO, default_config
 
-ROLES = (identity.SETTING, identity.DESCRIPTION)
+ROLES = (identity.SETTING, identity.DESCRIPTION, identity.HOST_SETTING)
 
 
 def written_method(platform: str) -> dict:
@@ -56,6 +56,19 @@ def test_a_description_is_no_setting_and_an_undeclared_field_counts_as_one():
     assert identity.experiment_differences([base], [reworded]) == []
     assert identity.experiment_differences([base], [changed]) == [f"method.{setting}: 1 -> 2"]
     assert identity.experiment_differences([base], [unknown]) == ["method.not_declared_anywhere: absent -> 1"]
+
+
+def test_host_threads_are_a_setting_of_a_cpu_run_only():
+    """torch's threads move a CPU run's times and no GPU kernel's device time: two GPU runs of 32 and
+    of 1 thread are one experiment (a one-card run of 32 and a two-card run of 1 were judged apart
+    before), two CPU runs are not."""
+    roles = identity.method_roles()
+    assert roles["cpu_threads"] == identity.HOST_SETTING
+    def run(platform, threads):
+        return [{"variant": "v", "shape_id": "s", "platform": platform, "method": {"cpu_threads": threads}}]
+    assert identity.experiment_differences(run("cuda", 32), run("cuda", 1)) == []
+    assert identity.experiment_differences(run("rocm", 32), run("rocm", 1)) == []
+    assert identity.experiment_differences(run("cpu", 2), run("cpu", 1)) == ["method.cpu_threads: 2 -> 1"]
 
 
 def test_the_newest_h100_run_differs_from_the_earlier_ones_in_settings_only(tmp_path):

@@ -20,11 +20,13 @@ version order.
 Exit status: 0 done; 1 an integrity problem (a changed or missing archived file, an entry left
 out of a comparison, a run refused as incomplete) or an entry that could not be written (a full
 disk: nothing is left of it); 2 a usage error (bad option or --label, no such entry); 3 a
-regression, with `compare --fail-on regression`, or an acceptance row that fails, with
-`detector-check --fail-on acceptance`; 4 too few cells judged: the share of ok cells
+regression that holds for the comparison as a whole (its p within alpha over the cells judged:
+fabench.results.compare.gate), with `compare --fail-on regression`, or an acceptance row that
+fails, with `detector-check --fail-on acceptance`; 4 too few cells judged: the share of ok cells
 compared with the previous entry that got same or changed is below `compare --min-answered`
-(with `--fail-on regression` its default is 0.9, else it is asked for alone), so a CI gate fails
-where it has no evidence (a regression, 3, is reported first); 5 `archive store` of a run whose
+(with `--fail-on regression` its default is what the cells' noise lets unchanged software reach,
+between 50% and 90%; else it is asked for alone), so a CI gate fails where it has no evidence (a
+regression, 3, is reported first); 5 `archive store` of a run whose
 measurements are already an intact entry (nothing stored; the entry is printed: a "store every
 run" step may accept 0 and 5); 130 interrupted (SIGINT or SIGTERM: an entry is stored whole or
 not at all).
@@ -44,7 +46,6 @@ from fabench.analysis.calibration import CalibrationError
 from fabench.files import OutputPathError, output_file_arg, output_folder_arg, write_atomic, write_json
 
 USAGE, INTEGRITY, REGRESSION, TOO_FEW_ANSWERED, ALREADY_ARCHIVED, INTERRUPTED = 2, 1, 3, 4, 5, 130
-MIN_ANSWERED = 0.9  # compare --min-answered's default: the share of cells the acceptance asks answered
 
 
 class UsageError(Exception):
@@ -182,12 +183,12 @@ def build_parser() -> Parser:
     compare.add_argument("--out-html", type=output_or_discard, help="write the Markdown as a page here, the figures "
                          "embedded")
     compare.add_argument("--plots", type=output_folder_arg, metavar="DIR", help="write versions-<variant>.png here")
-    compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when any cell regressed "
-                         "(for CI)")
+    compare.add_argument("--fail-on", choices=["regression"], help="exit with status 3 when a cell regressed beyond "
+                         "what chance gives one of the cells compared (for CI)")
     compare.add_argument("--min-answered", type=share_type, metavar="SHARE",
                          help="exit with status 4 when fewer than this share of the ok cells compared with the previous "
-                         f"entry got an answer (same or changed) (default: {MIN_ANSWERED} with --fail-on, else "
-                         "never; 0: never)")
+                         "entry got an answer (same or changed) (default with --fail-on: what the cells' noise lets "
+                         "unchanged software reach, between 50% and 90%; else never; 0: never)")
     check = commands.add_parser("detector-check", help="the change detector's false alarms, answers, calibration "
                                 "and sensitivity on archived runs (a known change injected)")
     check.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to use (default: all in --root)")
@@ -295,7 +296,7 @@ def cmd_verify(args) -> int:
 
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
-    from fabench.results.compare import CompareError, NothingToCompare, compare_entries
+    from fabench.results.compare import CompareError, NothingToCompare, compare_entries, gate
     from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"
@@ -330,6 +331,7 @@ def cmd_compare(args) -> int:
     for item in comparison["left_out"]:
         print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
     flags = [f for f in comparison["flags"] if f["code"] == "regression"]
+    decided = gate(comparison, rule, args.min_answered)
     # The result in one line on standard error, a CI log's record of what was judged.
     page = written(args.out_md) or written(args.out_html)
     print(f"{prog}: {result_line(comparison)}" + (f"; see {page}" if page else ""), file=sys.stderr)
@@ -337,14 +339,15 @@ def cmd_compare(args) -> int:
         print(f"{prog}: {len(flags)} regression flag(s)" + (f"; see {page}" if page else ""), file=sys.stderr)
     if any(not e.ok for e in entries):
         return INTEGRITY
-    if flags and args.fail_on == "regression":
-        print(f"{prog}: failing on {len(flags)} regression flag(s) (--fail-on regression)", file=sys.stderr)
+    if decided["regressions"] and args.fail_on == "regression":
+        print(f"{prog}: failing on {len(decided['regressions'])} regression flag(s) that hold for the comparison "
+              f"as a whole (--fail-on regression)", file=sys.stderr)
         return REGRESSION
     answers = comparison["answers"]
-    least = args.min_answered if args.min_answered is not None else MIN_ANSWERED if args.fail_on else 0.0
-    if answers["judged"] and answers["share"] < least:
+    if (args.fail_on or args.min_answered is not None) and not decided["answered_ok"]:
+        got = f"({answers['share']:.0%})" if answers["share"] is not None else "(no cell in both)"
         print(f"{prog}: {answers['answered']} of {answers['judged']} ok cells compared got an answer "
-              f"({answers['share']:.0%}), fewer than --min-answered {least:.0%}", file=sys.stderr)
+              f"{got}, fewer than --min-answered {decided['least']:.0%}", file=sys.stderr)
         return TOO_FEW_ANSWERED
     return 0
 

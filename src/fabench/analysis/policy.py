@@ -216,8 +216,9 @@ def refuse_retired(config: dict | None) -> None:
         if key in ((config or {}).get(section) or {}):
             if section == CONFIG_KEY:
                 raise RuleError(f"{section}.{key} is no longer read: {successor}")
-            raise RuleError(f"{section}.{key} is no longer read: set {successor} instead "
-                            f"(default {getattr(Rule(), successor.split('.')[1])})")
+            default = getattr(Rule(), successor.split(".")[1])
+            raise RuleError(f"{section}.{key} is no longer read: set {successor} instead (default "
+                            f"{'fitted per kind of pair, calibrations.yaml' if default is None else default})")
 
 
 class Code(StrEnum):
@@ -358,8 +359,13 @@ def _tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str], b
     limit = noise_limit(sd, df, rule)
     reach = stats.t_quantile(1 - rule.equivalence_alpha, df) * sd
     base.update(interval=[math.exp(d - reach), math.exp(d + reach)], detectable=detectable(sd, df, rule, margin))
-    values = {"margin": margin, "level": 1 - 2 * rule.equivalence_alpha, **values}
     bound = math.log1p(margin)
+    # p: the change's two-sided p at its noise; answerable: the chance an unchanged cell at this noise
+    # is called same (what a gate over many cells expects of unchanged software).
+    values = {"margin": margin, "level": 1 - 2 * rule.equivalence_alpha, "sd": sd, "df": df,
+              "p": stats.t_two_sided_p(abs(d) / sd, df) if sd else 0.0,
+              "answerable": max(0.0, 2 * statistics.NormalDist().cdf(bound / sd - reach / sd) - 1) if sd else 1.0,
+              **values}
     beyond_noise = abs(d) > limit
     if beyond_noise and abs(d) > bound:
         explained = clock(limit) if clock else None

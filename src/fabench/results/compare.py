@@ -267,18 +267,49 @@ def _flags(row: dict) -> list[dict]:
                 found.append({"code": verdict["code"], "variant": row["variant"], "shape_id": row["shape_id"],
                               "backend": row["backend"], "label": row["label"], "entry": cell["entry"],
                               "against": verdict["entry"], "against_kind": kind[3:], "ratio": verdict["ratio"],
-                              "why": verdict["why"]})
+                              "p": verdict["values"].get("p"), "why": verdict["why"]})
     return found
 
 
 def answers(rows: list[dict]) -> dict:
     """How many ok cells compared with the previous entry got an answer (same or changed), the share
-    `fabench compare --min-answered` gates on: {judged, answered, share (None without any)}."""
+    `fabench compare --min-answered` gates on: {judged, answered, share (None without any), expected
+    (the share unchanged software is expected to get at these cells' noise: each verdict's
+    `answerable`), expected_sd}."""
     # A cell measured in neither run (the same failing status in both) is no ok cell to judge.
     verdicts = [c["vs_previous"] for row in rows for c in row["cells"]
                 if c.get("vs_previous") and c["vs_previous"]["code"] != Code.NOT_OK]
     answered = sum(v["verdict"] in ("same", "changed") for v in verdicts)
-    return {"judged": len(verdicts), "answered": answered, "share": answered / len(verdicts) if verdicts else None}
+    chances = [v["values"].get("answerable") or 0.0 for v in verdicts]
+    n = len(verdicts)
+    return {"judged": n, "answered": answered, "share": answered / n if n else None,
+            "expected": sum(chances) / n if n else None,
+            "expected_sd": math.sqrt(sum(c * (1 - c) for c in chances)) / n if n else None}
+
+
+# The gate's floors: never fewer than this share answered (no evidence is no pass), nor more asked
+# than this (the acceptance's answered share).
+GATE_FLOOR, GATE_CEILING = 0.5, 0.9
+
+
+def gate(comparison: dict, rule: Rule, least: float | None = None) -> dict:
+    """What a CI gate on this comparison decides: {regressions (confirmed for the comparison as a
+    whole), least (the answered share asked), answered_ok}. A regression flag fails the gate where
+    it holds for the comparison as a whole, its p within the rule's alpha over the cells judged
+    (Bonferroni): a gate asks one question of many cells, and at the per-cell alpha unchanged
+    software of 45 cells would fail one run in fourteen (a 1.2% blip in one cell). The answered
+    share asked is `least` where given, else what the cells' noise lets unchanged software reach
+    (answers' expected less two of its standard deviations) within [GATE_FLOOR, GATE_CEILING]."""
+    found = comparison["answers"]
+    cells = max(found["judged"], 1)
+    confirmed = [f for f in comparison["flags"] if f["code"] == Code.REGRESSION
+                 and (f.get("p") is None or f["p"] <= rule.alpha / cells)]
+    if least is None:
+        expected = (found["expected"] or 0.0) - 2 * (found["expected_sd"] or 0.0)
+        least = min(GATE_CEILING, max(GATE_FLOOR, expected))
+    share = found["share"]
+    return {"regressions": confirmed, "least": least,
+            "answered_ok": bool(found["judged"]) and share is not None and share >= least}
 
 
 class experiment_differences:
