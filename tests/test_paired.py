@@ -21,28 +21,41 @@ from fabench.analysis import claims
 from fabench.analysis.noise import analyse_run
 from fabench.analysis.pairs import PairNoise
 from fabench.analysis.policy import Code, Rule, paired, processes_apart
+from fabench.measure.cell import trial_order
 
 RULE = Rule()
 TINY_MARGIN = Rule(margin=1e-6)  # the noise test alone decides: its false rate is the rule's alpha
 
 
 def simulated_run(rng: random.Random, jobs: int, processes: int, trials: int, ratio: float = 1.0,
-                  shared: float = 0.05, own: float = 0.005, trial: float = 0.003, run: float = 0.0) -> list[dict]:
-    """One run's results: per job backends A and B (B takes `ratio` times A's true time), interleaved
-    in `processes` processes of `trials` trials each, wall-clock figures as on a CPU."""
+                  shared: float = 0.05, own: float = 0.005, trial: float = 0.003, run: float = 0.0,
+                  second: float = 0.0, rotate: bool = True, scale=lambda job, name: 1.0, shift: float = 1.0,
+                  backends: int = 2, spacing: float = 1.0) -> list[dict]:
+    """One run's results: per job `backends` backends A, B, ... (B takes `ratio` times A's true
+    time, each further one `spacing` times the one before), interleaved in `processes` processes of
+    `trials` trials each, wall-clock figures as on a CPU. `second`: an order effect, the backend
+    that runs second or later in a round takes that much longer (log); the rounds' order is the
+    job's (trial_order), or with `rotate` False always A, B, ... (before the order turned).
+    `scale(job, name)`: the cell's own process and trial noise as a multiple of `own` and `trial`.
+    `shift`: the whole run's factor on every time (a host or a clock slower for the whole run)."""
     results = []
+    names = "ABCDEFGH"[:backends]
     for job in range(jobs):
-        true = {"A": 10.0 * (1 + job), "B": 10.0 * (1 + job) * ratio}
+        true = {name: 10.0 * (1 + job) * spacing ** k * (ratio if k == 1 else 1.0) * shift
+                for k, name in enumerate(names)}
         shifted = {name: t * math.exp(rng.gauss(0, run)) for name, t in true.items()}  # this run's effect
-        backends = {name: {"label": name, "status": "ok", "trials": []} for name in true}
+        cells = {name: {"label": name, "status": "ok", "trials": []} for name in true}
         for process in range(processes):
             state = rng.gauss(0, shared)  # both backends of the process share it
-            for name, entry in backends.items():
-                offset = state + rng.gauss(0, own)
-                for index in range(trials):
-                    value = shifted[name] * math.exp(offset + rng.gauss(0, trial))
-                    entry["trials"].append({"process": process, "index": index, "wall_mean_ms": value})
-        results.append({"platform": "cpu", "flops": None, "method": {"stable_spread": 1.0}, "backends": backends})
+            offsets = {name: state + rng.gauss(0, own * scale(job, name)) for name in cells}
+            for index in range(trials):
+                order = trial_order(list(cells), process, index, trials) if rotate else list(cells)
+                for position, name in enumerate(order):
+                    value = shifted[name] * math.exp(offsets[name] + rng.gauss(0, trial * scale(job, name))
+                                                     + (second if position else 0.0))
+                    cells[name]["trials"].append({"process": process, "index": index, "position": position,
+                                                  "wall_mean_ms": value})
+        results.append({"platform": "cpu", "flops": None, "method": {"stable_spread": 1.0}, "backends": cells})
     return analyse_run({"results": results})["results"]
 
 

@@ -55,6 +55,8 @@ NOISE_CODES = frozenset({"spread", "clock"})
 # how much a prior is worth (below it none is lent: each pair stands on its own variance).
 POOL_PAIRS = 16
 MIN_PRIOR_PAIRS = 3
+HETEROGENEITY_LEVEL = 0.95
+TREND_LEVEL = 0.975
 
 
 def doubted(entry: dict) -> bool:
@@ -138,27 +140,30 @@ class Pair:
 
 @dataclass(frozen=True)
 class PooledPair:
-    """One pair of the run's pool: its duration, its log variance (unbiased for log sigma^2), its
-    degrees of freedom, its job and that job's independent degrees of freedom."""
+    """One pair of the run's pool: its duration, its variance and degrees of freedom, its job, that
+    job's degrees of freedom per contrast of its backends (one per process beyond the first) and its
+    two cells (id() of their entries)."""
 
     log_time: float
-    log_variance: float
+    variance: float
     df: int
     job: int
     job_df: int
+    cells: tuple[int, int]
 
 
 @dataclass(frozen=True)
 class PairNoise:
     """The run's prior for a pair's variance (log ratio of process means): the pooled pairs, how
-    many degrees of freedom the prior is worth by the run's evidence (`prior_df`, Smyth's d0 before
-    each pair's cap), the run's independent degrees of freedom (`df`: one per process beyond a
-    job's first) and the number of pairs pooled."""
+    far their true variances differ beyond their durations' (`heterogeneity`: the variance of their
+    logs, Smyth's trigamma(d0/2) of a prior known exactly), the run's independent degrees of freedom
+    (`df`: one per process beyond a job's first) and the number of pairs pooled."""
 
     pool: tuple[PooledPair, ...]
-    prior_df: float
+    heterogeneity: float
     df: int
     pairs: int
+    trend: tuple[float, float] = (0.0, 0.0)  # d log(variance) / d log(time) over the run's pairs, its variance
     jobs: dict = field(default_factory=dict, compare=False)  # id() of each cell entry pooled: its job
 
     @classmethod
@@ -167,7 +172,7 @@ class PairNoise:
         more; `unsteady` (for a pair with a cell whose trials spread beyond the run's limit, or a
         clock held down moved them) over the unstable ones too, whose noise is of its own (as
         fabench.analysis.noise pools a capped cell's). None where no job has two processes."""
-        found, jobs, df = [], {}, 0
+        pool, jobs, df = [], {}, 0
         for job, result in enumerate(results):
             cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)
                      and (unsteady or (e.get("stats") or {}).get("stable", True))]
@@ -175,54 +180,108 @@ class PairNoise:
             pairs = [pair for a, b in combinations(cells, 2)
                      if (pair := Pair.of(a, b, metric)) is not None and pair.processes > 1]
             job_df = max((pair.processes - 1 for pair in pairs), default=0)
-            found += [(pair, job, job_df) for pair in pairs]
+            pool += [PooledPair(pair.log_time, pair.variance, pair.processes - 1, job, job_df, pair.cells)
+                     for pair in pairs]
             df += job_df
-        if not found:
+        if not pool:
             return None
-        # A variance of exactly 0 (figures quantised alike in every process) has no logarithm:
-        # limma's floor, a hundred-thousandth of the typical variance.
-        positive = [pair.variance for pair, *_ in found if pair.variance > 0]
-        least = 1e-5 * statistics.median(positive) if positive else 1e-12
-        pool = tuple(PooledPair(pair.log_time, math.log(max(pair.variance, least))
-                                - stats.expected_log_chi2(pair.processes - 1), pair.processes - 1, job, job_df)
-                     for pair, job, job_df in found)
-        return cls(pool, _prior_df(pool), df, len(pool), jobs)
+        trend = _trend(pool, _units(pool))
+        return cls(tuple(pool), _heterogeneity(tuple(pool), trend), df, len(pool), trend, jobs)
 
-    def prior(self, log_time: float, job: int | None) -> tuple[float, int]:
-        """(s0^2, its cap on d0) for a pair of this duration in `job`: the mean log variance of the
-        POOL_PAIRS pairs nearest in duration of other jobs, and their jobs' independent degrees of
-        freedom; (nan, 0) where no other job has a pair."""
+    def prior(self, log_time: float, job: int | None) -> tuple[float, int, float]:
+        """(s0^2, its degrees of freedom, the log variance the trend adds) for a pair of this
+        duration in `job`: the pooled variance
+        of the POOL_PAIRS pairs nearest in duration of other jobs, each carried to this duration
+        along the run's trend (at the longest pairs, every neighbour is shorter: the noisiest
+        cells of a run, held at a power cap, are its longest), and the independent units behind
+        it: per job, its independent contrasts among the backends of those pairs (the backends less
+        one) times its processes less one (the mean of a job's every pair is its backends' sample
+        variance); (nan, 0, 0) where no other job has a pair. The trend's own error, carried over
+        the distance from the neighbours' mean duration, adds to the prior's (log) uncertainty."""
         others = [p for p in self.pool if p.job != job]
         nearest = sorted(others, key=lambda p: abs(p.log_time - log_time))[:POOL_PAIRS]
         if not nearest:
-            return math.nan, 0
-        cap = sum({p.job: p.job_df for p in nearest}.values())
-        return statistics.fmean(p.log_variance for p in nearest), cap
+            return math.nan, 0, 0.0
+        df = _units(nearest)
+        slope, error = self.trend
+        moved = sum(p.variance * p.df * math.exp(slope * (log_time - p.log_time)) for p in nearest)
+        carried = error * (log_time - statistics.fmean(p.log_time for p in nearest)) ** 2
+        return moved / sum(p.df for p in nearest), df, carried
 
     def moderated(self, pair: Pair) -> tuple[float, int]:
         """The pair's moderated variance and its degrees of freedom, d0 + d (module docstring)."""
         own, d = pair.variance, pair.processes - 1
-        log_prior, cap = self.prior(pair.log_time, self.jobs.get(pair.cells[0]))
-        d0 = math.floor(min(self.prior_df, cap))
-        if d0 < 1:
+        prior, prior_df, carried = self.prior(pair.log_time, self.jobs.get(pair.cells[0]))
+        d0 = prior_weight(prior_df, self.heterogeneity + carried)
+        if d0 < 1 or not prior > 0:
             return max(own, pair.within_mean_variance), d
-        prior = math.exp(log_prior + stats.expected_log_chi2(d0))
         return max((d0 * prior + d * own) / (d0 + d), pair.within_mean_variance), d0 + d
 
 
-def _prior_df(pool: tuple[PooledPair, ...]) -> float:
-    """Smyth's d0 by the method of moments: the pairs' log variances spread about their priors
-    (PairNoise.prior) by trigamma(d/2) from their own degrees of freedom and by trigamma(d0/2)
-    from how their true variances differ (and the priors' own error); inf where they spread no
-    more than their degrees of freedom explain, 0 where fewer than MIN_PRIOR_PAIRS have a prior."""
-    noise = PairNoise(pool, math.inf, 0, len(pool))
-    residuals, own = [], []
+def prior_weight(prior_df: int, heterogeneity: float) -> int:
+    """Smyth's d0 of a prior estimated from prior_df degrees of freedom where the pairs' true log
+    variances spread by `heterogeneity` about it: the two uncertainties about a pair's log variance
+    add, trigamma(d0/2) = trigamma(prior_df/2) + heterogeneity; rounded down (a whole count)."""
+    if prior_df < 1 or math.isinf(heterogeneity):
+        return 0
+    return math.floor(min(2 * stats.trigamma_inverse(stats.trigamma(prior_df / 2) + heterogeneity), prior_df))
+
+
+def _least(pool) -> float:
+    """A variance of exactly 0 (figures quantised alike in every process) has no logarithm:
+    limma's floor, a hundred-thousandth of the typical variance, stands in."""
+    positive = [p.variance for p in pool if p.variance > 0]
+    return 1e-5 * statistics.median(positive) if positive else 1e-12
+
+
+def _trend(pool: list[PooledPair], units: int) -> tuple[float, float]:
+    """The slope of the pairs' log variance on their log duration (least squares) and its variance,
+    the pairs counted as the `units` independent ones they hold (pairs of one job share its
+    processes); (0, 0) where fewer than MIN_PRIOR_PAIRS pairs or units, or one duration."""
+    if len(pool) < MIN_PRIOR_PAIRS or units < MIN_PRIOR_PAIRS:
+        return 0.0, 0.0
+    least = _least(pool)
+    x = [p.log_time for p in pool]
+    y = [math.log(max(p.variance, least)) for p in pool]
+    mean_x, mean_y = statistics.fmean(x), statistics.fmean(y)
+    spread = sum((a - mean_x) ** 2 for a in x)
+    if not spread > 0:
+        return 0.0, 0.0
+    slope = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y)) / spread
+    scatter = sum((b - mean_y - slope * (a - mean_x)) ** 2 for a, b in zip(x, y)) / max(len(pool) - 2, 1)
+    error = scatter / spread * len(pool) / units
+    # A slope within chance is none: carried far, its error would cost the prior more than it gives.
+    return (slope, error) if slope * slope > stats.t_quantile(TREND_LEVEL, math.inf) ** 2 * error else (0.0, 0.0)
+
+
+def _units(pool: list[PooledPair]) -> int:
+    """The independent units the pairs hold: per job, its backends less one times its processes
+    less one."""
+    cells: dict[int, set] = {}
     for p in pool:
-        log_prior, _ = noise.prior(p.log_time, p.job)
-        if not math.isnan(log_prior):
-            residuals.append(p.log_variance - log_prior)
-            own.append(stats.trigamma(p.df / 2))
+        cells.setdefault(p.job, set()).update(p.cells)
+    return sum((len(cells[p.job]) - 1) * p.job_df for p in {p.job: p for p in pool}.values())
+
+
+def _heterogeneity(pool: tuple[PooledPair, ...], trend: tuple[float, float]) -> float:
+    """How far the pairs' true log variances differ beyond their durations' prior, by the method
+    of moments of Smyth's model: their log variances spread about their priors (PairNoise.prior) by
+    trigamma(d/2) from their own degrees of freedom, trigamma(prior_df/2) from the prior's, and the
+    rest from how their true variances differ. From tens of pairs of one degree of freedom that
+    spread is itself uncertain (log chi2_1 has a long tail: the sample variance of 20 of them has a
+    standard error of about 2.7 where trigamma(1/2) is 4.9), so only the excess beyond chance
+    counts: the spread's one-sided HETEROGENEITY_LEVEL lower bound, 0 where none is. inf (no prior
+    is lent) where fewer than MIN_PRIOR_PAIRS pairs have a prior."""
+    noise, least = PairNoise(pool, 0.0, 0, len(pool), trend), _least(pool)
+    residuals, chance = [], []
+    for p in pool:
+        prior, prior_df, carried = noise.prior(p.log_time, p.job)
+        if prior_df >= 1 and prior > 0:
+            residuals.append(math.log(max(p.variance, least) / prior))
+            chance.append(stats.trigamma(p.df / 2) + stats.trigamma(prior_df / 2) + carried)
     if len(residuals) < MIN_PRIOR_PAIRS:
-        return 0.0
-    excess = statistics.variance(residuals) - statistics.fmean(own)
-    return 2 * stats.trigamma_inverse(excess) if excess > 0 else math.inf
+        return math.inf
+    center, spread = statistics.fmean(residuals), statistics.variance(residuals)
+    fourth = statistics.fmean((r - center) ** 4 for r in residuals)
+    error = math.sqrt(max(fourth - spread ** 2, 0.0) / len(residuals))
+    return max(spread - stats.t_quantile(HETEROGENEITY_LEVEL, math.inf) * error - statistics.fmean(chance), 0.0)
