@@ -254,13 +254,16 @@ def _trend(pool: list[PooledPair], units: int) -> tuple[float, float]:
     return (slope, error) if slope * slope > stats.t_quantile(TREND_LEVEL, math.inf) ** 2 * error else (0.0, 0.0)
 
 
-def _units(pool: list[PooledPair]) -> int:
+def _units(pool: list[PooledPair]) -> float:
     """The independent units the pairs hold: per job, its backends less one times its processes
-    less one."""
+    less one where every pair of those backends is among them (their mean is the backends' sample
+    variance), that share of it where only some are (a mean over fewer pairs is worth less)."""
     cells: dict[int, set] = {}
+    counts: dict[int, int] = {}
     for p in pool:
         cells.setdefault(p.job, set()).update(p.cells)
-    return sum((len(cells[p.job]) - 1) * p.job_df for p in {p.job: p for p in pool}.values())
+        counts[p.job] = counts.get(p.job, 0) + 1
+    return sum(2 * counts[job] / len(cells[job]) * p.job_df for job, p in {p.job: p for p in pool}.items())
 
 
 def _heterogeneity(pool: tuple[PooledPair, ...], trend: tuple[float, float]) -> float:
