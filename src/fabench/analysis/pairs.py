@@ -18,17 +18,18 @@ moderated t does (Smyth 2004): the pair's variance s^2 (d = P - 1 degrees of fre
 toward a prior s0^2 worth d0 degrees of freedom,
     s~^2 = (d0 s0^2 + d s^2) / (d0 + d),   the t test at d0 + d degrees of freedom.
 Noise depends on duration (fabench.analysis.noise pools cells by it), so the prior is local: s0^2
-from the POOL_PAIRS pairs nearest in duration of the run's other jobs (those of the pair's own job
-share its processes, so its own data would count twice), averaged on the log scale, where a
-variance from few degrees of freedom is unbiased up to a known constant (stats.expected_log_chi2).
-How much the prior is worth is the run's own evidence: d0 from how far the pairs' log variances
-spread about their priors beyond what their degrees of freedom alone would spread them
-(trigamma(d/2)), the method of moments of Smyth's model; pairs whose noise differs beyond their
-durations' (a cell a busy host disturbed) spread them wide, and d0 falls, so each such pair leans
-on its own variance. d0 never exceeds the independent units behind the prior: one degree of
-freedom per process beyond the first of each job among those pairs (pairs of one job share its
-processes, so pooling them adds no false confidence), rounded down. What the trials inside each
-process put into a process mean (Pair.within_mean_variance) stays a floor under s~^2.
+is the pooled variance of the POOL_PAIRS pairs nearest in duration of the run's other jobs (those
+of the pair's own job share its processes, so its own data would count twice), each carried to the
+pair's duration along the run's trend of log variance with log duration (where the run shows one
+beyond chance). Its degrees of freedom count independent units, not pairs: a job's pairs share its
+processes, so all the pairs of k of its backends are worth (k - 1)(P - 1), some of them that share.
+How much the prior is worth, d0, adds two uncertainties about a pair's log variance: the prior's
+own (trigamma of half its degrees of freedom, and the trend's error carried to the pair) and how far
+the pairs' true variances differ beyond their durations', estimated by the method of moments of
+Smyth's model from how far the pairs' log variances spread about their priors beyond chance; a run
+whose pairs differ in noise at one duration (a cell a busy host disturbed) lends each pair less.
+What the trials inside each process put into a process mean (Pair.within_mean_variance) stays a
+floor under s~^2.
 A pair whose cells carry a doubt on their figure (warm-up, other kernels: not mere spread) stays
 out of the pool: its noise has a cause of its own.
 
@@ -104,6 +105,7 @@ class Pair:
         return cls(tuple(tuple(by_process[p]) for p in sorted(by_process)),
                    statistics.fmean(math.log(x * y) / 2 for _, x, y, _ in found),
                    None if None in firsts else (firsts.count("a"), firsts.count("b")), (id(a), id(b)))
+
     @property
     def process_means(self) -> tuple[float, ...]:
         return tuple(statistics.fmean(ratios) for ratios in self.by_process)
@@ -164,7 +166,7 @@ class PairNoise:
     df: int
     pairs: int
     trend: tuple[float, float] = (0.0, 0.0)  # d log(variance) / d log(time) over the run's pairs, its variance
-    jobs: dict = field(default_factory=dict, compare=False)  # id() of each cell entry pooled: its job
+    jobs: dict = field(default_factory=dict, compare=False)  # id() of each cell entry of the run: its job
 
     @classmethod
     def of(cls, results: list[dict], metric: str, unsteady: bool = False) -> "PairNoise | None":
@@ -176,7 +178,7 @@ class PairNoise:
         for job, result in enumerate(results):
             cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)
                      and (unsteady or (e.get("stats") or {}).get("stable", True))]
-            jobs.update((id(e), job) for e in cells)
+            jobs.update((id(e), job) for e in result["backends"].values())
             pairs = [pair for a, b in combinations(cells, 2)
                      if (pair := Pair.of(a, b, metric)) is not None and pair.processes > 1]
             job_df = max((pair.processes - 1 for pair in pairs), default=0)
@@ -188,16 +190,14 @@ class PairNoise:
         trend = _trend(pool, _units(pool))
         return cls(tuple(pool), _heterogeneity(tuple(pool), trend), df, len(pool), trend, jobs)
 
-    def prior(self, log_time: float, job: int | None) -> tuple[float, int, float]:
-        """(s0^2, its degrees of freedom, the log variance the trend adds) for a pair of this
-        duration in `job`: the pooled variance
-        of the POOL_PAIRS pairs nearest in duration of other jobs, each carried to this duration
-        along the run's trend (at the longest pairs, every neighbour is shorter: the noisiest
-        cells of a run, held at a power cap, are its longest), and the independent units behind
-        it: per job, its independent contrasts among the backends of those pairs (the backends less
-        one) times its processes less one (the mean of a job's every pair is its backends' sample
-        variance); (nan, 0, 0) where no other job has a pair. The trend's own error, carried over
-        the distance from the neighbours' mean duration, adds to the prior's (log) uncertainty."""
+    def prior(self, log_time: float, job: int | None) -> tuple[float, float, float]:
+        """(s0^2, its degrees of freedom, the log variance the trend's error adds) for a pair of
+        this duration in `job`: the pooled variance of the POOL_PAIRS pairs nearest in duration of
+        other jobs, each carried to this duration along the run's trend (at the longest pairs every
+        neighbour is shorter, and a run's longest cells, held at a power cap, are its noisiest),
+        with the independent units behind it (_units); the trend's error, carried over the distance
+        from the neighbours' mean duration, adds to its log uncertainty. (nan, 0, 0) where no other
+        job has a pair."""
         others = [p for p in self.pool if p.job != job]
         nearest = sorted(others, key=lambda p: abs(p.log_time - log_time))[:POOL_PAIRS]
         if not nearest:
@@ -209,7 +209,8 @@ class PairNoise:
         return moved / sum(p.df for p in nearest), df, carried
 
     def moderated(self, pair: Pair) -> tuple[float, int]:
-        """The pair's moderated variance and its degrees of freedom, d0 + d (module docstring)."""
+        """The pair's moderated variance and its degrees of freedom, d0 + d (module docstring); its
+        own variance and degrees of freedom where no prior is lent."""
         own, d = pair.variance, pair.processes - 1
         prior, prior_df, carried = self.prior(pair.log_time, self.jobs.get(pair.cells[0]))
         d0 = prior_weight(prior_df, self.heterogeneity + carried)
@@ -218,7 +219,7 @@ class PairNoise:
         return max((d0 * prior + d * own) / (d0 + d), pair.within_mean_variance), d0 + d
 
 
-def prior_weight(prior_df: int, heterogeneity: float) -> int:
+def prior_weight(prior_df: float, heterogeneity: float) -> int:
     """Smyth's d0 of a prior estimated from prior_df degrees of freedom where the pairs' true log
     variances spread by `heterogeneity` about it: the two uncertainties about a pair's log variance
     add, trigamma(d0/2) = trigamma(prior_df/2) + heterogeneity; rounded down (a whole count)."""
@@ -234,7 +235,7 @@ def _least(pool) -> float:
     return 1e-5 * statistics.median(positive) if positive else 1e-12
 
 
-def _trend(pool: list[PooledPair], units: int) -> tuple[float, float]:
+def _trend(pool: list[PooledPair], units: float) -> tuple[float, float]:
     """The slope of the pairs' log variance on their log duration (least squares) and its variance,
     the pairs counted as the `units` independent ones they hold (pairs of one job share its
     processes); (0, 0) where fewer than MIN_PRIOR_PAIRS pairs or units, or one duration."""

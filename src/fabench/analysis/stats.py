@@ -132,12 +132,6 @@ def log_variance(values: list[float]) -> float:
     return statistics.variance(logs) if len(logs) > 1 else 0.0
 
 
-def expected_log_chi2(df: float) -> float:
-    """E[log(s^2 / sigma^2)] of a variance estimate with df degrees of freedom (s^2 ~ sigma^2
-    chi2_df / df): digamma(df/2) - log(df/2), 0 for unlimited df."""
-    return 0.0 if math.isinf(df) else float(_special().digamma(df / 2)) - math.log(df / 2)
-
-
 def trigamma(x: float) -> float:
     """The variance of log(chi2_2x): trigamma(x), the derivative of digamma."""
     return float(_special().polygamma(1, x))
