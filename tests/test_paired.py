@@ -22,7 +22,7 @@ from scipy import stats as scipy_stats
 
 from fabench.analysis import claims
 from fabench.analysis.noise import analyse_run
-from fabench.analysis.pairs import PairNoise
+from fabench.analysis.pairs import Pair, PairNoise
 from fabench.analysis.policy import Code, Rule, paired, processes_apart
 from fabench.measure.cell import trial_order
 
@@ -280,3 +280,27 @@ def test_a_whole_run_shift_changes_no_claim():
         assert math.isclose(plain["values"]["paired"]["p"], shifted["values"]["paired"]["p"], rel_tol=1e-6, abs_tol=1e-12)
         assert math.isclose(plain["ratio"], shifted["ratio"], rel_tol=1e-9)
     assert claims_made(found[1.3]) <= upper_bound(len(found[1.3]), TINY_MARGIN.alpha)
+
+
+def test_a_pair_borrows_only_from_other_jobs_and_as_many_units_as_they_hold():
+    """The prior of a pair comes from other jobs' pairs (its own job's share its processes: its own
+    data would count twice), worth the independent units they hold: all 10 pairs of 5 backends in 2
+    processes are 4 (their backends' sample variance), however many pairs. A run of one job lends
+    nothing: each pair keeps its own variance and its one degree of freedom."""
+    rng = random.Random(13)
+    alone = simulated_run(rng, 1, 2, 3, backends=5)
+    noise = PairNoise.of(alone, "wall_mean_ms")
+    cells = alone[0]["backends"]
+    for a, b in combinations(cells, 2):
+        pair = Pair.of(cells[a], cells[b], "wall_mean_ms")
+        assert noise.moderated(pair) == (max(pair.variance, pair.within_mean_variance), 1)
+    two = simulated_run(rng, 2, 2, 3, backends=5)
+    noise = PairNoise.of(two, "wall_mean_ms")
+    first = two[0]["backends"]
+    pair = Pair.of(first["A"], first["B"], "wall_mean_ms")
+    prior, units, _ = noise.prior(pair.log_time, 0)
+    others = [p for p in noise.pool if p.job == 1]
+    assert units == 4 and len(others) == 10 and noise.trend == (0.0, 0.0)
+    assert prior == pytest.approx(sum(p.variance for p in others) / 10)
+    variance, df = noise.moderated(pair)
+    assert 1 < df <= 5 and min(prior, pair.variance) <= variance <= max(prior, pair.variance, pair.within_mean_variance)
