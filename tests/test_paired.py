@@ -246,10 +246,12 @@ def test_pairs_of_unequal_noise_hold_alpha_in_their_noisiest_quarter(spread):
     shortest (real runs: the mean pair variance by duration quartile differed up to 189x, sd 14x,
     on a disturbed H100). Each pair's variance is moderated toward the pairs of other jobs nearest
     in duration, carried along the run's trend: the noisiest quarter of the pairs (the two longest
-    jobs' 22%) is claimed at most at alpha by the noise test alone, as is the rest. (One pooled variance for
-    every pair claimed 6-9% of the noisiest quarter where alpha was 2%, docs/archive.md.) Blind
-    side: noise that differs at random between cells of one duration; measured with this
-    simulation, its noisiest quarter is claimed in 6.7-8.7% (x7, x20) and 5.1% (x55) against 2%."""
+    jobs' 22%) is claimed at most at alpha by the noise test alone, as is the rest. (One pooled
+    variance for every pair, with max(own, pooled), claimed 2.8-6.7% of the noisiest quarter at an
+    alpha of 2% in the review of 7a933f6, §3.2.) Blind side: noise that differs at random between
+    cells of one duration is not held: in this simulation with the cells' multiples drawn at random
+    instead, the noisiest quarter of the pairs is claimed in 6.7% (x7), 8.1% (x20) and 4.8% (x55)
+    against 2%."""
     rng = random.Random(spread)
     jobs, noisy, quiet = 9, [], []
     for _ in range(40):

@@ -76,8 +76,8 @@ def paired_text(values: dict) -> str:
     if found.get("p") is None:
         return f"{side}, in {found['processes']} process(es)"
     prior = found["df"] - (found["processes"] - 1)
-    pooled = (f", its variance moderated by the run's pairs of its duration ({prior} df of {found['pooled_pairs']} "
-              f"pairs' noise)" if found.get("pooled_pairs") and prior else "")
+    pooled = (f", its variance moderated by the nearest in duration of the run's {found['pooled_pairs']} pairs "
+              f"(a prior of {prior} df)" if found.get("pooled_pairs") and prior else "")
     runs = (f"with a run's own shift of {found['between_runs']:.2%} a cell (calibrated)" if found.get("between_runs")
             else "in this run (no calibrated shift between runs is included)")
     return (f"paired test over {found['processes']} processes ({side}{pooled}) {runs}: p = {found['p']:.2g} "
