@@ -125,7 +125,7 @@ class Cell:
         figure, not the judged one, and per trial it cost native fp32 at (4,4096,8,256) 1.7 s
         (100 calls of 17 ms) in each of 6 trials of the cell. Without a device stream (a CPU) it is
         the trial's figure and runs in every trial. `position`: its place in the round of the job's
-        backends (0 ran first; fabench.measure.job.trial_order), recorded where given."""
+        backends (0 ran first; trial_order), recorded where given."""
         settings = self.job.timing
         try:
             with self.prepared.context():
