@@ -407,7 +407,8 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
     noise |d| > t(1 - alpha/2, df) * se (the two-sided p is stated: Student's t, valid where the
     process effects on a ratio are normal), faster where also beyond the margin; same within the
     margin by the equivalence interval; else cannot tell. `ran_first`: in how many partner trials
-    each ran first (None for trials that did not record their place). `between_runs`: the standard deviation (log) of a
+    each ran first (None for trials that did not record their place). `between_runs`: the
+    standard deviation (log) of a
     cell's own shift from run to run on this hardware, where a calibration knows it; each cell has
     its own, so 2 * between_runs^2 joins the variance and the claim holds for another run too;
     without it (0) the claim is about this run's processes, and the words say so. One process per job gives no variance between
