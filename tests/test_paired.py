@@ -5,44 +5,60 @@ effect of the run on each cell. The oracle is the simulation's truth, never the 
 the rate of false claims where the backends take the same time, and the share of a real 5%
 difference found.
 
-Blind side: the simulated effects are log-normal with one variance across the run's pairs, the
-test's own assumption; a run whose pairs differ widely in noise (a cell a busy host preempted) is
-covered only by the pair's own variance overriding the pooled one, not simulated here.
+Blind side: the simulated effects are log-normal, the test's own assumption. Pairs whose noise
+differs are simulated with the noise tied to duration (as on real runs, where a run's longest
+cells are its noisiest); noise that differs at random between cells of one duration (a cell a busy
+host disturbed) is not held to alpha in its noisiest pairs (the unequal-noise test says how far).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from itertools import combinations
 
+import pytest
 from scipy import stats as scipy_stats
 
 from fabench.analysis import claims
 from fabench.analysis.noise import analyse_run
-from fabench.analysis.pairs import PairNoise
+from fabench.analysis.pairs import Pair, PairNoise
 from fabench.analysis.policy import Code, Rule, paired, processes_apart
+from fabench.measure.cell import trial_order
 
 RULE = Rule()
 TINY_MARGIN = Rule(margin=1e-6)  # the noise test alone decides: its false rate is the rule's alpha
 
 
 def simulated_run(rng: random.Random, jobs: int, processes: int, trials: int, ratio: float = 1.0,
-                  shared: float = 0.05, own: float = 0.005, trial: float = 0.003, run: float = 0.0) -> list[dict]:
-    """One run's results: per job backends A and B (B takes `ratio` times A's true time), interleaved
-    in `processes` processes of `trials` trials each, wall-clock figures as on a CPU."""
+                  shared: float = 0.05, own: float = 0.005, trial: float = 0.003, run: float = 0.0,
+                  second: float = 0.0, rotate: bool = True, scale=lambda job, name: 1.0, shift: float = 1.0,
+                  backends: int = 2, spacing: float = 1.0) -> list[dict]:
+    """One run's results: per job `backends` backends A, B, ... (B takes `ratio` times A's true
+    time, each further one `spacing` times the one before), interleaved in `processes` processes of
+    `trials` trials each, wall-clock figures as on a CPU. `second`: an order effect, the backend
+    that runs second or later in a round takes that much longer (log); the rounds' order is the
+    job's (trial_order), or with `rotate` False always A, B, ... (before the order turned).
+    `scale(job, name)`: the cell's own process and trial noise as a multiple of `own` and `trial`.
+    `shift`: the whole run's factor on every time (a host or a clock slower for the whole run)."""
     results = []
+    names = "ABCDEFGH"[:backends]
     for job in range(jobs):
-        true = {"A": 10.0 * (1 + job), "B": 10.0 * (1 + job) * ratio}
+        true = {name: 10.0 * (1 + job) * spacing ** k * (ratio if k == 1 else 1.0) * shift
+                for k, name in enumerate(names)}
         shifted = {name: t * math.exp(rng.gauss(0, run)) for name, t in true.items()}  # this run's effect
-        backends = {name: {"label": name, "status": "ok", "trials": []} for name in true}
+        cells = {name: {"label": name, "status": "ok", "trials": []} for name in true}
         for process in range(processes):
             state = rng.gauss(0, shared)  # both backends of the process share it
-            for name, entry in backends.items():
-                offset = state + rng.gauss(0, own)
-                for index in range(trials):
-                    value = shifted[name] * math.exp(offset + rng.gauss(0, trial))
-                    entry["trials"].append({"process": process, "index": index, "wall_mean_ms": value})
-        results.append({"platform": "cpu", "flops": None, "method": {"stable_spread": 1.0}, "backends": backends})
+            offsets = {name: state + rng.gauss(0, own * scale(job, name)) for name in cells}
+            for index in range(trials):
+                order = trial_order(list(cells), process, index, trials) if rotate else list(cells)
+                for position, name in enumerate(order):
+                    value = shifted[name] * math.exp(offsets[name] + rng.gauss(0, trial * scale(job, name))
+                                                     + (second if position else 0.0))
+                    cells[name]["trials"].append({"process": process, "index": index, "position": position,
+                                                  "wall_mean_ms": value})
+        results.append({"platform": "cpu", "flops": None, "method": {"stable_spread": 1.0}, "backends": cells})
     return analyse_run({"results": results})["results"]
 
 
@@ -187,3 +203,106 @@ def test_no_backend_is_claimed_faster_than_another_that_ran_the_same_kernels_in_
                         claimed += claim["claim"] == "faster"
                         same += claim["claim"] == "same"
     assert (pairs, claimed) == (40, 0) and same >= pairs / 2, (pairs, claimed, same)
+
+
+def test_an_order_effect_is_no_claim_once_the_order_turns():
+    """Whichever backend runs second in a round takes 2% longer (the state the first left: clocks,
+    heat), more than the margin. In a fixed order (B always second, as before the order turned)
+    pairing cannot remove it: B is claimed slower in most jobs. With the job's order (trial_order:
+    over 2 processes of 3 rounds each backend runs first 3 times) it becomes noise between
+    processes, which the test counts: the noise test alone claims at most alpha, and each verdict
+    says which ran first how often. Blind side: the effect is the same on every pair and process;
+    one tied to a particular predecessor is balanced only as far as the rotation puts each backend
+    after each other one, and with an odd number of rounds in all one of a pair runs first once
+    more (a bias of 1/rounds of the effect)."""
+    rng = random.Random(11)
+    fixed = [v for _ in range(10) for v in verdicts(simulated_run(rng, 20, 2, 3, second=0.02, rotate=False), RULE)]
+    assert claims_made(fixed) > 0.5 * len(fixed)
+    turning = [v for _ in range(40) for v in verdicts(simulated_run(rng, 20, 2, 3, second=0.02), TINY_MARGIN)]
+    assert claims_made(turning) <= upper_bound(len(turning), TINY_MARGIN.alpha)
+    assert {tuple(sorted(v["values"]["paired"]["ran_first"].items())) for v in turning} == {(("a", 3), ("b", 3))}
+    assert all(v["values"]["paired"]["ran_first"] is None
+               for v in verdicts(_unrecorded(simulated_run(rng, 3, 2, 3)), RULE))
+
+
+def _unrecorded(results: list[dict]) -> list[dict]:
+    """The run as results from before the trials recorded their place."""
+    for result in results:
+        for entry in result["backends"].values():
+            for trial in entry["trials"]:
+                del trial["position"]
+    return results
+
+
+def _by_duration(spread: float, jobs: int):
+    """A cell's noise multiple, from 1 at the run's shortest job to `spread` at its longest, even in log time."""
+    return lambda job, name: spread ** (math.log1p(job) / math.log(jobs))
+
+
+@pytest.mark.parametrize("spread", [7, 20, 55])
+def test_pairs_of_unequal_noise_hold_alpha_in_their_noisiest_quarter(spread):
+    """A run of 9 jobs of 5 backends each (90 pairs, as a default GPU run), two processes of three
+    trials, where the cells' own noise grows with their duration, the longest `spread` times the
+    shortest (real runs: the mean pair variance by duration quartile differed up to 189x, sd 14x,
+    on a disturbed H100). Each pair's variance is moderated toward the pairs of other jobs nearest
+    in duration, carried along the run's trend: the noisiest quarter of the pairs (the two longest
+    jobs' 22%) is claimed at most at alpha by the noise test alone, as is the rest. (One pooled
+    variance for every pair, with max(own, pooled), claimed 2.8-6.7% of the noisiest quarter at an
+    alpha of 2% in the review of 7a933f6, §3.2.) Blind side: noise that differs at random between
+    cells of one duration is not held: in this simulation with the cells' multiples drawn at random
+    instead, the noisiest quarter of the pairs is claimed in 6.7% (x7), 8.1% (x20) and 4.8% (x55)
+    against 2%."""
+    rng = random.Random(spread)
+    jobs, noisy, quiet = 9, [], []
+    for _ in range(40):
+        results = simulated_run(rng, jobs, 2, 3, backends=5, scale=_by_duration(spread, jobs))
+        noise = PairNoise.of(results, "wall_mean_ms")
+        for job, result in enumerate(results):
+            cells = result["backends"]
+            found = [paired(cells[a], cells[b], "wall_mean_ms", TINY_MARGIN, noise) for a, b in combinations(cells, 2)]
+            (noisy if job >= jobs - 2 else quiet).extend(found)
+    assert len(noisy) == 40 * 2 * 10  # the two longest jobs of nine: the noisiest 22% of the pairs
+    assert claims_made(noisy) <= upper_bound(len(noisy), TINY_MARGIN.alpha), claims_made(noisy)
+    assert claims_made(quiet) <= upper_bound(len(quiet), TINY_MARGIN.alpha), claims_made(quiet)
+
+
+def test_a_whole_run_shift_changes_no_claim():
+    """The whole run 30% slower (a host or a clock slower throughout), with process effects both
+    partners share of 10% (the machine slower in one process than in the other): the paired test
+    reads ratios of partners, so every verdict and p is the one the unshifted run gets from the
+    same draws, and the claims stay at alpha. Blind side: a shift that moves one backend and not
+    its partner (a cell's own run effect) is no whole-run shift: test_run_effects_are_no_claim_where_their_size_is_known."""
+    found = {}
+    for shift in (1.0, 1.3):
+        rng = random.Random(12)
+        found[shift] = [v for _ in range(20) for v in verdicts(simulated_run(rng, 20, 2, 3, shared=0.1, shift=shift),
+                                                                TINY_MARGIN)]
+    for plain, shifted in zip(found[1.0], found[1.3]):
+        assert plain["code"] == shifted["code"]
+        assert math.isclose(plain["values"]["paired"]["p"], shifted["values"]["paired"]["p"], rel_tol=1e-6, abs_tol=1e-12)
+        assert math.isclose(plain["ratio"], shifted["ratio"], rel_tol=1e-9)
+    assert claims_made(found[1.3]) <= upper_bound(len(found[1.3]), TINY_MARGIN.alpha)
+
+
+def test_a_pair_borrows_only_from_other_jobs_and_as_many_units_as_they_hold():
+    """The prior of a pair comes from other jobs' pairs (its own job's share its processes: its own
+    data would count twice), worth the independent units they hold: all 10 pairs of 5 backends in 2
+    processes are 4 (their backends' sample variance), however many pairs. A run of one job lends
+    nothing: each pair keeps its own variance and its one degree of freedom."""
+    rng = random.Random(13)
+    alone = simulated_run(rng, 1, 2, 3, backends=5)
+    noise = PairNoise.of(alone, "wall_mean_ms")
+    cells = alone[0]["backends"]
+    for a, b in combinations(cells, 2):
+        pair = Pair.of(cells[a], cells[b], "wall_mean_ms")
+        assert noise.moderated(pair) == (max(pair.variance, pair.within_mean_variance), 1)
+    two = simulated_run(rng, 2, 2, 3, backends=5)
+    noise = PairNoise.of(two, "wall_mean_ms")
+    first = two[0]["backends"]
+    pair = Pair.of(first["A"], first["B"], "wall_mean_ms")
+    prior, units, _ = noise.prior(pair.log_time, 0)
+    others = [p for p in noise.pool if p.job == 1]
+    assert units == 4 and len(others) == 10 and noise.trend == (0.0, 0.0)
+    assert prior == pytest.approx(sum(p.variance for p in others) / 10)
+    variance, df = noise.moderated(pair)
+    assert 1 < df <= 5 and min(prior, pair.variance) <= variance <= max(prior, pair.variance, pair.within_mean_variance)

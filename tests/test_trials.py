@@ -21,6 +21,7 @@ import torch
 
 from fabench.measure.spec import job_spec
 from fabench.measure.backends.registry import BACKENDS, Backend, Prepared
+from fabench.measure.cell import trial_order
 from fabench.measure.job import reference_output, run_job
 from fabench.results.collect import ResultError, collect, result_schema
 from workflow_util import REPO, tiny_config
@@ -71,7 +72,9 @@ def test_a_backend_whose_trials_disagree_is_flagged_unstable(monkeypatch):
         "backends"]["steady"]["stats"]["ci_method"]
 
 
-def test_trials_are_interleaved_across_backends(monkeypatch):
+def test_trials_are_interleaved_across_backends_in_an_order_that_turns(monkeypatch):
+    """Trial 1 of every backend, then trial 2: each round in the order trial_order gives, which
+    every trial records (`position`), as a real job runs and records it."""
     order = []
 
     def recording(name):
@@ -87,9 +90,32 @@ def test_trials_are_interleaved_across_backends(monkeypatch):
     monkeypatch.setitem(BACKENDS, "b", recording("b"))
     config = tiny_config(backends=["a", "b"])
     config["cpu"].update(warmup=0, iters=1, trials=2)
-    run_job(job_spec(config, "tuned", SHAPE), None, "test")
-    runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
-    assert runs == ["a", "b", "a", "b", "a", "b"]  # first calls, trial 1 of both, trial 2 of both
+    raw = run_job(job_spec(config, "tuned", SHAPE), None, "test", process=1)
+    # First calls (set-up, in the configured order), then process 1's rounds (the job's third and
+    # fourth): the rotation that starts at b, forwards, then backwards.
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    positions = {n: [(t["process"], t["index"], t["position"]) for t in raw["backends"][n]["trials"]] for n in "ab"}
+    assert positions == {"a": [(1, 0, 1), (1, 1, 0)], "b": [(1, 0, 0), (1, 1, 1)]}
+    jsonschema.Draft202012Validator(result_schema()).validate(analyse_result(raw))
+
+
+def test_the_round_order_puts_each_pair_each_way_and_every_backend_in_every_place():
+    """Over the job's rounds (processes x trials, counted on across processes) any two backends
+    run as often in one order as in the other (within one of it), and each backend takes each place
+    in the round; with two backends each process of an even number of trials is balanced by itself."""
+    names = ["native", "ck", "triton", "sdpa", "fa4"]
+    for processes, trials in ((2, 3), (2, 2), (1, 10), (3, 5)):
+        rounds = [trial_order(names, p, i, trials) for p in range(processes) for i in range(trials)]
+        assert all(sorted(r) == sorted(names) for r in rounds)
+        for x in names:
+            for y in names:
+                if x < y:
+                    first = sum(r.index(x) < r.index(y) for r in rounds)
+                    assert abs(2 * first - len(rounds)) <= 1, (x, y, rounds)
+    places = [trial_order(names, 0, i, 10) for i in range(10)]
+    assert all({r[k] for r in places} == set(names) for k in range(len(names)))
+    assert [trial_order(["a", "b"], p, i, 2) for p in range(2) for i in range(2)] == [
+        ["a", "b"], ["b", "a"], ["b", "a"], ["a", "b"]]
 
 
 def test_the_schema_rejects_an_ok_backend_without_trials(tmp_path):

@@ -74,8 +74,8 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     below margin, as published). `names` name the cells in `why`. `published`: the cells are a
     publication's numbers, which carry no analysis: compared as published, and the claim says so.
     `same_job`: the two are backends of one job, interleaved trial by trial in its processes: the
-    policy's paired test (policy.paired) at the process unit, with the run's pooled noise of such
-    pairs (`pair_noise`, pairs.PairNoise); else the verdict between two runs' figures (policy.judge),
+    policy's paired test (policy.paired) at the process unit, its variance moderated by the run's
+    other such pairs (`pair_noise`, pairs.PairNoise); else the verdict between two runs' figures (policy.judge),
     with the unstable exception at the process unit (policy.processes_apart)."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both", code=Code.MISSING)
@@ -134,11 +134,11 @@ def checked(claim: dict, a: dict, b: dict, names: tuple[str, str]) -> dict:
 
 class WithinRun:
     """The claims on cells of one run's results: two backends of one job (interleaved trial by
-    trial in its processes) by the paired test with the run's pooled noise of such pairs, computed
-    once per metric; any other two by the verdict between figures. A cell's calibrated shift between
-    runs on this card (half the unseen noise the fit gives two runs of one card, calibrations.yaml)
-    joins the paired test, so a claim holds for another run too; where the fit finds none beyond
-    the process noise the claim's words say it is this run's."""
+    trial in its processes) by the paired test, its variance moderated by the run's other such
+    pairs (pairs.PairNoise, computed once per metric); any other two by the verdict between figures.
+    A cell's calibrated shift between runs on this card (half the unseen noise the fit gives two
+    runs of one card, calibrations.yaml) joins the paired test, so a claim holds for another run
+    too; where the fit finds none beyond the process noise the claim's words say it is this run's."""
 
     def __init__(self, results: list[dict], rule: Rule, published: bool = False):
         self.results, self.rule, self.published = results, rule, published
@@ -150,8 +150,9 @@ class WithinRun:
         self.between_runs = math.sqrt(same_card["noise"] ** 2 / 2) if same_card else 0.0
 
     def pair_noise(self, metric: str, unsteady: bool = False) -> PairNoise | None:
-        """The run's pooled noise of paired cells (pairs.PairNoise): of stable pairs, or `unsteady`
-        for a pair with an unstable cell (its own noise pools with the unstable pairs too)."""
+        """The run's noise of paired cells (pairs.PairNoise, the prior each pair's variance is
+        moderated by): of stable pairs, or `unsteady` for a pair with an unstable cell (its own
+        noise pools with the unstable pairs too)."""
         if (metric, unsteady) not in self._noise:
             self._noise[metric, unsteady] = PairNoise.of(self.results, metric, unsteady)
         return self._noise[metric, unsteady]

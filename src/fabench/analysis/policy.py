@@ -476,13 +476,15 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
 
     Each process gives the mean of its paired trials' log ratios (fabench.analysis.pairs); their
     mean d over the P processes is the run's change, with standard error sqrt(s^2 / P), s^2 the
-    largest of the pair's own variance over processes, what its trials inside each process put into
-    a process mean (pairs.Pair.within_mean_variance), and the run's pooled one (df: the pooled
-    degrees of freedom, one per process beyond each job's first). Then the rule's tests as judge
-    applies them: beyond the noise |d| > t(1 - alpha/2, df) * se (the two-sided p is stated:
-    Student's t, valid where the process effects on a ratio are normal with one variance across the
-    run's pairs), faster where also beyond the margin; same within the margin by the
-    equivalence interval; else cannot tell. `between_runs`: the standard deviation (log) of a
+    pair's own variance over processes moderated by the run's pairs of its duration (`pooled`,
+    pairs.PairNoise.moderated: Smyth's moderated t, df the prior's degrees of freedom plus P - 1),
+    never below what its trials inside each process put into a process mean
+    (pairs.Pair.within_mean_variance). Then the rule's tests as judge applies them: beyond the
+    noise |d| > t(1 - alpha/2, df) * se (the two-sided p is stated: Student's t, valid where the
+    process effects on a ratio are normal), faster where also beyond the margin; same within the
+    margin by the equivalence interval; else cannot tell. `ran_first`: in how many partner trials
+    each ran first (None for trials that did not record their place). `between_runs`: the
+    standard deviation (log) of a
     cell's own shift from run to run on this hardware, where a calibration knows it; each cell has
     its own, so 2 * between_runs^2 joins the variance and the claim holds for another run too;
     without it (0) the claim is about this run's processes, and the words say so. One process per job gives no variance between
@@ -494,6 +496,7 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
     d = pair.mean
     trials = {"trials": len(pair.ratios), "processes": pair.processes,
               "consistent": sum(1 for r in pair.ratios if r * d > 0), "test": "paired",
+              "ran_first": dict(zip(names[::-1], pair.ran_first)) if pair.ran_first else None,
               "least": math.exp(min(abs(r) for r in pair.ratios)) if all(r * d > 0 for r in pair.ratios) else None}
     base = {"metric": metric, "ratio": math.exp(d)}
     doubts = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (a, b)) if pairs.doubted(e)}
@@ -502,8 +505,8 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
             i: e["stats"].get("unstable_codes") for i, e in zip(names, (a, b)) if i in doubts}})
     if pair.processes < 2:
         return _verdict(Code.ONE_PROCESS, names, **base, values={"one_process": list(names), "paired": trials})
-    own = max(pair.variance, pair.within_mean_variance)
-    variance, df = (max(own, pooled.variance), pooled.df) if pooled else (own, pair.processes - 1)
+    variance, df = (pooled.moderated(pair) if pooled else
+                    (max(pair.variance, pair.within_mean_variance), pair.processes - 1))
     sd = math.sqrt(variance / pair.processes + 2 * between_runs ** 2)
     t = abs(d) / sd if sd else math.inf
     trials.update(p=stats.t_two_sided_p(t, df), df=df, pooled_pairs=pooled.pairs if pooled else None,

@@ -130,3 +130,24 @@ def log_variance(values: list[float]) -> float:
     """Sample variance of log(values): relative noise, comparable across durations."""
     logs = [math.log(v) for v in values]
     return statistics.variance(logs) if len(logs) > 1 else 0.0
+
+
+def trigamma(x: float) -> float:
+    """The variance of log(chi2_2x): trigamma(x), the derivative of digamma."""
+    return float(_special().polygamma(1, x))
+
+
+def trigamma_inverse(y: float) -> float:
+    """x with trigamma(x) = y (y > 0), by Newton's method from limma's start (Smyth 2004)."""
+    if y > 1e7:
+        return 1 / math.sqrt(y)
+    if y < 1e-6:
+        return 1 / y
+    x = 0.5 + 1 / y
+    for _ in range(50):
+        tri = trigamma(x)
+        step = tri * (1 - tri / y) / float(_special().polygamma(2, x))
+        x += step
+        if -step / x < 1e-8:
+            break
+    return x

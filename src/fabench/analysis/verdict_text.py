@@ -75,7 +75,9 @@ def paired_text(values: dict) -> str:
             f"{found['consistent']} of {found['trials']} paired trials on this side")
     if found.get("p") is None:
         return f"{side}, in {found['processes']} process(es)"
-    pooled = f", the noise pooled over the run's {found['pooled_pairs']} pairs" if found.get("pooled_pairs") else ""
+    prior = found["df"] - (found["processes"] - 1)
+    pooled = (f", its variance moderated by the nearest in duration of the run's {found['pooled_pairs']} pairs "
+              f"(a prior of {prior} df)" if found.get("pooled_pairs") and prior else "")
     runs = (f"with a run's own shift of {found['between_runs']:.2%} a cell (calibrated)" if found.get("between_runs")
             else "in this run (no calibrated shift between runs is included)")
     return (f"paired test over {found['processes']} processes ({side}{pooled}) {runs}: p = {found['p']:.2g} "

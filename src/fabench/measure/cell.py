@@ -115,7 +115,7 @@ class Cell:
 
     # --- once per trial -------------------------------------------------------------------
 
-    def trial(self, index: int, gpu_state: GpuState) -> None:
+    def trial(self, index: int, gpu_state: GpuState, position: int | None = None) -> None:
         """One trial: the warm-up, one fed stream of calls under the profiler until the stopping rule
         says stop (the device figure, the event pair around each call and the per-call period by
         both clocks, all from that one stream), in a process's last trial the independent checks
@@ -124,7 +124,8 @@ class Cell:
         loop, like the checks, runs once per process, in its last trial: it is the published
         figure, not the judged one, and per trial it cost native fp32 at (4,4096,8,256) 1.7 s
         (100 calls of 17 ms) in each of 6 trials of the cell. Without a device stream (a CPU) it is
-        the trial's figure and runs in every trial."""
+        the trial's figure and runs in every trial. `position`: its place in the round of the job's
+        backends (0 ran first; trial_order), recorded where given."""
         settings = self.job.timing
         try:
             with self.prepared.context():
@@ -168,7 +169,8 @@ class Cell:
         if not warm["settled"]:
             self.notes.append(observations.warmup_unsettled(self.process, index, settings.max_warmup_ms))
         self.entry["trials"].append({
-            "process": self.process, "index": index, "iters": iters if wall is not None else None, "wall_mean_ms": wall,
+            "process": self.process, "index": index, **({} if position is None else {"position": position}),
+            "iters": iters if wall is not None else None, "wall_mean_ms": wall,
             # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
             "device_ms": None, "warmup_iters": warm["iters"] + (1 if first else 0), **checks, **(stream or {}),
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
@@ -313,6 +315,20 @@ class Cell:
         if collect:
             gc.collect()
             named(self.job.platform).empty_cache()
+
+
+def trial_order(names: list[str], process: int, index: int, trials: int) -> list[str]:
+    """The backends' order in round `index` of process `process`: a rotation of the configured
+    order, run forwards in one round and backwards in the next, the next rotation every two rounds,
+    the rounds counted on across the job's processes (round `index` of process p is the job's round
+    p * trials + index). In the two rounds of a rotation any two backends run once in each order, so
+    an effect of running second (the state the previous kernel left: clocks, heat, allocator) falls
+    on each in turn: noise between processes, which the paired test counts (fabench.analysis.pairs),
+    not a bias that pairing cannot remove, as a fixed order left it."""
+    step = process * trials + index
+    turn = (step // 2) % len(names)
+    rotated = names[turn:] + names[:turn]
+    return rotated[::-1] if step % 2 else rotated
 
 
 def _kernel_median(stream: dict | None) -> float | None:

@@ -36,7 +36,7 @@ from fabench.measure import metrics, provenance, timeline
 from fabench.measure.device import platform as plat
 from fabench.aiter_config import file_sha256, forward_config
 from fabench.measure.backends.registry import BACKENDS, Backend, Problem, process_configs_dir
-from fabench.measure.cell import Cell
+from fabench.measure.cell import Cell, trial_order
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.invocation import (CACHE_ENV, MEASURING_ENV, USAGE, JobError, job_arguments, process_index,
@@ -235,7 +235,8 @@ def _fail_all(cells: dict, platform: str, reference_status: dict) -> None:
 
 def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: Measurement, job_name: str,
              gpu_state: GpuState) -> None:
-    """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ..."""
+    """Set every backend up, then its trials interleaved: trial 1 of every backend, trial 2, ...,
+    each round in the order trial_order gives (each trial records its place, `position`)."""
     for name, cell in cells.items():
         cell.problem, cell.reference = problem, reference
         if cell.backend.unavailable(problem.platform):
@@ -245,11 +246,12 @@ def _measure(cells: dict, problem: Problem, reference: torch.Tensor, job: Measur
         cell.setup()
         progress(f"{job_name} {name}: {'ready' if cell.live else _summary(cell.entry)}")
     say_unavailable({name: cell.entry for name, cell in cells.items()})
-    trials = job.timing.trials
+    trials, process = job.timing.trials, next(iter(cells.values())).process
     for index in range(trials):
-        for name, cell in cells.items():
+        for position, name in enumerate(trial_order(list(cells), process, index, trials)):
+            cell = cells[name]
             if cell.live:
-                cell.trial(index, gpu_state)
+                cell.trial(index, gpu_state, position)
                 progress(f"{job_name} {name}: trial {index + 1}/{trials} {_trial_text(cell)}")
     with timeline.phase("release"):
         for cell in cells.values():

@@ -29,8 +29,8 @@ MAX_MAGNITUDE = float(2**64)  # what 64 bits count: a seed, a FLOP count, a Unix
 # without them, per call (fabench.measure.device.graph_time.graph_kernel_time), which noise can take below zero.
 SIGNED_MS = frozenset({"host_overhead_ms", "per_call_ms"})
 RATIOS = frozenset({"speedup", "spread"})
-COUNTS = frozenset({"n", "iters", "warmup", "warmup_iters", "repeats", "trials", "index", "process", "cells",
-                    "df", "replicates", "device_count", "jobs", "number", "profiled_restreams", "chunks",
+COUNTS = frozenset({"n", "iters", "warmup", "warmup_iters", "repeats", "trials", "index", "position", "process",
+                    "cells", "df", "replicates", "device_count", "jobs", "number", "profiled_restreams", "chunks",
                     "unfed_chunks", "calls", "replays", "kernels_per_call"})
 # The figures of a dict named for a time (device_ms: {median, p10, ...}; stats.<metric>: {...}).
 TIME_FIGURES = frozenset({"mean", "median", "p10", "p90", "min", "max", "ci95", "pi95", "process_medians"})
