@@ -30,9 +30,9 @@ report: "workflow/report/workflow.rst"
 
 onstart:
     planned(
-        PLAN.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
+        HOOKS.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
     )
-    PLAN.record_start()
+    HOOKS.record_start()
     compile_ahead(workflow.dag.needrun_jobs())
 
 

@@ -23,6 +23,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from fabench.container import image as container_image
 from fabench.container.job import rocm_devices_present
 from fabench.measure.visibility import PLATFORM_VARS
 from fabench.platforms import PlatformError, PlatformName
@@ -90,3 +91,13 @@ def _assignments(source: str) -> dict:
                 and isinstance(node.value, ast.Constant):
             values[node.target.id] = node.value.value
     return values
+
+
+def use_docker(config: dict) -> bool:
+    """Whether the jobs run in containers. runtime docker: yes; local: no; auto: with several
+    platform images, or on a ROCm host whose Docker engine answers."""
+    if config["runtime"] != "auto":
+        return config["runtime"] == "docker"
+    if config["platforms"]:
+        return True
+    return rocm_devices_present() and container_image.engine_answers(timeout=5)
