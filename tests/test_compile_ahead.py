@@ -1,4 +1,4 @@
-"""Compiling ahead (fabench.measure.launch.compile_ahead, fabench.measure.compile_ahead): real
+"""Compiling ahead (fabench.measure.launch.precompile, fabench.measure.precompile_child): real
 compiling processes on this CPU, where FlexAttention is the backend that compiles (Inductor's C++),
 into the compile cache that a job's measuring process then reads; the plan's choice of when; the
 time line's account of it. What it saves on a GPU (FlexAttention's Triton kernels, aiter's,
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fabench.analysis.timeline import compile_ahead_summary, compiled_while_measuring, run_time_line
-from fabench.measure.launch.compile_ahead import STAMPS, parallel_processes
+from fabench.report.wall_clock import compile_ahead_summary, compiled_while_measuring, run_time_line
+from fabench.measure.launch.precompile import STAMPS, parallel_processes
 from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id
 from test_plan import with_defaults
@@ -43,7 +43,7 @@ def environment(tmp_path: Path) -> dict:
 def compile_ahead(tmp_path: Path, specs: list, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     """The compile ahead as the Snakefile starts it, working in `tmp_path` (its compile cache there)."""
     out = tmp_path / "compile-ahead.json"
-    cmd = [sys.executable, "-m", "fabench.measure.launch.compile_ahead",
+    cmd = [sys.executable, "-m", "fabench.measure.launch.precompile",
            *[arg for spec in specs for arg in ("--spec", spec.to_json())], "--out", str(out), *extra]
     proc = subprocess.run(cmd, cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=900)
     return proc, json.loads(out.read_text()) if out.is_file() else None

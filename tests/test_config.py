@@ -195,7 +195,7 @@ def test_default_config_plans_exactly_its_platforms_processes(tmp_path, platform
 
 def test_this_hosts_platform_is_planned_without_being_told(tmp_path):
     """This test host is a CPU (no GPU device nodes, or a CPU build of torch): cpu.repeats processes."""
-    from fabench.run_platform import planned_platform
+    from fabench.planned_platform import planned_platform
 
     assert "FABENCH_PLATFORM" not in os.environ and planned_platform(docker=False) == "cpu"
     proc = snakemake(tmp_path, "-n", "report", timeout=120)

@@ -19,7 +19,7 @@ from fabench.results import merge
 from fabench.aiter_config import file_sha256
 from fabench.measure.backends.registry import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.measure.spec import job_spec
-from fabench.run_platform import planned_platform
+from fabench.planned_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measurement
 from support.one_backend import measure_backend

@@ -152,7 +152,7 @@ def consistency_error(config: dict) -> str | None:
 
 def check_roles(config: dict, platform: str) -> None:
     """ConfigError unless the config gives the roles of `platform`, the one its jobs measure on
-    (fabench.run_platform), each naming a measured backend. Other platforms' roles are not needed."""
+    (fabench.planned_platform), each naming a measured backend. Other platforms' roles are not needed."""
     problem = roles_error(config["roles"], platform)
     if problem:
         raise ConfigError(problem)

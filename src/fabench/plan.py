@@ -33,7 +33,7 @@ from fabench.resources import SCHEMA_DIR
 from fabench.results.merge import times_lost
 from fabench.results.published import PublishedError, load_published
 from fabench.platforms import PlatformError, PlatformName
-from fabench.run_platform import PLATFORM_HINT, planned_platform
+from fabench.planned_platform import PLATFORM_HINT, planned_platform
 from fabench.shapes import shape_id
 from fabench.tune import settings as sweep_settings
 from fabench.tune.space import stages as sweep_stages
@@ -43,7 +43,7 @@ VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 
 
 def compile_ahead_record(run: str) -> str:
-    """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.compile_ahead)."""
+    """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.precompile)."""
     return f"results/{run}/compile-ahead.json"
 
 
@@ -173,7 +173,7 @@ class Plan:
     def checked(cls, config: dict, project: Path, docker: bool, env: dict | None = None) -> "Plan":
         """The plan of a checked config with the schema's defaults, once the environment and the
         platform's roles are checked too; PlanError otherwise. `docker`: whether the jobs run in
-        containers (fabench.run_platform.use_docker, asked by the workflow: it may ask the engine)."""
+        containers (fabench.planned_platform.use_docker, asked by the workflow: it may ask the engine)."""
         project = Path(project)
         env = os.environ if env is None else env
         try:
@@ -341,13 +341,13 @@ class Plan:
     def compile_ahead_command(self, run: str, measure_jobs: list[dict], cluster: bool) -> list[str] | None:
         """The command that compiles ahead the kernels of the run's measure jobs about to run (their
         wildcards), in the plan's order of jobs, recording to compile_ahead_record(run)
-        (fabench.measure.launch.compile_ahead); None when the run has none of them."""
+        (fabench.measure.launch.precompile); None when the run has none of them."""
         cells = sorted({(job["variant"], job["shape"]) for job in measure_jobs if job["run"] == run},
                        key=lambda cell: self.job_order[(run, *cell)])
         if not cells:
             return None
         specs = [arg for cell in cells for arg in ("--spec", self.job_spec_json(run, *cell))]
-        return [self.python, "-m", "fabench.measure.launch.compile_ahead", *specs,
+        return [self.python, "-m", "fabench.measure.launch.precompile", *specs,
                 "--out", compile_ahead_record(run), *shlex.split(str(self.measure_options(cluster)))]
 
     def triton_overrides(self, variant: str) -> dict:

@@ -70,7 +70,7 @@ class WorkflowHooks:
     # --- compiling ahead and the measuring workers --------------------------------------------------
     def compile_ahead(self, measure_jobs: list[dict]) -> str | None:
         """Compile ahead the kernels of the measure jobs about to run (their wildcards), one call of
-        fabench.measure.launch.compile_ahead per run (Plan.compile_ahead_command), before Snakemake
+        fabench.measure.launch.precompile per run (Plan.compile_ahead_command), before Snakemake
         starts any job (onstart); its record in results/<run>/compile-ahead.json. Never fails the
         workflow: what went wrong is one line to print, and the jobs compile for themselves."""
         notes = []

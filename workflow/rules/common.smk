@@ -16,7 +16,7 @@ from fabench.plan import (
     compile_ahead_record,
     layer_user_config,
 )
-from fabench.run_platform import use_docker
+from fabench.planned_platform import use_docker
 from fabench.workflow_hooks import WORKFLOW_STARTED, WorkflowHooks
 from fabench.results import archive_read
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR

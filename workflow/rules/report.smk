@@ -67,7 +67,7 @@ rule write_report:
         rule=lambda wildcards: COMPARISON,
         template_dir=TEMPLATE_DIR,
         workflow_started=WORKFLOW_STARTED,
-        # Written before any job when the workflow compiles ahead (fabench.measure.launch.compile_ahead).
+        # Written before any job when the workflow compiles ahead (fabench.measure.launch.precompile).
         compile_ahead=lambda wildcards: compile_ahead_record(wildcards.run),
     script:
         "../scripts/write_report.py"

@@ -19,7 +19,7 @@ from fabench.measure.device import graph_time, kernels, timing
 from fabench.measure.backends.registry import Backend, Prepared, Problem
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState, slowdown
-from fabench.measure.device.platform import named, synchronize
+from fabench.measure.device.accelerator import named, synchronize
 from fabench.measure.spec import Measurement
 from fabench.measure.record import backend_entry
 

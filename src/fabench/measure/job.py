@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from fabench.measure import metrics, provenance, timeline
-from fabench.measure.device import platform as plat
+from fabench.measure.device import accelerator as plat
 from fabench.aiter_config import file_sha256, forward_config
 from fabench.measure.backends.registry import BACKENDS, Backend, Problem, process_configs_dir
 from fabench.measure.cell import Cell
@@ -354,7 +354,7 @@ def _summary(entry: dict) -> str:
 def measure_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str | None, process: int) -> dict:
     """One process's share of the job, measured in this interpreter: its result with its time line,
     or a marker the merge skips. A process beyond its platform's repeats (the workflow planned for
-    another platform than the job found, see fabench.run_platform) measures nothing. Called once
+    another platform than the job found, see fabench.planned_platform) measures nothing. Called once
     per process (isolate mode) or once per job by a measuring worker (fabench.measure.launch.worker)."""
     platform = plat.detect()
     problem = roles_error(spec.settings.roles, platform)

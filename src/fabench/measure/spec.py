@@ -193,7 +193,7 @@ class JobSpec(_Read):
     shape: Shape
     triton: dict[str, int | bool]
     settings: Settings
-    # The platform the plan planned the job for (fabench.run_platform; None: a spec written by hand).
+    # The platform the plan planned the job for (fabench.planned_platform; None: a spec written by hand).
     # The job measures on the one it finds; this names the job's result when no process wrote one.
     platform: Literal[tuple(PlatformName)] | None = None
     # The variant whose job of this shape measures the backends that read no variant config (a

@@ -58,7 +58,7 @@ def memory_record(config: dict, shape: dict, dtype: str, platform: str, limit: i
 
 def run(spec: SweepSpec, reference_path: Path, shortlist_path: Path | None = None) -> dict:
     """Time every candidate of the spec's stage at its shape; the job's record."""
-    from fabench.measure.device import platform as plat
+    from fabench.measure.device import accelerator as plat
 
     began = time.perf_counter()
     platform = plat.detect()
@@ -85,7 +85,7 @@ def run(spec: SweepSpec, reference_path: Path, shortlist_path: Path | None = Non
 
 
 def _device_name(platform: str) -> str:
-    from fabench.measure.device.platform import device_name
+    from fabench.measure.device.accelerator import device_name
 
     return device_name(platform)
 

@@ -41,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.device.platform import Event, Graph, here, synchronize
+from fabench.measure.device.accelerator import Event, Graph, here, synchronize
 from fabench.measure.spec import Timing
 
 L2_CLEAR_BYTES = 256 * 1024 * 1024  # as triton.testing.do_bench: larger than any current L2

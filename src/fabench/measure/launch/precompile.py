@@ -1,7 +1,7 @@
 """Compile ahead: before a run's first measuring process, the kernels of every job that is to be
 measured built at once, in processes side by side on one leased GPU, while no job is timed.
 
-    python -m fabench.measure.launch.compile_ahead --spec JSON [--spec JSON ...] --out RECORD.json
+    python -m fabench.measure.launch.precompile --spec JSON [--spec JSON ...] --out RECORD.json
         [--timeout-s S] [--mode worker --worker-idle-s S]
 
 Why: the jobs of a round run one after another on a GPU, and each compiled its backends' kernels
@@ -9,7 +9,7 @@ in its first call while holding the GPU. With cold caches that was 45.5 s of a d
 H200 (FlexAttention ~4 s a shape at d=256, aiter's Triton kernel, FlashAttention-4;
 examples/h200-x2-speed-2026-11-27), spent one after another on the run's critical path. Compiling
 is mostly host work (Inductor, Triton's and the CuTe DSL's compilers), so one process per job
-(fabench.measure.compile_ahead) builds them side by side here, and the jobs find them cached. No
+(fabench.measure.precompile_child) builds them side by side here, and the jobs find them cached. No
 timed job runs meanwhile: the Snakefile starts this before any job (onstart), and it holds the
 GPU's lease (fabench.measure.launch.lease) so that no other workflow's job measures there either.
 
@@ -59,13 +59,13 @@ from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.watchdog import watch_workflow
 
 FORMAT = "fabench-compile-ahead-run/1"
-CHILD_MODULE = "fabench.measure.compile_ahead"
+CHILD_MODULE = "fabench.measure.precompile_child"
 # Where a successful compile ahead of a job leaves its stamp (under the working directory's caches).
 STAMPS = COMPILE_CACHE / "compiled-ahead"
 # The distributions whose versions the compiled kernels depend on (absent ones: None).
 COMPILERS = ("torch", "triton", "amd-aiter", "flash-attn-4", "nvidia-cutlass-dsl")
 # The code that decides what a job compiles: the backends and the compiling process.
-BACKEND_CODE = ("measure/backends", "measure/compile_ahead.py")
+BACKEND_CODE = ("measure/backends", "measure/precompile_child.py")
 PACKAGE = Path(__file__).resolve().parents[2]
 # Cores left to the measuring workers started alongside and to the host itself.
 CORES_KEPT = 2
@@ -73,7 +73,7 @@ POLL_S = 0.05
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m fabench.measure.launch.compile_ahead", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m fabench.measure.launch.precompile", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=job_spec_arg, action="append", required=True,
                         help="a job spec (JSON) whose kernels to build; one per job")
     parser.add_argument("--out", type=Path, required=True, help="the record of what was compiled, JSON")
