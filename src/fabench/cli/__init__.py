@@ -29,15 +29,18 @@ not at all).
 
 from __future__ import annotations
 
+# One module per command, as asv's asv/commands/: archive (store, list, verify), compare and
+# detector_check; common holds what they share (the parser, the argument types, the exit codes).
+# This docstring is the command's --help.
+
 import argparse
 import signal
-import sys
 import threading
 from typing import Sequence
 
 from fabench.analysis.calibration import CalibrationError
-from fabench.commands import archive, compare, detector_check
-from fabench.commands.common import INTERRUPTED, USAGE, Parser, fail
+from fabench.cli import archive, compare, detector_check
+from fabench.cli.common import INTERRUPTED, USAGE, Parser, fail
 from fabench.files import OutputPathError
 
 
@@ -77,6 +80,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return INTERRUPTED
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from fabench.commands.common import (INTEGRITY, USAGE, UsageError, add_rule_options, comparison_rule,
+from fabench.cli.common import (INTEGRITY, USAGE, UsageError, add_rule_options, comparison_rule,
                                      entries_from, fail, output_or_discard, write_outputs)
 
 

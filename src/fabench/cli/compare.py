@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from fabench.commands.common import (INTEGRITY, REGRESSION, TOO_FEW_ANSWERED, USAGE, UsageError,
+from fabench.cli.common import (INTEGRITY, REGRESSION, TOO_FEW_ANSWERED, USAGE, UsageError,
                                      add_rule_options, comparison_rule, entries_from, fail, output_or_discard,
                                      resolve, share_type, written)
 from fabench.files import output_folder_arg

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fabench.commands.common import (ALREADY_ARCHIVED, INTEGRITY, INTERRUPTED, USAGE, Parser, UsageError,
+from fabench.cli.common import (ALREADY_ARCHIVED, INTEGRITY, INTERRUPTED, USAGE, Parser, UsageError,
                                      fail, resolve)
 
 
