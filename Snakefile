@@ -29,9 +29,7 @@ report: "workflow/report/workflow.rst"
 
 
 onstart:
-    planned(
-        HOOKS.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
-    )
+    check_engine(workflow.dag.needrun_jobs())
     HOOKS.record_start()
     compile_ahead(workflow.dag.needrun_jobs())
 

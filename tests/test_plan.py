@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from fabench.plan import Plan, PlanError, check_config
+from fabench.plan import Plan, PlanError
+from fabench.workflow_config import check_config
 from fabench.workflow_hooks import WorkflowHooks
 from fabench.resources import SCHEMA_DIR
 from workflow_util import REPO, default_config, planned_jobs, snakemake, tiny_config

@@ -211,7 +211,7 @@ def test_metrics():
 
 def test_the_textbook_reference_agrees_with_sdpa_math():
     """The reference on a torch without SDPA (Debian's 1.13 in the platform test) is the same function."""
-    from fabench.measure.job import _textbook_attention
+    from fabench.measure.inputs import _textbook_attention
 
     q, k, v = (torch.randn(1, 2, 48, 16) for _ in range(3))
     for causal in (True, False):

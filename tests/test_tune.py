@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from fabench.config import ConfigError, job_settings
-from fabench.plan import check_config
+from fabench.workflow_config import check_config
 from fabench.aiter_config import file_sha256, patch_local
 from fabench.measure.spec import SweepSpec
 from fabench.tune import job, memory, objective, pick, settings, space

@@ -2,7 +2,8 @@
 
 Defaults and every rule a JSON schema can state live in workflow/schemas/config.schema.yaml;
 this module holds only what the schema cannot say about the config itself. The checks that need
-other stages (the sweep, the published numbers, the image) are fabench.plan's.
+other stages are fabench.workflow_config's (the sweep, the published numbers) and fabench.plan's
+(the image).
 """
 
 from __future__ import annotations

@@ -19,24 +19,21 @@ import time
 from functools import cached_property
 from pathlib import Path
 
-import yaml
-
-from fabench import aiter_config, config_layers
+from fabench import aiter_config
 from fabench import config as fabench_config
-from fabench.container import image as container_image
+from fabench.container import recipe as image_recipe
 from fabench.gitinfo import git_commit
 from fabench.measure.launch import lease
 from fabench.measure.launch.devices import DECLARED_ENV, DeviceError
 from fabench.measure.launch.runner import MEASURED_AGAIN_MAX
 from fabench.measure.spec import job_spec
-from fabench.resources import SCHEMA_DIR
 from fabench.results.merge import times_lost
-from fabench.results.published import PublishedError, load_published
 from fabench.platforms import PlatformError, PlatformName
 from fabench.planned_platform import PLATFORM_HINT, planned_platform
 from fabench.shapes import shape_id
 from fabench.tune import settings as sweep_settings
 from fabench.tune.space import stages as sweep_stages
+from fabench.workflow_config import check_config
 
 # The schema's pattern for a variant's name (config.schema.yaml).
 VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
@@ -51,32 +48,6 @@ class PlanError(ValueError):
     """The workflow cannot run as configured: one line naming the key or setting."""
 
 
-def check_config(config: dict, project: Path, schemas: Path = SCHEMA_DIR) -> None:
-    """ConfigError for the first thing that would stop the run: a schema violation, a rule across keys
-    the schema cannot state, the sweep's rules, or a published-numbers file that is missing or not
-    what the report reads. Relative paths in the config are relative to `project`."""
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    problem = (fabench_config.schema_error(config, schema) or fabench_config.consistency_error(config)
-               or sweep_settings.config_error(config)
-               or published_error(config.get("published"), schemas, project))
-    if problem:
-        raise fabench_config.ConfigError(problem)
-
-
-def published_error(published: str | None, schemas: Path, project: Path) -> str | None:
-    if published is None:
-        return None
-    path = project / published
-    if not path.is_file():
-        return (f"published: no file at {path} (a path relative to the project; "
-                "for no published numbers set published: null, or --config published=)")
-    try:
-        load_published(path, schemas / "published.schema.yaml")
-    except PublishedError as err:
-        return f"published: {err}"
-    return None
-
-
 def submits_jobs(nodes: int | None, remote: bool) -> bool:
     """Whether this Snakemake submits its jobs to a cluster or cloud executor, each job in an
     allocation of its own (so this host's one-at-a-time rule for CPU jobs does not apply there),
@@ -89,19 +60,6 @@ def submits_jobs(nodes: int | None, remote: bool) -> bool:
     own Snakemake on a cluster node runs in remote mode (workflow.remote_exec). The workflow
     decides this once (common.smk's CLUSTER) and every rule and handler reads that."""
     return nodes is not None or remote
-
-
-def layer_user_config(command_line: dict, configfiles: list, config_args: list[str] | None,
-                      schemas: Path = SCHEMA_DIR) -> dict:
-    """The values a user's --configfile files and --config put on top of config.yaml, as
-    fabench.config_layers describes; returns --config's values typed as in a YAML file (the caller
-    merges them as Snakemake merges, then calls config_layers.replace_whole_values). `config_args`
-    is Snakemake's own record of --config's `key=value` texts (workflow.config_settings.config_args)."""
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    typed = config_layers.command_line_values(dict(command_line), schema, config_args)
-    # Snakemake has read these files already (a missing or broken one stops it before this).
-    files = [yaml.safe_load(Path(path).read_text()) or {} for path in configfiles]
-    return {"command_line": typed, "files": files}
 
 
 def project_commit(project: Path, told: str = "") -> str:
@@ -177,7 +135,7 @@ class Plan:
         project = Path(project)
         env = os.environ if env is None else env
         try:
-            problem = docker and container_image.build_args_error(config, project)
+            problem = docker and image_recipe.build_args_error(config, project)
             if problem:  # the image settings are read in the docker runtime only
                 raise PlanError(f"invalid config: {problem}")
             platform = planned_platform(docker)
@@ -236,6 +194,7 @@ class Plan:
             raise PlanError(f"invalid setup: {err}") from None
 
     submits_jobs = staticmethod(submits_jobs)
+    compile_ahead_record = staticmethod(compile_ahead_record)
 
     def measuring_slots(self, given: int | None, cores: int | None,
                         cluster: bool = False) -> tuple[int | None, str | None]:
@@ -382,9 +341,9 @@ class Plan:
             image = self.image_settings(run)
             if not image["dockerfile"].is_file():
                 raise PlanError(f"invalid config: image.dockerfile: no Dockerfile at {image['dockerfile']}")
-            self._image_tags[run] = container_image.image_tag(image["dockerfile"], image["build_args"],
+            self._image_tags[run] = image_recipe.image_tag(image["dockerfile"], image["build_args"],
                                                               name=image["name"], context=image["context"])
-        return f"build/images/{container_image.manifest_name(self._image_tags[run])}"
+        return f"build/images/{image_recipe.manifest_name(self._image_tags[run])}"
 
     def image_to_build(self, manifest_stem: str) -> dict:
         """The image settings behind a manifest name (the build rule's params)."""

@@ -1,8 +1,9 @@
 """What the workflow does to the machine as it starts and ends, apart from the plan, which only
 decides (fabench.plan): the Snakefile's onstart (the Docker engine asked, the workflow's start
 recorded, the kernels compiled ahead) and its onsuccess and onerror (the measuring workers told to
-stop). workflow/rules/common.smk builds one WorkflowHooks of its Plan; the hooks print what they
-have to say and never fail the workflow but by the engine check, before any job.
+stop). workflow/rules/common.smk builds one WorkflowHooks of its Plan (fabench.plan.Plan, whose
+answers the hooks act on: nothing here imports the planner); the hooks print what they have to say
+and never fail the workflow but by the engine check, before any job.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from fabench.container import image as container_image
 from fabench.files import write_json
 from fabench.measure.launch.worker_client import WORKER_DIR_ENV, stop_workers
 from fabench.places import check_env_places
-from fabench.plan import Plan, PlanError, compile_ahead_record
 from fabench.watchdog import WORKFLOW_ENV
 
 # When this Snakemake started (its Snakefile parsed), written once the workflow runs (Snakefile
@@ -29,7 +29,7 @@ class WorkflowHooks:
     """The workflow's actions on the machine, for a plan; `cluster`: whether the jobs are submitted to a
     cluster executor (fabench.plan.submits_jobs)."""
 
-    def __init__(self, plan: Plan, cluster: bool):
+    def __init__(self, plan, cluster: bool):
         self.plan, self.cluster = plan, cluster
         self._engine_asked = False  # engine_warning asks the engine once per Snakemake
 
@@ -52,20 +52,18 @@ class WorkflowHooks:
     def engine_warning(self, manifest: str) -> str | None:
         """In the docker runtime, the warning that no engine answers, for a dry run too: asked once,
         by the jobs of an image still to be built (the `manifest` its build writes), never on
-        parsing the Snakefile; a run with the image built asks only at its start (check_engine)."""
+        parsing the Snakefile; a run with the image built asks only at its start (engine_problem_for)."""
         if not self.plan.docker or self._engine_asked or Path(manifest).is_file():
             return None
         self._engine_asked = True
         problem = self.engine_problem(timeout=5)
         return f"warning: {problem}" if problem else None
 
-    def check_engine(self, rule_names) -> None:
-        """A docker run whose engine does not answer stops before its first job (PlanError). A run
-        with nothing for the engine to do (archive, compare, a finished run) needs none."""
-        if ENGINE_RULES & set(rule_names):
-            problem = self.engine_problem()
-            if problem:
-                raise PlanError(problem)
+    def engine_problem_for(self, rule_names) -> str | None:
+        """The line that stops a docker run whose engine does not answer before its first job (the
+        Snakefile's onstart raises it); None for a run with nothing for the engine to do (archive,
+        compare, a finished run), which needs none."""
+        return self.engine_problem() if ENGINE_RULES & set(rule_names) else None
 
     # --- compiling ahead and the measuring workers --------------------------------------------------
     def compile_ahead(self, measure_jobs: list[dict]) -> str | None:
@@ -79,7 +77,7 @@ class WorkflowHooks:
             if cmd is None:
                 continue
             # An earlier workflow's record describes no process measured from now on.
-            Path(compile_ahead_record(run)).unlink(missing_ok=True)
+            Path(self.plan.compile_ahead_record(run)).unlink(missing_ok=True)
             if not self.plan.compiles_ahead(self.cluster):
                 continue
             code = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode

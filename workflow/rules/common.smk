@@ -10,13 +10,9 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config_layers
-from fabench.plan import (
-    Plan,
-    PlanError,
-    compile_ahead_record,
-    layer_user_config,
-)
+from fabench.plan import Plan, PlanError, compile_ahead_record
 from fabench.planned_platform import use_docker
+from fabench.workflow_config import layer_user_config
 from fabench.workflow_hooks import WORKFLOW_STARTED, WorkflowHooks
 from fabench.results import archive_read
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
@@ -172,6 +168,12 @@ def say_what_was_made():
 
     for line in finished_lines(RUNS, PLAN.started_at):
         print(line, file=sys.stderr)
+
+
+def check_engine(jobs):
+    """A docker run whose engine does not answer stops before its first job (fabench.workflow_hooks)."""
+    if problem := HOOKS.engine_problem_for([job.rule.name for job in jobs]):
+        raise WorkflowError(problem)
 
 
 def compile_ahead(jobs):

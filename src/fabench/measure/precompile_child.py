@@ -36,7 +36,8 @@ from fabench.measure.backends.failures import classify_failure
 from fabench.measure.backends.registry import Backend, Problem, process_configs_dir
 from fabench.measure.device import accelerator as plat
 from fabench.measure.invocation import job_arguments
-from fabench.measure.job import backend_here, end_now, kernel_config_record, make_inputs, shared_here, use_cpu_threads
+from fabench.measure.inputs import kernel_config_record, make_inputs
+from fabench.measure.job import backend_here, end_now, shared_here, use_cpu_threads
 from fabench.measure.spec import JobSpec
 
 IMPORTS_ENDED = time.time()
