@@ -4,8 +4,9 @@ archive and the sweep add. workflow/rules/common.smk builds one Plan and its rul
 
 Every problem found here is a PlanError of one line (which key or setting, what was expected),
 raised before any job starts. Nothing here imports Snakemake: the tests build plans directly. The
-plan only decides: it starts no process, writes no file and asks no Docker engine; what the workflow
-does to the machine as it starts and ends is fabench.workflow_hooks'.
+plan only decides, from what it reads (the config, the environment, the checkout's commit, the
+installed aiter): it writes no file, compiles nothing, stops no worker and asks no Docker engine;
+what the workflow does to the machine as it starts and ends is fabench.workflow_hooks'.
 """
 
 from __future__ import annotations
