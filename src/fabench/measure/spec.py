@@ -1,15 +1,16 @@
 """The measure stage's typed boundary: what a benchmark job measures (JobSpec) and what a sweep job
-measures (SweepSpec), built by the plan from the validated config, written as JSON (the job's params
-and the --spec of `python -m fabench.measure` or `python -m fabench.tune`) and read back by
-`from_json` in the runner, the worker, the measuring process and the sweep job alike.
+measures (SweepSpec, in fabench.measure.sweep_spec), built by the plan from the validated config,
+written as JSON (the job's params and the --spec of `python -m fabench.measure` or
+`python -m fabench.tune`) and read back by `from_json` in the runner, the worker, the measuring
+process and the sweep job alike.
 
 The JSON is the config's own spelling (the keys of config.JOB_SETTINGS_KEYS, canonical), so the
 job's params change exactly when what it measures changes. Reading it checks every key against
 the types below, then every value against the config schema's rule for the same key
 (values_error): a missing, unknown or mistyped key, or a value the config would refuse, is one line
 naming it (SpecError), never a KeyError or a crash inside a GPU process. The types are dataclasses
-read by a small reader (fabench.measure.typed_json; no library: the benchmark image has only the
-measuring process's dependencies); a test keeps Timing's fields equal to the schema's timing keys
+read by the small reader at the bottom (no library: the benchmark image has only the measuring
+process's dependencies); a test keeps Timing's fields equal to the schema's timing keys
 (tests/test_spec.py).
 
 Torch-free: the plan and the runner import it.
@@ -21,13 +22,15 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
 from fabench.config import (CPU_OVERRIDES, SpecError, canonical, config_schema, job_settings, quote, schema_error,
                             variant_triton)
-from fabench.measure.typed_json import parse, to_plain
 from fabench.platforms import PlatformName
 from fabench.shapes import shape_id
 
@@ -157,7 +160,7 @@ class Settings:
                            reduced=not platform.is_gpu and timing != self.timing, flops=flops)
 
 
-class _Read:
+class SpecReader:
     """How both kinds of job spec are read: the settings block by Settings.from_dict (the published
     counts at the top), the rest by their types; from outside (from_json), the values too."""
 
@@ -183,7 +186,7 @@ class _Read:
 
 
 @dataclass(frozen=True)
-class JobSpec(_Read):
+class JobSpec(SpecReader):
     """Everything one benchmark job measures, and nothing else."""
 
     run: str
@@ -227,51 +230,6 @@ class JobSpec(_Read):
         if value.get("shared_from") is not None:
             configs.append(({"variants": {value["shared_from"]: {"triton": {}}}}, {"variants": "shared_from"}))
         return configs
-
-
-@dataclass(frozen=True)
-class SweepTiming:
-    """The sweep's own counts per candidate (config sweep.timing); a count left out is the benchmark's."""
-
-    warmup: int | None = None
-    iters: int | None = None
-    trials: int | None = None
-    min_trial_ms: float | None = None
-    min_warmup_ms: float | None = None
-    max_warmup_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """The sweep's keys a sweep job measures with (fabench.tune.settings.JOB_KEYS)."""
-
-    strategy: Literal["exhaustive", "coarse_refine"]
-    keep: int
-    space: dict[str, tuple[int | bool, ...]]
-    reference: str
-    memory_limit: int | None
-    check_pruned: bool
-    timing: SweepTiming
-    kernel_module: str | None
-
-
-@dataclass(frozen=True)
-class SweepSpec(_Read):
-    """Everything one sweep job measures (fabench.tune.settings.sweep_job_spec), and nothing else."""
-
-    stage: Literal["sweep", "coarse", "refine"]
-    shape: Shape
-    sweep: Sweep
-    settings: Settings
-    reference_triton: dict[str, int | bool]
-
-    @staticmethod
-    def as_config(value: dict) -> list[tuple[dict, dict[str, str]]]:
-        reference = value["sweep"]["reference"]
-        config = {**value["settings"], "shapes": [value["shape"]], "sweep": value["sweep"],
-                  "variants": {reference: {"triton": value["reference_triton"]}}}
-        return [(config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
-                          "variants": "sweep.reference", "sweep": "sweep"})]
 
 
 def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None,
@@ -326,3 +284,88 @@ def _spec_schema() -> dict:
     schema.pop("required")
     schema["properties"]["sweep"].pop("required")
     return schema
+
+
+# --- reading JSON into the types ----------------------------------------------------------------
+
+
+def parse(cls, value, where: str):
+    """`value` (parsed JSON) as dataclass `cls`, every field checked: SpecError names the first key
+    missing, unknown or of the wrong type."""
+    label = where or "the spec"
+    if not isinstance(value, dict):
+        raise SpecError(f"{label}: {quote(value)} is not an object")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [key for key in value if key not in known]
+    if unknown:
+        raise SpecError(f"{_at(where, unknown[0])}: unknown key (expected the keys {', '.join(known)})")
+    required = [name for name, f in known.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in value]
+    if missing:
+        raise SpecError(f"{label}: missing {', '.join(missing)} (expected the keys {', '.join(known)})")
+    hints = typing.get_type_hints(cls)
+    return cls(**{key: read(hints[key], item, _at(where, key)) for key, item in value.items()})
+
+
+def read(kind, value, where: str):
+    """One value of type `kind` (int, float, bool, str, a Literal, X | None, tuple[X, ...],
+    dict[str, X] or a dataclass), or SpecError naming `where`."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if dataclasses.is_dataclass(kind):
+        return parse(kind, value, where)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return read(option, value, where)
+            except SpecError:
+                continue
+        raise SpecError(f"{where}: {quote(value)} is not {' or '.join(_name(a) for a in args)}")
+    if origin is Literal:
+        if value not in args:
+            raise SpecError(f"{where}: {quote(value)} is not {_name(kind)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise SpecError(f"{where}: {quote(value)} is not a list")
+        return tuple(read(args[0], item, f"{where}.{i}") for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise SpecError(f"{where}: {quote(value)} is not an object")
+        return {key: read(args[1], item, f"{where}.{key}") for key, item in value.items()}
+    if not _is(kind, value):
+        raise SpecError(f"{where}: {quote(value)} is not {_name(kind)}")
+    return value
+
+
+def _is(kind, value) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _name(kind) -> str:
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(kind)))
+    names = {str: "a string", int: "an integer", bool: "true or false", float: "a finite number",
+             type(None): "null"}
+    return names.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def to_plain(value):
+    """A dataclass as JSON values: tuples as lists, nested dataclasses as objects."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    return value

@@ -22,8 +22,8 @@ from pathlib import Path
 from fabench.aiter_config import forward_config
 from fabench.files import write_json
 from fabench.measure.invocation import sweep_arguments
-from fabench.measure.spec import SweepSpec
-from fabench.measure.typed_json import to_plain
+from fabench.measure.spec import to_plain
+from fabench.measure.sweep_spec import SweepSpec
 from fabench.shapes import shape_id
 from fabench.tune import memory, space
 from fabench.tune.kernel import Kernel, candidate_record
