@@ -29,10 +29,8 @@ report: "workflow/report/workflow.rst"
 
 
 onstart:
-    planned(
-        PLAN.check_engine, [job.rule.name for job in workflow.dag.needrun_jobs()]
-    )
-    PLAN.record_start()
+    check_engine(workflow.dag.needrun_jobs())
+    HOOKS.record_start()
     compile_ahead(workflow.dag.needrun_jobs())
 
 

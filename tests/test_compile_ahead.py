@@ -1,4 +1,4 @@
-"""Compiling ahead (fabench.measure.launch.compile_ahead, fabench.measure.compile_ahead): real
+"""Compiling ahead (fabench.measure.launch.precompile, fabench.measure.precompile_child): real
 compiling processes on this CPU, where FlexAttention is the backend that compiles (Inductor's C++),
 into the compile cache that a job's measuring process then reads; the plan's choice of when; the
 time line's account of it. What it saves on a GPU (FlexAttention's Triton kernels, aiter's,
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fabench.analysis.timeline import compile_ahead_summary, compiled_while_measuring, run_time_line
-from fabench.measure.launch.compile_ahead import STAMPS, parallel_processes
+from fabench.report.wall_clock import compile_ahead_summary, compiled_while_measuring, run_time_line
+from fabench.measure.launch.precompile import STAMPS, parallel_processes
 from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id
 from test_plan import with_defaults
@@ -43,7 +43,7 @@ def environment(tmp_path: Path) -> dict:
 def compile_ahead(tmp_path: Path, specs: list, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     """The compile ahead as the Snakefile starts it, working in `tmp_path` (its compile cache there)."""
     out = tmp_path / "compile-ahead.json"
-    cmd = [sys.executable, "-m", "fabench.measure.launch.compile_ahead",
+    cmd = [sys.executable, "-m", "fabench.measure.launch.precompile",
            *[arg for spec in specs for arg in ("--spec", spec.to_json())], "--out", str(out), *extra]
     proc = subprocess.run(cmd, cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=900)
     return proc, json.loads(out.read_text()) if out.is_file() else None
@@ -98,17 +98,22 @@ def test_the_jobs_kernels_are_compiled_ahead_into_the_cache_their_job_then_reads
     assert measured["compile_s"] < ahead[0]["seconds"] / 2, (measured["compile_s"], ahead[0]["seconds"])
 
 
-def test_a_compiling_process_past_its_timeout_is_killed_and_recorded_and_the_compile_ahead_still_ends_well(tmp_path):
-    """Blind side: a process that hangs is the case timed here; one that crashes is recorded by the
-    same path (no record from it: its exit)."""
+def test_the_compile_ahead_past_its_time_bound_kills_and_records_its_processes_and_still_ends_well(tmp_path):
+    """The bound is the whole compile ahead's, not each process's: what runs then is killed, what
+    waits is not started (on a host of few cores the processes run one at a time). Blind side: a
+    process that hangs is the case timed here; one that crashes is recorded by the same path (no
+    record from it: its exit)."""
     config = flex_config()
     began = time.monotonic()
     proc, record = compile_ahead(tmp_path, [spec_of(config, "default"), spec_of(config, "tuned")],
                                  "--timeout-s", "0.2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - began < 60
-    assert [p["reason"] for p in record["processes"]] == [
-        "timed out after 0.2 s (measure.job_timeout_s): its compiling process was killed"] * 2
+    killed = "timed out after 0.2 s (measure.job_timeout_s): its compiling process was killed"
+    not_started = "not started: the compile ahead's bound of 0.2 s (measure.job_timeout_s) had passed"
+    reasons = [p["reason"] for p in record["processes"]]
+    assert reasons[0] == killed and reasons[1] in (killed, not_started), reasons
+    assert record["ended_at"] - record["leased_at"] < 0.2 + 10  # one bound, not one per process
     assert "2 of them failed" in proc.stdout
     assert not list((tmp_path / STAMPS).glob("*.json"))  # nothing compiled: no stamp, compiled again next time
 

@@ -1,6 +1,6 @@
 """Bad input gets one clear error, naming the key, before any job starts.
 
-The checks run in-process through fabench.plan.check_config, the function the Snakefile's plan calls; two
+The checks run in-process through fabench.workflow_config.check_config, the function the Snakefile's plan calls; two
 tests run snakemake itself to prove the wiring (one line, no job scheduled, no results folder).
 """
 
@@ -12,10 +12,10 @@ import shlex
 import pytest
 import yaml
 
-from fabench.container.image import dockerfile_arg_defaults
+from fabench.container.recipe import dockerfile_arg_defaults
 
 from fabench.config import ConfigError, check_roles
-from fabench.plan import check_config
+from fabench.workflow_config import check_config
 from fabench.measure.backends.registry import BACKENDS
 from workflow_util import REPO, default_config, planned_jobs, snakemake
 
@@ -195,7 +195,7 @@ def test_default_config_plans_exactly_its_platforms_processes(tmp_path, platform
 
 def test_this_hosts_platform_is_planned_without_being_told(tmp_path):
     """This test host is a CPU (no GPU device nodes, or a CPU build of torch): cpu.repeats processes."""
-    from fabench.run_platform import planned_platform
+    from fabench.planned_platform import planned_platform
 
     assert "FABENCH_PLATFORM" not in os.environ and planned_platform(docker=False) == "cpu"
     proc = snakemake(tmp_path, "-n", "report", timeout=120)

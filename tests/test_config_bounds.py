@@ -16,7 +16,7 @@ import yaml
 
 from fabench.config import ConfigError
 from fabench.measure.spec import Shape, job_spec
-from fabench.plan import check_config
+from fabench.workflow_config import check_config
 from fabench.shapes import parse_shape_id
 from support.workers import worker_dir  # noqa: F401 (a fixture)
 from workflow_util import REPO, default_config, snakemake, tiny_config
@@ -190,7 +190,7 @@ def test_every_accepted_value_runs_through_the_measuring_job(tmp_path, worker_di
 
 def test_the_seed_seeds_every_generator_a_job_uses_at_its_bounds():
     """In-process, what the measuring job and a worker between jobs do with the seed."""
-    from fabench.measure.job import make_inputs
+    from fabench.measure.inputs import make_inputs
     from fabench.measure.launch.worker import reset_between_jobs
 
     for seed in bound_values("seed"):

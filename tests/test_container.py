@@ -23,6 +23,7 @@ import yaml
 from snakemake.utils import validate
 
 from fabench.container import image as fc
+from fabench.container import recipe
 from fabench.container import job as fj
 from fabench.aiter_config import sidecar_path
 from fabench.container.aiter_image import patch_from_image
@@ -108,26 +109,26 @@ def test_image_tag_follows_inputs(tmp_path):
     for lock in ("image-aiter.txt", "image-aiter-index.txt", "image-package.txt"):
         shutil.copy(ROOT / "envs" / lock, tmp_path / "envs" / lock)
     args = {"AITER_COMMIT": ""}
-    tag = fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
+    tag = recipe.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
     assert re.fullmatch(r"fabench:[0-9a-f]{16}", tag)
     # the same inputs anywhere give the same tag (paths are hashed relative to the context)
-    assert tag == fc.image_tag(ROOT / "Dockerfile", args, context=ROOT)
+    assert tag == recipe.image_tag(ROOT / "Dockerfile", args, context=ROOT)
     (tmp_path / "src" / "fabench" / "__pycache__").mkdir(exist_ok=True)
     (tmp_path / "src" / "fabench" / "__pycache__" / "x.pyc").write_bytes(b"junk")
-    assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) == tag
-    assert fc.image_tag(tmp_path / "Dockerfile", {"AITER_COMMIT": "x"}, context=tmp_path) != tag
+    assert recipe.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) == tag
+    assert recipe.image_tag(tmp_path / "Dockerfile", {"AITER_COMMIT": "x"}, context=tmp_path) != tag
     (tmp_path / "src" / "fabench" / "container.py").write_text("# changed\n", "utf-8")
-    changed = fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
+    changed = recipe.image_tag(tmp_path / "Dockerfile", args, context=tmp_path)
     assert changed != tag
     (tmp_path / "envs" / "image-package.txt").write_text("# another lock\n", "utf-8")
-    assert fc.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) != changed
-    assert fc.manifest_name("fabench:abc") == "fabench_abc.json"
+    assert recipe.image_tag(tmp_path / "Dockerfile", args, context=tmp_path) != changed
+    assert recipe.manifest_name("fabench:abc") == "fabench_abc.json"
 
 
 def test_dockerfile_pins_and_legacy_builder():
     text = "\n".join(line for line in (ROOT / "Dockerfile").read_text().splitlines()
                      if not line.lstrip().startswith("#"))
-    defaults = fc.dockerfile_arg_defaults(ROOT / "Dockerfile")
+    defaults = recipe.dockerfile_arg_defaults(ROOT / "Dockerfile")
     assert FULL_SHA.match(defaults["AITER_COMMIT"]) and defaults["AITER_COMMIT"].startswith("bfe8107fa6")
     assert defaults["GPU_ARCHS"] == "gfx942"
     assert re.fullmatch(r"\d+\.\d+\.\d+", defaults["TRITON_VERSION"])

@@ -79,7 +79,7 @@ def test_a_cpu_job_with_flash_attention_installed_never_imports_it(tmp_path):
         import torch
         from fabench.measure.backends import fa4_kernel
         from fabench.measure.backends.registry import BACKENDS, Problem
-        from fabench.measure.job import reference_output
+        from fabench.measure.inputs import reference_output
         from support.one_backend import measure_backend
         from fabench.measure.job import measurement
         from workflow_util import tiny_config

@@ -11,7 +11,8 @@ from fabench.measure import stopping
 from fabench.measure.device import kernels
 from fabench.measure.backends.registry import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
 from fabench.analysis.entry import analyse_measured
-from fabench.measure.job import measurement, reference_output
+from fabench.measure.inputs import reference_output
+from fabench.measure.job import measurement
 from fabench.measure.spec import Settings, Shape
 from workflow_util import tiny_config
 from fabench.analysis.kernel_check import JUDGE_BOUND

@@ -2,7 +2,7 @@
 
 import torch
 
-from fabench.measure import job
+from fabench.measure import inputs
 from fabench.measure.spec import Shape
 
 
@@ -10,25 +10,25 @@ def test_inputs_drawn_again_are_the_same_values_in_fresh_tensors(monkeypatch):
     """A later job of the shape gets the values a fresh draw gives, in tensors of its own: a backend
     that writes into its inputs leaves the next job's untouched. Blind side: the time saved is a
     GPU host's (the run's "inputs and fp32 reference" phase)."""
-    monkeypatch.setattr(job, "_CPU_INPUTS", {})
+    monkeypatch.setattr(inputs, "_CPU_INPUTS", {})
     shape = Shape(batch=1, seq=16, heads=2, head_dim=8)
-    first = job.make_inputs(shape, torch.float16, 7, "cpu")
+    first = inputs.make_inputs(shape, torch.float16, 7, "cpu")
     for tensor in first:
         tensor.fill_(0)  # as a backend writing in place would
-    again = job.make_inputs(shape, torch.float16, 7, "cpu")
+    again = inputs.make_inputs(shape, torch.float16, 7, "cpu")
     gen = torch.Generator().manual_seed(7)
     fresh = [torch.randn((1, 16, 2, 8), generator=gen).to(torch.float16) for _ in range(3)]
     assert all(torch.equal(a, b) for a, b in zip(again, fresh))
-    assert not torch.equal(job.make_inputs(shape, torch.float16, 8, "cpu")[0], again[0])  # another seed
+    assert not torch.equal(inputs.make_inputs(shape, torch.float16, 8, "cpu")[0], again[0])  # another seed
 
 
 def test_the_kept_inputs_stay_within_their_bound_the_least_recent_dropped(monkeypatch):
-    monkeypatch.setattr(job, "_CPU_INPUTS", {})
+    monkeypatch.setattr(inputs, "_CPU_INPUTS", {})
     shape = Shape(batch=1, seq=64, heads=2, head_dim=32)  # 3 x 4096 fp32 values: 48 KiB a draw
-    monkeypatch.setattr(job, "INPUT_CACHE_BYTES", 2 * 3 * 4096 * 4)
+    monkeypatch.setattr(inputs, "INPUT_CACHE_BYTES", 2 * 3 * 4096 * 4)
     for seed in (1, 2, 3):
-        job.make_inputs(shape, torch.float32, seed, "cpu")
-    assert [key[-1] for key in job._CPU_INPUTS] == [2, 3]
-    job.make_inputs(shape, torch.float32, 2, "cpu")  # used again: now the most recent
-    job.make_inputs(shape, torch.float32, 4, "cpu")
-    assert [key[-1] for key in job._CPU_INPUTS] == [2, 4]
+        inputs.make_inputs(shape, torch.float32, seed, "cpu")
+    assert [key[-1] for key in inputs._CPU_INPUTS] == [2, 3]
+    inputs.make_inputs(shape, torch.float32, 2, "cpu")  # used again: now the most recent
+    inputs.make_inputs(shape, torch.float32, 4, "cpu")
+    assert [key[-1] for key in inputs._CPU_INPUTS] == [2, 4]

@@ -16,7 +16,8 @@ from fabench.analysis.entry import analyse_entry, period_check, trial_figures
 from fabench.measure.spec import job_spec
 from fabench.measure import stopping
 from fabench.measure.backends.registry import BACKENDS, Backend, Prepared
-from fabench.measure.job import reference_output, run_job
+from fabench.measure.inputs import reference_output
+from fabench.measure.job import run_job
 from fabench.measure.device.kernels import kernel_shares, stream_figures
 from workflow_util import tiny_config
 
@@ -260,7 +261,7 @@ def test_a_profiled_batch_fits_the_minimum_times_share_of_the_timeout_in_host_ti
 def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():
     import dataclasses
 
-    from fabench.measure.device.timing import trial_warmup_settings
+    from fabench.measure.device.warmup import trial_warmup_settings
 
     timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
                                  .settings.timing, min_warmup_ms=100, max_warmup_ms=1000)
@@ -502,7 +503,7 @@ def test_a_first_trials_warm_up_lasts_until_the_clock_holds_in_full_windows():
     Blind side: the stand-in's times never move; only the clock check is exercised here."""
     import dataclasses
 
-    from fabench.measure.device.timing import warm_up
+    from fabench.measure.device.warmup import warm_up
 
     timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
                                  .settings.timing, warmup_window_ms=2, min_warmup_ms=0, max_warmup_ms=5000)
@@ -523,7 +524,7 @@ def test_a_call_the_host_queues_slower_than_the_gpu_runs_it_warms_up_in_windows_
     shorter warm-up does to the figures is measured on a GPU (the run's warm-up iterations)."""
     import dataclasses
 
-    from fabench.measure.device.timing import warm_up, window_calls
+    from fabench.measure.device.warmup import warm_up, window_calls
 
     timing = dataclasses.replace(job_spec(tiny_config(), "tuned", {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32})
                                  .settings.timing, warmup_window_ms=2, min_warmup_ms=0, max_warmup_ms=5000)

@@ -15,7 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
-from fabench.plan import Plan, PlanError, check_config
+from fabench.plan import Plan, PlanError
+from fabench.workflow_config import check_config
+from fabench.workflow_hooks import WorkflowHooks
 from fabench.resources import SCHEMA_DIR
 from workflow_util import REPO, default_config, planned_jobs, snakemake, tiny_config
 
@@ -212,7 +214,8 @@ def test_the_workflows_end_never_fails_on_a_workers_folder_it_cannot_use(tmp_pat
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("FABENCH_WORKER_DIR", str(tmp_path / "a-file"))
     monkeypatch.setenv(WORKFLOW_ENV, "test")
-    note = cpu_plan(measure={**default_config()["measure"], "mode": "worker"}).stop_measuring_workers(False)
+    hooks = WorkflowHooks(cpu_plan(measure={**default_config()["measure"], "mode": "worker"}), cluster=False)
+    note = hooks.stop_measuring_workers()
     assert note.startswith("note: the measuring workers were not told to stop") and "FABENCH_WORKER_DIR" in note
 
 

@@ -19,7 +19,7 @@ from fabench.results import merge
 from fabench.aiter_config import file_sha256
 from fabench.measure.backends.registry import BACKENDS, FallbackError, Problem, flex_kernel_options
 from fabench.measure.spec import job_spec
-from fabench.run_platform import planned_platform
+from fabench.planned_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measurement
 from support.one_backend import measure_backend
@@ -211,7 +211,7 @@ def test_metrics():
 
 def test_the_textbook_reference_agrees_with_sdpa_math():
     """The reference on a torch without SDPA (Debian's 1.13 in the platform test) is the same function."""
-    from fabench.measure.job import _textbook_attention
+    from fabench.measure.inputs import _textbook_attention
 
     q, k, v = (torch.randn(1, 2, 48, 16) for _ in range(3))
     for causal in (True, False):

@@ -20,7 +20,7 @@ from fabench.report.model import Run
 from fabench.report.render import render
 from fabench.results.collect import ResultError, collect
 from fabench.results.shared import SHARED_KEY, measured_once, shared_problems, shown
-from fabench.analysis.timeline import trial_stops
+from fabench.report.wall_clock import trial_stops
 from support.runs import CUDA_13_0, config_for, make_result
 from workflow_util import tiny_config
 

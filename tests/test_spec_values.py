@@ -21,7 +21,8 @@ from fabench.config import SpecError, job_settings
 from fabench.measure.invocation import USAGE
 from fabench.measure.launch import runner
 from fabench.measure.launch.worker_client import MARK, Address
-from fabench.measure.spec import RUNTIME_ENV, JobSpec, SweepSpec, job_spec
+from fabench.measure.spec import RUNTIME_ENV, JobSpec, job_spec
+from fabench.measure.sweep_spec import SweepSpec
 from fabench.tune.settings import sweep_job_spec
 from test_config_bounds import BOUNDS
 from workflow_util import REPO, tiny_config
@@ -196,7 +197,7 @@ def test_the_sweep_types_hold_exactly_the_keys_a_sweep_job_reads():
 
     import yaml
 
-    from fabench.measure.spec import Sweep, SweepTiming
+    from fabench.measure.sweep_spec import Sweep, SweepTiming
     from fabench.tune.settings import JOB_KEYS
 
     schema = yaml.safe_load(SCHEMA.read_text())["properties"]["sweep"]["properties"]

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from fabench.analysis import analyse_run
-from fabench.analysis.timeline import run_time_line
+from fabench.report.wall_clock import run_time_line
 from fabench.report.render import render
 from test_runner import run_job
 from workflow_util import REPO, tiny_config

@@ -3,7 +3,7 @@ states for the settled clause, both sides of it, and the minimum time split from
 
 Blind side: the noise is independent lognormal per sample; a GPU's samples drift and cluster (clock
 steps, power caps), which these tests do not model. The real samples' replay is in the report's
-stop counts (analysis.timeline), not here."""
+stop counts (report.wall_clock), not here."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fabench.analysis import analyse_run
-from fabench.analysis.timeline import GROUP_OF, gpu_overlaps, run_time_line
+from fabench.report.wall_clock import GROUP_OF, gpu_overlaps, run_time_line
 from fabench.report.render import render
 from fabench.results.archive_read import list_entries
 from test_runner import run_job

@@ -4,7 +4,8 @@ agreement in the warm-up, and NVML's clock-event reasons in words. No GPU needed
 from __future__ import annotations
 
 from fabench.measure.device.gpu_state import slowdown
-from fabench.measure.device.timing import _agree, _fed
+from fabench.measure.device.timing import _fed
+from fabench.measure.device.warmup import _agree
 
 
 def test_an_iteration_is_fed_only_when_queued_before_the_gpu_could_reach_it():

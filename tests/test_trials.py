@@ -22,7 +22,8 @@ import torch
 from fabench.measure.spec import job_spec
 from fabench.measure.backends.registry import BACKENDS, Backend, Prepared
 from fabench.measure.cell import trial_order
-from fabench.measure.job import reference_output, run_job
+from fabench.measure.inputs import reference_output
+from fabench.measure.job import run_job
 from fabench.results.collect import ResultError, collect, result_schema
 from workflow_util import REPO, tiny_config
 

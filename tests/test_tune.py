@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from fabench.config import ConfigError, job_settings
-from fabench.plan import check_config
+from fabench.workflow_config import check_config
 from fabench.aiter_config import file_sha256, patch_local
-from fabench.measure.spec import SweepSpec
+from fabench.measure.sweep_spec import SweepSpec
 from fabench.tune import job, memory, objective, pick, settings, space
 from support import mha_standin
 from workflow_util import REPO, default_config, tiny_config

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fabench.analysis.timeline import run_time_line
+from fabench.report.wall_clock import run_time_line
 from fabench.measure.spec import job_spec
 from fabench.measure.backends import aiter_kernel, fa4_kernel
 from fabench.measure.launch import lease as device_lease
 from fabench.measure.launch import runner, worker, worker_client
 from fabench.measure.launch.worker_client import stop_workers
-from fabench.run_platform import planned_platform
+from fabench.planned_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from support.workers import first_measuring_log, live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
 from workflow_util import REPO, snakemake, tiny_config, write_config

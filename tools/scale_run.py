@@ -29,7 +29,7 @@ import yaml
 from fabench.analysis import analyse_run
 from fabench.analysis.detector import injected
 from fabench.analysis.entry import analyse_result
-from fabench.cli import USAGE, Parser
+from fabench.cli.common import USAGE, Parser
 from fabench.config import ConfigError, schema_error
 from fabench.files import DataPathError, archive_entry_of, confined_path, read_json, write_atomic, write_json
 from fabench.report.render import render

@@ -2,7 +2,8 @@
 
 Defaults and every rule a JSON schema can state live in workflow/schemas/config.schema.yaml;
 this module holds only what the schema cannot say about the config itself. The checks that need
-other stages (the sweep, the published numbers, the image) are fabench.plan's.
+other stages are fabench.workflow_config's (the sweep, the published numbers) and fabench.plan's
+(the image).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def consistency_error(config: dict) -> str | None:
 
 def check_roles(config: dict, platform: str) -> None:
     """ConfigError unless the config gives the roles of `platform`, the one its jobs measure on
-    (fabench.run_platform), each naming a measured backend. Other platforms' roles are not needed."""
+    (fabench.planned_platform), each naming a measured backend. Other platforms' roles are not needed."""
     problem = roles_error(config["roles"], platform)
     if problem:
         raise ConfigError(problem)

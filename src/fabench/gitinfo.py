@@ -1,12 +1,15 @@
-"""Which code ran: the git commit of a folder (the project's own, in every result, and aiter's) and
-an installed package's version. No torch, so the workflow and the runner's coordinating process
-can ask too."""
+"""Which code ran: the git commit of a folder (the project's own, in every result, and aiter's), an
+installed package's version, and the content of this fabench package (code_fingerprint). No torch,
+so the workflow and the runner's coordinating process can ask too."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import subprocess
 from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def git_commit(path: str | Path, mark_dirty: bool = False) -> str | None:
@@ -31,3 +34,15 @@ def package_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def code_fingerprint() -> str:
+    """This fabench's code as it is now, by content: sha256 over every module of the package, its
+    path within the package and its bytes. One definition of "the code" for what must change when
+    the code does: a measuring worker runs the code it started with (worker_client.identity), and a
+    job's kernels compiled ahead stand for the code that compiled them (launch.precompile's stamps).
+    A checkout whose files were only touched keeps it; an edit changes it."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -3,7 +3,10 @@ and runtime the jobs run on, the runs, variants and shapes, how a job is launche
 archive and the sweep add. workflow/rules/common.smk builds one Plan and its rules call it.
 
 Every problem found here is a PlanError of one line (which key or setting, what was expected),
-raised before any job starts. Nothing here imports Snakemake: the tests build plans directly.
+raised before any job starts. Nothing here imports Snakemake: the tests build plans directly. The
+plan only decides, from what it reads (the config, the environment, the checkout's commit, the
+installed aiter): it writes no file, compiles nothing, stops no worker and asks no Docker engine;
+what the workflow does to the machine as it starts and ends is fabench.workflow_hooks'.
 """
 
 from __future__ import annotations
@@ -12,75 +15,38 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from functools import cached_property
 from pathlib import Path
 
-import yaml
-
-from fabench import aiter_config, config_layers
+from fabench import aiter_config
 from fabench import config as fabench_config
-from fabench.container import image as container_image
-from fabench.container.job import rocm_devices_present
-from fabench.files import write_json
+from fabench.container import recipe as image_recipe
 from fabench.gitinfo import git_commit
 from fabench.measure.launch import lease
 from fabench.measure.launch.devices import DECLARED_ENV, DeviceError
 from fabench.measure.launch.runner import MEASURED_AGAIN_MAX
 from fabench.measure.spec import job_spec
-from fabench.resources import SCHEMA_DIR
 from fabench.results.merge import times_lost
-from fabench.results.published import PublishedError, load_published
 from fabench.platforms import PlatformError, PlatformName
-from fabench.run_platform import PLATFORM_HINT, planned_platform
+from fabench.planned_platform import PLATFORM_HINT, planned_platform
 from fabench.shapes import shape_id
 from fabench.tune import settings as sweep_settings
 from fabench.tune.space import stages as sweep_stages
+from fabench.workflow_config import check_config
 
 # The schema's pattern for a variant's name (config.schema.yaml).
 VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
-# When this Snakemake started (its Snakefile parsed), written once the workflow runs (Snakefile
-# onstart), so that the report can say how long the whole run took, from Snakemake's start.
-WORKFLOW_STARTED = Path(".snakemake") / "fabench-workflow-started.json"
-# The rules whose jobs talk to the Docker engine when the runtime is docker.
-ENGINE_RULES = frozenset({"build_image", "patch_config", "measure"})
 
 
 def compile_ahead_record(run: str) -> str:
-    """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.compile_ahead)."""
+    """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.precompile)."""
     return f"results/{run}/compile-ahead.json"
 
 
 class PlanError(ValueError):
     """The workflow cannot run as configured: one line naming the key or setting."""
-
-
-def check_config(config: dict, project: Path, schemas: Path = SCHEMA_DIR) -> None:
-    """ConfigError for the first thing that would stop the run: a schema violation, a rule across keys
-    the schema cannot state, the sweep's rules, or a published-numbers file that is missing or not
-    what the report reads. Relative paths in the config are relative to `project`."""
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    problem = (fabench_config.schema_error(config, schema) or fabench_config.consistency_error(config)
-               or sweep_settings.config_error(config)
-               or published_error(config.get("published"), schemas, project))
-    if problem:
-        raise fabench_config.ConfigError(problem)
-
-
-def published_error(published: str | None, schemas: Path, project: Path) -> str | None:
-    if published is None:
-        return None
-    path = project / published
-    if not path.is_file():
-        return (f"published: no file at {path} (a path relative to the project; "
-                "for no published numbers set published: null, or --config published=)")
-    try:
-        load_published(path, schemas / "published.schema.yaml")
-    except PublishedError as err:
-        return f"published: {err}"
-    return None
 
 
 def submits_jobs(nodes: int | None, remote: bool) -> bool:
@@ -95,29 +61,6 @@ def submits_jobs(nodes: int | None, remote: bool) -> bool:
     own Snakemake on a cluster node runs in remote mode (workflow.remote_exec). The workflow
     decides this once (common.smk's CLUSTER) and every rule and handler reads that."""
     return nodes is not None or remote
-
-
-def layer_user_config(command_line: dict, configfiles: list, config_args: list[str] | None,
-                      schemas: Path = SCHEMA_DIR) -> dict:
-    """The values a user's --configfile files and --config put on top of config.yaml, as
-    fabench.config_layers describes; returns --config's values typed as in a YAML file (the caller
-    merges them as Snakemake merges, then calls config_layers.replace_whole_values). `config_args`
-    is Snakemake's own record of --config's `key=value` texts (workflow.config_settings.config_args)."""
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    typed = config_layers.command_line_values(dict(command_line), schema, config_args)
-    # Snakemake has read these files already (a missing or broken one stops it before this).
-    files = [yaml.safe_load(Path(path).read_text()) or {} for path in configfiles]
-    return {"command_line": typed, "files": files}
-
-
-def use_docker(config: dict) -> bool:
-    """runtime docker: yes; local: no; auto: with several platform images, or on a ROCm host whose
-    Docker engine answers."""
-    if config["runtime"] != "auto":
-        return config["runtime"] == "docker"
-    if config["platforms"]:
-        return True
-    return rocm_devices_present() and container_image.engine_answers(timeout=5)
 
 
 def project_commit(project: Path, told: str = "") -> str:
@@ -176,7 +119,6 @@ class Plan:
         self.started_at = time.time()
         self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
         self._image_tags: dict[str, str] = {}  # run -> its image's tag, hashed once
-        self._engine_asked = False  # engine_warning asks the engine once per Snakemake
 
     @staticmethod
     def check(config: dict, project: Path) -> None:
@@ -187,14 +129,14 @@ class Plan:
             raise PlanError(f"invalid config: {err}") from None
 
     @classmethod
-    def checked(cls, config: dict, project: Path, env: dict | None = None) -> "Plan":
+    def checked(cls, config: dict, project: Path, docker: bool, env: dict | None = None) -> "Plan":
         """The plan of a checked config with the schema's defaults, once the environment and the
-        platform's roles are checked too; PlanError otherwise."""
+        platform's roles are checked too; PlanError otherwise. `docker`: whether the jobs run in
+        containers (fabench.planned_platform.use_docker, asked by the workflow: it may ask the engine)."""
         project = Path(project)
         env = os.environ if env is None else env
-        docker = use_docker(config)
         try:
-            problem = docker and container_image.build_args_error(config, project)
+            problem = docker and image_recipe.build_args_error(config, project)
             if problem:  # the image settings are read in the docker runtime only
                 raise PlanError(f"invalid config: {problem}")
             platform = planned_platform(docker)
@@ -214,10 +156,6 @@ class Plan:
         plan.check_local_aiter()
         plan.commit = project_commit(project, env.get("FABENCH_PROJECT_COMMIT", ""))
         return plan
-
-    def record_start(self) -> None:
-        """When this Snakemake started, for the report's time line (written once the workflow runs)."""
-        write_json(WORKFLOW_STARTED, {"started_at": self.started_at, "pid": os.getpid()})
 
     def path(self, path: str) -> str:
         """Paths in the config are relative to the project, whatever the working directory."""
@@ -256,36 +194,8 @@ class Plan:
         except aiter_config.MhaConfigNotFound as err:
             raise PlanError(f"invalid setup: {err}") from None
 
-    def engine_problem(self, timeout: float = 10) -> str | None:
-        """In the docker runtime, the one line saying that no engine answers, where it looked and
-        how to point at one; None when one answers or the runtime is local."""
-        if not self.docker:
-            return None
-        try:
-            container_image.client(timeout=timeout).close()
-        except container_image.NoEngineError as err:
-            return f"runtime docker: {err}"
-        return None
-
-    def engine_warning(self, manifest: str) -> str | None:
-        """In the docker runtime, the warning that no engine answers, for a dry run too: asked once,
-        by the jobs of an image still to be built (the `manifest` its build writes), never on
-        parsing the Snakefile; a run with the image built asks only at its start (check_engine)."""
-        if not self.docker or self._engine_asked or Path(manifest).is_file():
-            return None
-        self._engine_asked = True
-        problem = self.engine_problem(timeout=5)
-        return f"warning: {problem}" if problem else None
-
-    def check_engine(self, rule_names) -> None:
-        """A docker run whose engine does not answer stops before its first job. A run with nothing
-        for the engine to do (archive, compare, a finished run) needs none."""
-        if ENGINE_RULES & set(rule_names):
-            problem = self.engine_problem()
-            if problem:
-                raise PlanError(problem)
-
     submits_jobs = staticmethod(submits_jobs)
+    compile_ahead_record = staticmethod(compile_ahead_record)
 
     def measuring_slots(self, given: int | None, cores: int | None,
                         cluster: bool = False) -> tuple[int | None, str | None]:
@@ -388,49 +298,17 @@ class Plan:
             return False
         return wanted == "always" or self.platform.is_gpu
 
-    def compile_ahead(self, measure_jobs: list[dict], cluster: bool) -> str | None:
-        """Compile ahead the kernels of the measure jobs about to run (their wildcards), one call of
-        fabench.measure.launch.compile_ahead per run, before Snakemake starts any job (onstart);
-        its record in results/<run>/compile-ahead.json. Never fails the workflow: what went wrong is
-        one line to print, and the jobs compile for themselves."""
-        notes = []
-        for run in self.runs:
-            cells = sorted({(job["variant"], job["shape"]) for job in measure_jobs if job["run"] == run},
-                           key=lambda cell: self.job_order[(run, *cell)])
-            if not cells:
-                continue
-            # An earlier workflow's record describes no process measured from now on.
-            Path(compile_ahead_record(run)).unlink(missing_ok=True)
-            if not self.compiles_ahead(cluster):
-                continue
-            specs = [arg for cell in cells for arg in ("--spec", self.job_spec_json(run, *cell))]
-            cmd = [self.python, "-m", "fabench.measure.launch.compile_ahead", *specs,
-                   "--out", compile_ahead_record(run), *shlex.split(str(self.measure_options(cluster)))]
-            code = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
-            if code != 0:
-                notes.append(f"note: compiling ahead for run {run} ended with exit code {code}; "
-                             f"each job compiles its own kernels")
-        return "\n".join(notes) or None
-
-    def stop_measuring_workers(self, cluster: bool) -> str | None:
-        """At the workflow's end, its measuring workers end at once instead of when idle. Called by
-        the Snakefile's handlers, which must not fail themselves: a workers' folder that cannot be
-        used gives one line to print (the workers end when idle anyway)."""
-        from fabench.measure.launch.worker_client import WORKER_DIR_ENV, stop_workers
-        from fabench.places import check_env_places
-        from fabench.watchdog import WORKFLOW_ENV
-
-        if self.measure_mode(cluster) != "worker":
+    def compile_ahead_command(self, run: str, measure_jobs: list[dict], cluster: bool) -> list[str] | None:
+        """The command that compiles ahead the kernels of the run's measure jobs about to run (their
+        wildcards), in the plan's order of jobs, recording to compile_ahead_record(run)
+        (fabench.measure.launch.precompile); None when the run has none of them."""
+        cells = sorted({(job["variant"], job["shape"]) for job in measure_jobs if job["run"] == run},
+                       key=lambda cell: self.job_order[(run, *cell)])
+        if not cells:
             return None
-        unusable = [problem for problem in check_env_places(os.environ) if WORKER_DIR_ENV in problem]
-        if unusable:  # stop_workers would find no worker there: say why, once
-            return f"note: the measuring workers were not told to stop: {unusable[0]}; they end when idle"
-        try:
-            stop_workers(os.environ[WORKFLOW_ENV])
-        except OSError as err:
-            return (f"note: the measuring workers were not told to stop ({err}); they end when idle. "
-                    f"Check {WORKER_DIR_ENV} (or XDG_RUNTIME_DIR)")
-        return None
+        specs = [arg for cell in cells for arg in ("--spec", self.job_spec_json(run, *cell))]
+        return [self.python, "-m", "fabench.measure.launch.precompile", *specs,
+                "--out", compile_ahead_record(run), *shlex.split(str(self.measure_options(cluster)))]
 
     def triton_overrides(self, variant: str) -> dict:
         """The variant's entry for aiter's config, canonical (key order changes nothing)."""
@@ -464,9 +342,9 @@ class Plan:
             image = self.image_settings(run)
             if not image["dockerfile"].is_file():
                 raise PlanError(f"invalid config: image.dockerfile: no Dockerfile at {image['dockerfile']}")
-            self._image_tags[run] = container_image.image_tag(image["dockerfile"], image["build_args"],
+            self._image_tags[run] = image_recipe.image_tag(image["dockerfile"], image["build_args"],
                                                               name=image["name"], context=image["context"])
-        return f"build/images/{container_image.manifest_name(self._image_tags[run])}"
+        return f"build/images/{image_recipe.manifest_name(self._image_tags[run])}"
 
     def image_to_build(self, manifest_stem: str) -> dict:
         """The image settings behind a manifest name (the build rule's params)."""

@@ -1,7 +1,7 @@
 """The platforms a job measures on, named once: rocm, cuda and cpu.
 
 A platform arrives as a string (FABENCH_PLATFORM, a job spec, a result's `platform`, the class
-fabench.measure.device.platform detects); `PlatformName.parse` is where one becomes a platform, and
+fabench.measure.device.accelerator detects); `PlatformName.parse` is where one becomes a platform, and
 the properties answer the questions the stages ask of it. Elsewhere no code compares a platform with
 a literal name (tests/test_platform_names.py). A StrEnum equals, hashes and serialises as its
 string, so results, configs and job specs spell the platforms as before; a value that may be

@@ -10,13 +10,10 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config_layers
-from fabench.plan import (
-    WORKFLOW_STARTED,
-    Plan,
-    PlanError,
-    compile_ahead_record,
-    layer_user_config,
-)
+from fabench.plan import Plan, PlanError, compile_ahead_record
+from fabench.planned_platform import use_docker
+from fabench.workflow_config import layer_user_config
+from fabench.workflow_hooks import WORKFLOW_STARTED, WorkflowHooks
 from fabench.results import archive_read
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
 from fabench.shapes import SHAPE_ID_PATTERN
@@ -35,7 +32,7 @@ def make_plan():
     config_layers.replace_whole_values(config, [*user["files"], user["command_line"]])
     Plan.check(config, Path(workflow.basedir))
     validate(config, schema=str(SCHEMA_DIR / "config.schema.yaml"), set_default=True)
-    plan = Plan.checked(config, Path(workflow.basedir))
+    plan = Plan.checked(config, Path(workflow.basedir), use_docker(config))
     if note := plan.unused_on_cpu(user["command_line"]):
         print(note, file=sys.stderr)
     return plan
@@ -59,6 +56,8 @@ def measuring_slots():  # one measuring job at a time on a CPU host (fabench.pla
 try:
     PLAN = make_plan()
     measuring_slots()
+    # What the workflow does to the machine as it starts and ends (fabench.workflow_hooks).
+    HOOKS = WorkflowHooks(PLAN, CLUSTER)
 except PlanError as err:
     raise WorkflowError(str(err)) from None
 # Jobs on this host stop when this Snakemake is gone (see fabench.watchdog).
@@ -138,7 +137,7 @@ def docker_manifest(wildcards):
     if not PLAN.docker:
         return []
     manifest = planned(PLAN.image_manifest, wildcards.run)
-    if warning := PLAN.engine_warning(manifest):
+    if warning := HOOKS.engine_warning(manifest):
         print(warning, file=sys.stderr)
     return manifest
 
@@ -171,16 +170,22 @@ def say_what_was_made():
         print(line, file=sys.stderr)
 
 
+def check_engine(jobs):
+    """A docker run whose engine does not answer stops before its first job (fabench.workflow_hooks)."""
+    if problem := HOOKS.engine_problem_for([job.rule.name for job in jobs]):
+        raise WorkflowError(problem)
+
+
 def compile_ahead(jobs):
-    """Before any job, the kernels of the measure jobs about to run (fabench.plan.Plan.compile_ahead)."""
+    """Before any job, the kernels of the measure jobs about to run (fabench.workflow_hooks)."""
     measuring = [job.wildcards_dict for job in jobs if job.rule.name == "measure"]
-    if note := PLAN.compile_ahead(measuring, CLUSTER):
+    if note := HOOKS.compile_ahead(measuring):
         print(note, file=sys.stderr)
 
 
 def stop_measuring_workers():
-    """The Snakefile's handlers: never an error of their own (fabench.plan)."""
-    if note := PLAN.stop_measuring_workers(CLUSTER):
+    """The Snakefile's handlers: never an error of their own (fabench.workflow_hooks)."""
+    if note := HOOKS.stop_measuring_workers():
         print(note, file=sys.stderr)
 
 

@@ -67,7 +67,10 @@ rule write_report:
         rule=lambda wildcards: COMPARISON,
         template_dir=TEMPLATE_DIR,
         workflow_started=WORKFLOW_STARTED,
-        # Written before any job when the workflow compiles ahead (fabench.measure.launch.compile_ahead).
+        # Written before any job when the workflow compiles ahead (fabench.measure.launch.precompile).
+        # A param, not an input: the Snakefile's onstart writes it after Snakemake has planned the
+        # jobs, where an input must already exist or be a rule's output; a run that compiled nothing
+        # ahead has none.
         compile_ahead=lambda wildcards: compile_ahead_record(wildcards.run),
     script:
         "../scripts/write_report.py"

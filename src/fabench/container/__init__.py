@@ -1,6 +1,8 @@
 """Stage 1, prepare: the benchmark image, aiter's config patched per variant, a job run in a container.
 
-* image: the image's tag (a content hash), its build and its manifest; engine_answers
+* recipe: the image's tag (a content hash of what goes into it), its manifest's name, the build
+  arguments its Dockerfile declares: read without an engine
+* image: the image's build and its manifest; engine_answers
 * probe: run inside the image (``python3 -m fabench.container.probe OUT``) to say what it holds
 * aiter_image: aiter's MHA config patched from the file inside the image (fabench.aiter_config
   finds and patches it on this host)

@@ -5,9 +5,10 @@ The wing is four rooms, each importing only the rooms below it (tests/test_impor
 * launch/   starts and watches the measuring processes: the `python -m fabench.measure` command
             (runner), the one launcher of a process, the measuring worker and its client, the GPU
             lease and the host's GPUs. Torch-free but for the worker, which runs the job.
-* here      the measurement itself: the job spec (spec), how a measuring process is invoked
-            (invocation), the job (job) and one backend's trials in it (cell), when a trial
-            stops (stopping), where and with what it ran (provenance), its phases (timeline),
+* here      the measurement itself: the job spec (spec) and the sweep job's (sweep_spec), how a
+            measuring process is invoked (invocation), the job (job), its inputs and fp32
+            reference (inputs), one backend's trials in it (cell), when a trial stops
+            (stopping), where and with what it ran (provenance), its phases (timeline),
             its metrics, the variables that hand a process its GPU (visibility), what a
             result records (record: fabench.results.contract hands it on to the readers), and
             what a process observes beyond its trials, as coded kinds (observations).

@@ -15,11 +15,11 @@ import time
 import torch
 
 from fabench.measure import metrics, observations, stopping, timeline
-from fabench.measure.device import graph_time, kernels, timing
+from fabench.measure.device import graph_time, kernels, timing, warmup
 from fabench.measure.backends.registry import Backend, Prepared, Problem
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState, slowdown
-from fabench.measure.device.platform import named, synchronize
+from fabench.measure.device.accelerator import named, synchronize
 from fabench.measure.spec import Measurement
 from fabench.measure.record import backend_entry
 
@@ -135,8 +135,8 @@ class Cell:
                 calls = max(settings.warmup - 1, 0) if first else 0
                 capped = any(t.get("clock_slowdown") for t in self.entry["trials"])
                 with self._phase("warm-up", index):
-                    warm = timing.warm_up(self.prepared.fn, self.problem.platform, self.timer,
-                                          timing.trial_warmup_settings(settings, first, capped), calls,
+                    warm = warmup.warm_up(self.prepared.fn, self.problem.platform, self.timer,
+                                          warmup.trial_warmup_settings(settings, first, capped), calls,
                                           gpu_state.sm_clock,
                                           full_windows=(first or capped) and not settings.min_warmup_ms)
                 iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())

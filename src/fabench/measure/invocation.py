@@ -18,7 +18,8 @@ from pathlib import Path
 
 from fabench.config import SpecError, config_schema, option_error
 from fabench.files import output_file_arg
-from fabench.measure.spec import JobSpec, SweepSpec, in_image
+from fabench.measure.spec import JobSpec, in_image
+from fabench.measure.sweep_spec import SweepSpec
 from fabench.places import PlaceError
 
 # FlashAttention-4 keeps its compiled kernels on disk only when asked to (its cache is off by default).
@@ -56,7 +57,7 @@ def job_spec_arg(text: str) -> JobSpec:
 
 
 def sweep_spec_arg(text: str) -> SweepSpec:
-    """--spec of a sweep job: a sweep job spec's JSON (fabench.measure.spec.SweepSpec), checked alike."""
+    """--spec of a sweep job: a sweep job spec's JSON (fabench.measure.sweep_spec.SweepSpec), checked alike."""
     try:
         return SweepSpec.from_json(text)
     except SpecError as err:

@@ -47,7 +47,7 @@ def device_lease() -> dict | None:
 
 
 def collect(here, config_sha256: str, project_commit: str | None) -> dict:
-    """Where the result was measured; `here` is the process's fabench.measure.device.platform.Platform."""
+    """Where the result was measured; `here` is the process's fabench.measure.device.accelerator.Platform."""
     platform = here.name
     return {
         "host": socket.gethostname(),

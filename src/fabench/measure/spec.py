@@ -1,7 +1,8 @@
 """The measure stage's typed boundary: what a benchmark job measures (JobSpec) and what a sweep job
-measures (SweepSpec), built by the plan from the validated config, written as JSON (the job's params
-and the --spec of `python -m fabench.measure` or `python -m fabench.tune`) and read back by
-`from_json` in the runner, the worker, the measuring process and the sweep job alike.
+measures (SweepSpec, in fabench.measure.sweep_spec), built by the plan from the validated config,
+written as JSON (the job's params and the --spec of `python -m fabench.measure` or
+`python -m fabench.tune`) and read back by `from_json` in the runner, the worker, the measuring
+process and the sweep job alike.
 
 The JSON is the config's own spelling (the keys of config.JOB_SETTINGS_KEYS, canonical), so the
 job's params change exactly when what it measures changes. Reading it checks every key against
@@ -159,7 +160,7 @@ class Settings:
                            reduced=not platform.is_gpu and timing != self.timing, flops=flops)
 
 
-class _Read:
+class SpecReader:
     """How both kinds of job spec are read: the settings block by Settings.from_dict (the published
     counts at the top), the rest by their types; from outside (from_json), the values too."""
 
@@ -185,7 +186,7 @@ class _Read:
 
 
 @dataclass(frozen=True)
-class JobSpec(_Read):
+class JobSpec(SpecReader):
     """Everything one benchmark job measures, and nothing else."""
 
     run: str
@@ -193,7 +194,7 @@ class JobSpec(_Read):
     shape: Shape
     triton: dict[str, int | bool]
     settings: Settings
-    # The platform the plan planned the job for (fabench.run_platform; None: a spec written by hand).
+    # The platform the plan planned the job for (fabench.planned_platform; None: a spec written by hand).
     # The job measures on the one it finds; this names the job's result when no process wrote one.
     platform: Literal[tuple(PlatformName)] | None = None
     # The variant whose job of this shape measures the backends that read no variant config (a
@@ -229,51 +230,6 @@ class JobSpec(_Read):
         if value.get("shared_from") is not None:
             configs.append(({"variants": {value["shared_from"]: {"triton": {}}}}, {"variants": "shared_from"}))
         return configs
-
-
-@dataclass(frozen=True)
-class SweepTiming:
-    """The sweep's own counts per candidate (config sweep.timing); a count left out is the benchmark's."""
-
-    warmup: int | None = None
-    iters: int | None = None
-    trials: int | None = None
-    min_trial_ms: float | None = None
-    min_warmup_ms: float | None = None
-    max_warmup_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """The sweep's keys a sweep job measures with (fabench.tune.settings.JOB_KEYS)."""
-
-    strategy: Literal["exhaustive", "coarse_refine"]
-    keep: int
-    space: dict[str, tuple[int | bool, ...]]
-    reference: str
-    memory_limit: int | None
-    check_pruned: bool
-    timing: SweepTiming
-    kernel_module: str | None
-
-
-@dataclass(frozen=True)
-class SweepSpec(_Read):
-    """Everything one sweep job measures (fabench.tune.settings.sweep_job_spec), and nothing else."""
-
-    stage: Literal["sweep", "coarse", "refine"]
-    shape: Shape
-    sweep: Sweep
-    settings: Settings
-    reference_triton: dict[str, int | bool]
-
-    @staticmethod
-    def as_config(value: dict) -> list[tuple[dict, dict[str, str]]]:
-        reference = value["sweep"]["reference"]
-        config = {**value["settings"], "shapes": [value["shape"]], "sweep": value["sweep"],
-                  "variants": {reference: {"triton": value["reference_triton"]}}}
-        return [(config, {"shapes.0": "shape", f"variants.{reference}.triton": "reference_triton",
-                          "variants": "sweep.reference", "sweep": "sweep"})]
 
 
 def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None,

@@ -2,7 +2,7 @@
 
 A process records what it did and when (imports, device set-up, the fp32 reference, each
 backend's compile, check and trials, writing its result), as raw observations beside its
-measurements; the analysis stage sums them into the report's time line (fabench.analysis.timeline).
+measurements; the analysis stage sums them into the report's time line (fabench.report.wall_clock).
 Timestamps are seconds since the epoch (time.time()), so the phases of processes that ran one after
 another, or side by side on two GPUs, lie on one axis.
 

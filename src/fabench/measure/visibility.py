@@ -1,7 +1,7 @@
 """The environment that says which GPUs a process sees, and the lease that chose its GPU: the one list
 of the visibility variables, read by the host's GPUs and the lease (launch/devices, launch/lease),
 the measuring worker's identity (launch/worker_client), a result's provenance and the planner's
-platform (fabench.run_platform).
+platform (fabench.planned_platform).
 
 Torch-free: the runner and the container launcher (which never import torch) write it, the
 measuring process (fabench.measure.provenance) reads it back into its result.

@@ -95,7 +95,7 @@ class Run:
         # A publication's numbers recast as a run (tests/support/published_run.py): no job of it ever started.
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
-        # The kernels compiled ahead of the measuring processes (fabench.measure.launch.compile_ahead), or None.
+        # The kernels compiled ahead of the measuring processes (fabench.measure.launch.precompile), or None.
         self.compile_ahead = collected.get("compile_ahead")
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
         self.main_head_dim = main_head_dim(shapes)

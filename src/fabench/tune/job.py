@@ -22,7 +22,8 @@ from pathlib import Path
 from fabench.aiter_config import forward_config
 from fabench.files import write_json
 from fabench.measure.invocation import sweep_arguments
-from fabench.measure.spec import SweepSpec, to_plain
+from fabench.measure.spec import to_plain
+from fabench.measure.sweep_spec import SweepSpec
 from fabench.shapes import shape_id
 from fabench.tune import memory, space
 from fabench.tune.kernel import Kernel, candidate_record
@@ -58,7 +59,7 @@ def memory_record(config: dict, shape: dict, dtype: str, platform: str, limit: i
 
 def run(spec: SweepSpec, reference_path: Path, shortlist_path: Path | None = None) -> dict:
     """Time every candidate of the spec's stage at its shape; the job's record."""
-    from fabench.measure.device import platform as plat
+    from fabench.measure.device import accelerator as plat
 
     began = time.perf_counter()
     platform = plat.detect()
@@ -85,7 +86,7 @@ def run(spec: SweepSpec, reference_path: Path, shortlist_path: Path | None = Non
 
 
 def _device_name(platform: str) -> str:
-    from fabench.measure.device.platform import device_name
+    from fabench.measure.device.accelerator import device_name
 
     return device_name(platform)
 

@@ -15,8 +15,8 @@ from fabench.measure.backends.registry import Backend, FallbackError, Prepared, 
 from fabench.measure.cell import Cell
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
-from fabench.measure.job import make_inputs, reference_output
-from fabench.measure.device.platform import named, synchronize
+from fabench.measure.inputs import make_inputs, reference_output
+from fabench.measure.device.accelerator import named, synchronize
 from fabench.measure.spec import Measurement, Settings, Shape
 from fabench.shapes import shape_text
 from fabench.tune.kernel import Kernel, candidate_record

@@ -65,7 +65,7 @@ def device_limit(platform: str) -> int | None:
     workgroup); None on a CPU, where nothing is pruned."""
     if not PlatformName.parse(platform).is_gpu:
         return None
-    from fabench.measure.device.platform import named
+    from fabench.measure.device.accelerator import named
 
     props = named(platform).device_properties()
     if platform == PlatformName.CUDA:

@@ -7,7 +7,7 @@ import re
 import torch
 
 from fabench.measure.backends.registry import ConfigMismatchError, FallbackError
-from fabench.measure.device.platform import here
+from fabench.measure.device.accelerator import here
 
 # CPU allocation failures: torch's allocator raises a RuntimeError with this text, Python a MemoryError.
 CPU_OOM_MARKERS = ("defaultcpuallocator: can't allocate memory", "can't allocate memory",

@@ -101,7 +101,7 @@ def _number(value) -> float | None:
 
 def _torch_identity() -> dict:
     """Without NVML or amdsmi, what torch knows: UUID, PCI address and name of its device."""
-    from fabench.measure.device.platform import here
+    from fabench.measure.device.accelerator import here
 
     props = here().device_properties()
 
@@ -134,7 +134,7 @@ def slowdown(state: dict | None) -> str | None:
 def _nvml_reader():
     import pynvml
 
-    from fabench.measure.device.platform import named
+    from fabench.measure.device.accelerator import named
 
     pynvml.nvmlInit()
     handle = _nvml_handle(pynvml, named("cuda").device_properties())
@@ -242,7 +242,7 @@ def _amdsmi_reader():
 
 def _amdsmi_handle(amdsmi, handles):
     """amdsmi lists every GPU; the one torch uses is matched by its PCI bus (first one otherwise)."""
-    from fabench.measure.device.platform import named
+    from fabench.measure.device.accelerator import named
 
     bus = getattr(named("rocm").device_properties(), "pci_bus_id", None)
     for handle in handles:

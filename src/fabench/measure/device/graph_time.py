@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.device.platform import Graph, here
+from fabench.measure.device.accelerator import Graph, here
 from fabench.measure.device.timing import capture_graph
 
 GRAPH_REPLAY_MS = 5.0  # each timed graph replay lasts about this long: long against the events' 0.5 us

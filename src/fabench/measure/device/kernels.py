@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from fabench.measure.device.platform import here
+from fabench.measure.device.accelerator import here
 from fabench.measure.device.timing import MAX_SLEEP_FACTOR
 
 

@@ -9,7 +9,7 @@ This process, which never touches the GPU (and does not import torch), starts
 later merge (`python -m fabench.results.merge`): the workflow runs a job's processes as jobs of their
 own, in rounds across the run, so that the processes of one cell lie minutes apart and a drift
 of the machine over minutes shows in the spread between them (see workflow/rules/benchmark.smk).
-The workflow plans the count of the platform its jobs run on (fabench.run_platform); a process
+The workflow plans the count of the platform its jobs run on (fabench.planned_platform); a process
 beyond the count of the platform the job finds (a plan for a GPU the job cannot see) writes a
 marker that the merge skips.
 
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # When this launcher started and held its GPU: with the measurement's start, they split the time
     # between one job's measurement and the next into Snakemake's, this launcher's and the lease's
-    # (fabench.analysis.timeline.between_jobs).
+    # (fabench.report.wall_clock.between_jobs).
     args.launcher = {"started_at": process_started_at(), "leased_at": time.time()}
     if lease.source == "none":
         print(f"[fabench] no GPU to lease ({lease.found_by}): measuring without one", flush=True)

@@ -208,7 +208,7 @@ def reset_between_jobs(seed: int) -> None:
     recompile limit), aiter's loaded config, and the random generators (seeded as the job's)."""
     import torch
 
-    from fabench.measure.device.platform import here
+    from fabench.measure.device.accelerator import here
 
     torch.compiler.reset()
     forget_aiter_configs()

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabench.gitinfo import code_fingerprint
 from fabench.measure.invocation import CACHE_ENV, MEASURING_ENV, measuring_environment
 from fabench.measure.launch.launcher import kill, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
@@ -40,7 +41,6 @@ from fabench.watchdog import WORKFLOW_ENV
 WORKER_MODULE = "fabench.measure.launch.worker"
 MARK = b"\x1efabench-worker "  # a record separator starts the protocol's own lines
 START_TIMEOUT_S = 120.0  # a fresh worker answers within this (it binds before importing torch)
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -75,16 +75,6 @@ def runtime_folder(env: dict | None = None) -> Path:
     """This user's folder of workers (fabench.places.worker_folder), made or accepted only when it
     is this user's alone (PlaceError otherwise)."""
     return private_dir(worker_folder(os.environ if env is None else env), WORKER_DIR_ENV)
-
-
-def code_fingerprint() -> str:
-    """This fabench's sources as they are now (path, size, mtime): a worker runs the code it started
-    with, so an edited checkout gets a fresh worker."""
-    digest = hashlib.sha256()
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        stat = path.stat()
-        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def identity(lease, process: int, env: dict | None = None) -> dict:

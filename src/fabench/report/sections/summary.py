@@ -12,7 +12,7 @@ to one question, each linking to the part of the report it summarises.
     precision    the median 95% CI half-width of the ok cells (relative to their median), the
                  unstable cells, or that one process per job gives no interval between runs
     time         the measure jobs' span, jobs and processes, the largest kind of work and the
-                 setting that cuts it (fabench.analysis.timeline)
+                 setting that cuts it (fabench.report.wall_clock)
 
 Every verdict is the policy's (fabench.analysis.claims over fabench.analysis.policy): this module
 sets no threshold of its own. It computes values and codes; templates/sections/summary.md.j2

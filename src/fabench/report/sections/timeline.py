@@ -1,17 +1,17 @@
 """Where the run's time went: the measuring processes' phases summed by kind of work
-(fabench.analysis.timeline), how many jobs and processes and workers measured, the span of the
+(fabench.report.wall_clock), how many jobs and processes and workers measured, the span of the
 measure jobs, why the GPU trials stopped, the setting that would cut the largest kind of work and,
 when the workflow's start was recorded, the time Snakemake spent before the first measuring process
 and after the last one. None for results without time lines."""
 
 from __future__ import annotations
 
-from fabench.analysis.timeline import run_time_line
+from fabench.report.wall_clock import run_time_line
 from fabench.report.format import md_text
 from fabench.report.model import Run
 
 # How a kind of work is named in the table where the words differ by platform: on a CPU the
-# warm-up is the checked first call (fabench.analysis.timeline).
+# warm-up is the checked first call (fabench.report.wall_clock).
 CPU_LABELS = {"measuring: warm-up": "measuring: warm-up (the checked first call)"}
 
 
@@ -24,7 +24,7 @@ def label(group: str, cpu: bool) -> str:
 
 
 def time_line(run: Run) -> dict | None:
-    """The run's time line (fabench.analysis.timeline.run_time_line), up to the report's rendering
+    """The run's time line (fabench.report.wall_clock.run_time_line), up to the report's rendering
     when the workflow rendering it recorded its start."""
     return run_time_line(run.results, run.started_at, run.rendered_at, run.compile_ahead)
 

@@ -1,7 +1,7 @@
 """Compile ahead: before a run's first measuring process, the kernels of every job that is to be
 measured built at once, in processes side by side on one leased GPU, while no job is timed.
 
-    python -m fabench.measure.launch.compile_ahead --spec JSON [--spec JSON ...] --out RECORD.json
+    python -m fabench.measure.launch.precompile --spec JSON [--spec JSON ...] --out RECORD.json
         [--timeout-s S] [--mode worker --worker-idle-s S]
 
 Why: the jobs of a round run one after another on a GPU, and each compiled its backends' kernels
@@ -9,7 +9,7 @@ in its first call while holding the GPU. With cold caches that was 45.5 s of a d
 H200 (FlexAttention ~4 s a shape at d=256, aiter's Triton kernel, FlashAttention-4;
 examples/h200-x2-speed-2026-11-27), spent one after another on the run's critical path. Compiling
 is mostly host work (Inductor, Triton's and the CuTe DSL's compilers), so one process per job
-(fabench.measure.compile_ahead) builds them side by side here, and the jobs find them cached. No
+(fabench.measure.precompile_child) builds them side by side here, and the jobs find them cached. No
 timed job runs meanwhile: the Snakefile starts this before any job (onstart), and it holds the
 GPU's lease (fabench.measure.launch.lease) so that no other workflow's job measures there either.
 
@@ -19,14 +19,14 @@ In worker mode the measuring workers of the leased GPU are started here too
 A job whose kernels were compiled ahead before, into the same compile cache, is not compiled again:
 each compile ahead that succeeded leaves a stamp (STAMPS, beside the caches) named by what its
 kernels depend on (stamp_facts: the job's spec, the host and GPU, the compilers' and kernels'
-versions, this package's backends code, the cache folders). On a warm cache a compiling process
-still paid ~20 s of imports before the run's first job on an H200 (a warm default run: 123.5 s to
-its report, 111.4 s without compiling ahead); with the stamps a warm run compiles nothing ahead.
+versions, this fabench's code by content, the cache folders), so that a warm run starts no
+compiling process, whose imports alone cost seconds before the run's first job.
 A stamp outliving what it stands for (a cache folder emptied by hand) costs only speed: the job
 compiles for itself. Deleting build/compile-cache/ deletes both.
 
-Torch-free, as the runner is. Nothing here fails the workflow: a process that fails, times out or
-cannot start is recorded with why, and its job compiles for itself as before. The record
+Torch-free, as the runner is. --timeout-s bounds the whole compile ahead (compile_all). Nothing
+here fails the workflow: a process that fails, times out or cannot start is recorded with why, and
+its job compiles for itself as before. The record
 (results/<run>/compile-ahead.json, rule write_report puts it into results.json) gives the report's
 time line its span.
 """
@@ -34,7 +34,6 @@ time line its span.
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import os
@@ -47,38 +46,37 @@ import time
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.gitinfo import package_version
+from fabench.gitinfo import code_fingerprint, package_version
 from fabench.measure.invocation import (CACHE_ENV, COMPILE_CACHE, Parser, config_bounded, job_spec_arg,
                                         measuring_environment)
 from fabench.measure.launch import lease as device_lease
 from fabench.measure.launch.devices import DeviceError
-from fabench.measure.launch.launcher import exit_text, kill, timeout_reason
+from fabench.measure.launch.launcher import TIMEOUT_KEY, exit_text, kill, timeout_reason
 from fabench.measure.launch.runner import MODES, process_started_at, rounds_ahead
 from fabench.measure.launch.worker_client import start_ahead
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.watchdog import watch_workflow
 
 FORMAT = "fabench-compile-ahead-run/1"
-CHILD_MODULE = "fabench.measure.compile_ahead"
+CHILD_MODULE = "fabench.measure.precompile_child"
 # Where a successful compile ahead of a job leaves its stamp (under the working directory's caches).
 STAMPS = COMPILE_CACHE / "compiled-ahead"
 # The distributions whose versions the compiled kernels depend on (absent ones: None).
-COMPILERS = ("torch", "triton", "amd-aiter", "flash-attn-4", "nvidia-cutlass-dsl")
-# The code that decides what a job compiles: the backends and the compiling process.
-BACKEND_CODE = ("measure/backends", "measure/compile_ahead.py")
-PACKAGE = Path(__file__).resolve().parents[2]
+COMPILERS = ("torch", "triton", "amd-aiter", "flash-attn-4", "nvidia-cutlass-dsl", "quack-kernels",
+             "apache-tvm-ffi")
 # Cores left to the measuring workers started alongside and to the host itself.
 CORES_KEPT = 2
 POLL_S = 0.05
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m fabench.measure.launch.compile_ahead", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m fabench.measure.launch.precompile", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=job_spec_arg, action="append", required=True,
                         help="a job spec (JSON) whose kernels to build; one per job")
     parser.add_argument("--out", type=Path, required=True, help="the record of what was compiled, JSON")
     parser.add_argument("--timeout-s", type=config_bounded("measure", "job_timeout_s"), default=None, metavar="S",
-                        help="a compiling process still running after S seconds is killed (its job compiles itself)")
+                        help="the whole compile ahead's bound: after S seconds what still compiles is killed and what "
+                             "waits is not started (their jobs compile themselves)")
     parser.add_argument("--mode", choices=MODES, default="isolate",
                         help="worker: the leased GPU's measuring workers are started here as well")
     parser.add_argument("--worker-idle-s", type=config_bounded("measure", "worker_idle_s"), default=None, metavar="S")
@@ -91,27 +89,17 @@ def parallel_processes(jobs: int, cores: int) -> int:
     return max(1, min(jobs, cores - CORES_KEPT))
 
 
-def stamp_facts(spec, lease, env: dict) -> dict:
+def stamp_facts(spec, lease, env: dict, code: str) -> dict:
     """What a job's compiled kernels depend on: its spec but the run's name (shape, dtype, the
-    variant's config, the backends; on an H200 a run of another name found no stamp of the run
-    before it and compiled everything ahead again), the host and the GPU (its visibility: a card's
-    UUID), the compilers' versions, the backends' code, and the cache folders they were written to."""
+    variant's config, the backends: a run's name is no part of its kernels), the host and the GPU
+    (its visibility: a card's UUID), the compilers' versions, this fabench's code (`code`:
+    gitinfo.code_fingerprint, the workers' notion of the code too), and the cache folders they
+    were written to."""
     job = {key: value for key, value in spec.to_dict().items() if key != "run"}
     return {"job": job, "host": socket.gethostname(), "gpu": lease.gpu,
             "visible_devices": lease.visible_devices, "python": sys.executable,
             "versions": {name: package_version(name) for name in COMPILERS},
-            "code": backend_code(), "caches": {key: env.get(key) for key in CACHE_ENV}}
-
-
-@functools.lru_cache(maxsize=1)
-def backend_code() -> str:
-    """The digest of the code that decides what a job compiles (BACKEND_CODE), read once."""
-    code = hashlib.sha256()
-    for part in BACKEND_CODE:
-        root = PACKAGE / part
-        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
-            code.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
-    return code.hexdigest()
+            "code": code, "caches": {key: env.get(key) for key in CACHE_ENV}}
 
 
 def stamp_path(facts: dict) -> Path:
@@ -140,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             workers = start_ahead(lease, list(rounds_ahead(args.spec[0], lease)), args.worker_idle_s,
                                   args.spec[0].settings.backends)
         env = measuring_environment(lease)
-        stamps = {index: stamp_path(stamp_facts(spec, lease, env)) for index, spec in enumerate(args.spec)}
+        code = code_fingerprint()
+        stamps = {index: stamp_path(stamp_facts(spec, lease, env, code)) for index, spec in enumerate(args.spec)}
         todo = [index for index, stamp in stamps.items() if not stamp.is_file()]
         cached = [{"variant": args.spec[i].variant, "shape_id": args.spec[i].shape_id}
                   for i in stamps if i not in todo]
@@ -167,8 +156,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def compile_all(specs: list, lease, parallel: int, timeout_s: float | None) -> list[dict]:
     """Each spec's compiling process, `parallel` at a time: the record of each (its own, with how it
-    ended), in the specs' order. SIGTERM (the workflow cancelled) ends them all."""
+    ended), in the specs' order. SIGTERM (the workflow cancelled) ends them all.
+
+    `timeout_s` bounds the whole compile ahead, not each process: the workflow's first job waits
+    for it, holding nothing but this lease. What still runs then is killed, and what has not started
+    is not (recorded with why): those jobs compile for themselves."""
     env = measuring_environment(lease)
+    deadline = None if timeout_s is None else time.time() + timeout_s
     waiting = list(enumerate(specs))
     running: dict[int, tuple[subprocess.Popen, dict, Path]] = {}
     done: dict[int, dict] = {}
@@ -182,6 +176,11 @@ def compile_all(specs: list, lease, parallel: int, timeout_s: float | None) -> l
     try:
         with tempfile.TemporaryDirectory(prefix="fabench-compile-ahead-") as tmp:
             while waiting or running:
+                while waiting and deadline is not None and time.time() > deadline:
+                    index, spec = waiting.pop(0)
+                    done[index] = {"variant": spec.variant, "shape_id": spec.shape_id,
+                                   "reason": f"not started: the compile ahead's bound of {timeout_s:g} s "
+                                             f"({TIMEOUT_KEY}) had passed"}
                 while waiting and len(running) < parallel:
                     index, spec = waiting.pop(0)
                     out = Path(tmp) / f"{index}.json"
@@ -194,7 +193,7 @@ def compile_all(specs: list, lease, parallel: int, timeout_s: float | None) -> l
                                               "spawned_at": spawned_at}, out)
                 for index, (child, ended, out) in list(running.items()):
                     code = child.poll()
-                    late = timeout_s is not None and time.time() - ended["spawned_at"] > timeout_s
+                    late = deadline is not None and time.time() > deadline
                     if code is None and not late:
                         continue
                     if code is None:

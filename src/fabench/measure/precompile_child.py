@@ -1,8 +1,8 @@
 """One job's kernels built ahead: its compiled backends' first calls, before any job of the run is timed.
 
-    python -m fabench.measure.compile_ahead --spec '<job spec JSON>' --out RECORD.json
+    python -m fabench.measure.precompile_child --spec '<job spec JSON>' --out RECORD.json
 
-fabench.measure.launch.compile_ahead starts one such process per job of the run, several at once,
+fabench.measure.launch.precompile starts one such process per job of the run, several at once,
 on the GPU it leased before the run's first measuring process: no job is timed meanwhile. Each runs,
 for every backend of its job that compiles (its registration's `compiled`) and can run here, what
 the job's own first call runs (fabench.measure.cell.Cell.setup): `prepare` and one call, on the
@@ -34,9 +34,10 @@ from fabench.files import write_json
 from fabench.measure import timeline
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.backends.registry import Backend, Problem, process_configs_dir
-from fabench.measure.device import platform as plat
+from fabench.measure.device import accelerator as plat
 from fabench.measure.invocation import job_arguments
-from fabench.measure.job import backend_here, end_now, kernel_config_record, make_inputs, shared_here, use_cpu_threads
+from fabench.measure.inputs import kernel_config_record, make_inputs
+from fabench.measure.job import backend_here, end_now, shared_here, use_cpu_threads
 from fabench.measure.spec import JobSpec
 
 IMPORTS_ENDED = time.time()
@@ -110,7 +111,7 @@ def compile_job(spec: JobSpec) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = job_arguments("python -m fabench.measure.compile_ahead")
+    parser = job_arguments("python -m fabench.measure.precompile_child")
     args = parser.parse_args(argv)
     try:
         record = compile_job(args.spec)

@@ -1,4 +1,5 @@
-"""The platform a run's jobs will measure on (rocm, cuda or cpu), known when the workflow plans them.
+"""The platform a run's jobs will measure on (rocm, cuda or cpu), known when the workflow plans them;
+and whether they run in containers (use_docker).
 
 The plan needs it twice: how many measuring processes a job has (a CPU's cpu.repeats, a GPU's
 timing.repeats), and which platform's roles the config must give. Importing torch to ask would
@@ -11,7 +12,7 @@ cost the planner seconds (and a GPU context), so the answer comes from what torc
   imported) and the GPU device nodes of that vendor, unless the *_VISIBLE_DEVICES variables hide
   every device.
 
-A job still detects its platform itself (fabench.measure.device.platform). Where the two disagree, a
+A job still detects its platform itself (fabench.measure.device.accelerator). Where the two disagree, a
 process the job's platform does not need writes a marker the merge skips, and the result's
 `method.process_exits` shows how many processes measured.
 """
@@ -23,6 +24,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from fabench.container import image as container_image
 from fabench.container.job import rocm_devices_present
 from fabench.measure.visibility import PLATFORM_VARS
 from fabench.platforms import PlatformError, PlatformName
@@ -90,3 +92,13 @@ def _assignments(source: str) -> dict:
                 and isinstance(node.value, ast.Constant):
             values[node.target.id] = node.value.value
     return values
+
+
+def use_docker(config: dict) -> bool:
+    """Whether the jobs run in containers. runtime docker: yes; local: no; auto: with several
+    platform images, or on a ROCm host whose Docker engine answers."""
+    if config["runtime"] != "auto":
+        return config["runtime"] == "docker"
+    if config["platforms"]:
+        return True
+    return rocm_devices_present() and container_image.engine_answers(timeout=5)

@@ -174,7 +174,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
                   report_at: float | None = None, compile_ahead: dict | None = None) -> dict | None:
     """The run's time by kind of work, summed over its processes, and its spans; None when no
     result recorded a time line. `compile_ahead`: the record of the kernels compiled before the
-    measuring processes (fabench.measure.launch.compile_ahead), if the run has one."""
+    measuring processes (fabench.measure.launch.precompile), if the run has one."""
     processes = [p for r in results for p in job_processes(r)]
     if not processes:
         return None
