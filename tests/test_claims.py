@@ -20,7 +20,8 @@ import yaml
 from fabench.analysis import analyse_run, claims
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.pairs import PairNoise
-from fabench.analysis.policy import Code, Rule, judge, paired, processes_apart
+from fabench.analysis.policy import Code, Rule, judge
+from fabench.analysis.within_run import paired, processes_apart
 from fabench.report.model import Run, role_backend
 from fabench.results.published import PublishedError, load_published
 from support.published_run import as_collected
@@ -65,7 +66,7 @@ def policy_says(a: dict, b: dict, run: Run | None = None) -> str:
     """The policy's verdict on two cells of one run in the report's words, derived here from the
     policy alone: faster-a / faster-b / same / below margin / cannot tell. Two backends of one job
     (`run` given: both in one of its results) by the paired test over processes with the run's
-    pooled noise (policy.paired), others by judge and, for an unstable cell, processes_apart."""
+    pooled noise (within_run.paired), others by judge and, for an unstable cell, processes_apart."""
     if a is None or b is None or a["status"] != "ok" or b["status"] != "ok":
         return "not measured"
     same_job = run is not None and any(a in r["backends"].values() and b in r["backends"].values()

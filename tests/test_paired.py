@@ -23,7 +23,8 @@ from scipy import stats as scipy_stats
 from fabench.analysis import claims
 from fabench.analysis.noise import analyse_run
 from fabench.analysis.pairs import Pair, PairNoise
-from fabench.analysis.policy import Code, Rule, paired, processes_apart
+from fabench.analysis.policy import Code, Rule
+from fabench.analysis.within_run import paired, processes_apart
 from fabench.measure.cell import trial_order
 
 RULE = Rule()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from fabench.analysis import calibration, policy, verdict_text
+from fabench.analysis import calibration, policy, verdict_text, within_run
 from fabench.analysis.identity import PairType, hardware_identity
 from fabench.analysis.figures import METRICS, cell_metric
 from fabench.analysis.pairs import Pair, PairNoise
@@ -28,7 +28,7 @@ from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
 NAMES_A_WINNER = ("faster", "as published")
-# The claim's code where an unstable cell of another job is still beaten by every process (policy.processes_apart).
+# The claim's code where an unstable cell of another job is still beaten by every process (within_run.processes_apart).
 SEPARATED = "separated"
 ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
 
@@ -74,9 +74,9 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     below margin, as published). `names` name the cells in `why`. `published`: the cells are a
     publication's numbers, which carry no analysis: compared as published, and the claim says so.
     `same_job`: the two are backends of one job, interleaved trial by trial in its processes: the
-    policy's paired test (policy.paired) at the process unit, its variance moderated by the run's
+    policy's paired test (within_run.paired) at the process unit, its variance moderated by the run's
     other such pairs (`pair_noise`, pairs.PairNoise); else the verdict between two runs' figures (policy.judge),
-    with the unstable exception at the process unit (policy.processes_apart)."""
+    with the unstable exception at the process unit (within_run.processes_apart)."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both", code=Code.MISSING)
     figures = _published_figure(a), _published_figure(b)
@@ -87,7 +87,7 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     metric = cell_metric(a, b)
     # Paired where the two have partner trials (results from before trials have none: judged as figures).
     if same_job and metric is not None and Pair.of(a, b, metric) is not None:
-        verdict = policy.paired(a, b, metric, rule, pair_noise, names=names, between_runs=between_runs)
+        verdict = within_run.paired(a, b, metric, rule, pair_noise, names=names, between_runs=between_runs)
     else:
         verdict = judge(a, b, rule, names=names)
     metric, ratio, code = verdict["metric"], verdict["ratio"], verdict["code"]
@@ -99,14 +99,14 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     slower = names[0 if faster == "b" else 1]
     why = f"{slower} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
     if verdict["verdict"] == "cannot tell" and code == Code.UNSTABLE and not same_job:
-        apart = policy.processes_apart(a, b, metric, rule)
+        apart = within_run.processes_apart(a, b, metric, rule)
         if apart is not None:
             return _claim("faster", faster, factor, f"{slower} {factor:.2f}x slower in {METRICS[metric]}: "
                                                     f"{verdict_text.apart_text(apart, rule)}", metric, SEPARATED)
     kind = ("cannot tell" if verdict["verdict"] == "cannot tell" else "faster" if verdict["verdict"] == "changed"
             else "below margin" if code == Code.SMALL_CHANGE else "same")
     found = _claim(kind, faster if kind in ("faster", "below margin") else None, factor, why, metric, code)
-    # The paired trials' evidence (policy.paired), with the side they point to: what a one-process
+    # The paired trials' evidence (within_run.paired), with the side they point to: what a one-process
     # run shows without a test, and the summary says so.
     paired = verdict["values"].get("paired")
     found["paired"] = paired and {**paired, "side": faster}

@@ -1,5 +1,5 @@
 """Two backends of one job, compared trial by trial: the data the comparison policy's paired test
-(fabench.analysis.policy.paired) reads.
+(fabench.analysis.within_run.paired) reads.
 
 A job interleaves its backends in every process: trial i of every backend, back to back, in an
 order that turns from round to round (fabench.measure.cell.trial_order). Partners share that process's state (its clocks, its host's speed

@@ -69,7 +69,7 @@ def _status_reason(code: Code, values: dict) -> str | None:
 
 
 def paired_text(values: dict) -> str:
-    """The paired test's evidence (policy.paired): its processes and trials, the p where it was computed."""
+    """The paired test's evidence (within_run.paired): its processes and trials, the p where it was computed."""
     found = values["paired"]
     side = (f"all {found['trials']} paired trials on this side" if found["consistent"] == found["trials"] else
             f"{found['consistent']} of {found['trials']} paired trials on this side")
@@ -97,7 +97,7 @@ REPEATS_SETTING = "two processes a job, `cpu: {repeats: 2}` on a CPU host"
 
 
 def apart_text(apart: dict, rule) -> str:
-    """policy.processes_apart's finding in words."""
+    """within_run.processes_apart's finding in words."""
     return (f"every process median of the slower ({apart['processes']} processes) beyond every one of the faster, "
             f"by {apart['gap']:.1%} at least (more than the {rule.within_run_margin():.2%} margin; Welch t over process medians "
             f"p = {apart['p']:.2g}, {apart['df']:.1f} df), though trials of a cell spread beyond stable_spread")
