@@ -155,7 +155,7 @@ def test_the_main_head_dim_is_counted_in_one_place():
 MEASURE = "fabench.measure"
 MEASURE_ROOMS = ("launch", "backends", "device")
 MAY_IMPORT = {
-    "launch": {"spec", "invocation", "timeline", "visibility", "record", "job", "backends", "device"},
+    "launch": {"spec", "invocation", "timeline", "visibility", "host_cards", "record", "job", "backends", "device"},
     "backends": {"device"},
     "device": {"spec"},
 }

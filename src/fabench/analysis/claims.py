@@ -22,7 +22,7 @@ import math
 from fabench.analysis import calibration, policy, verdict_text, within_run
 from fabench.analysis.identity import PairType, hardware_identity
 from fabench.analysis.figures import METRICS, cell_metric
-from fabench.analysis.pairs import Pair, PairNoise
+from fabench.analysis.pairs import Pair, PairNoise, steady
 from fabench.analysis.policy import Code, Rule, judge
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
@@ -160,7 +160,7 @@ class WithinRun:
     def claim(self, a: dict | None, b: dict | None, names: tuple[str, str] = ("a", "b")) -> dict:
         same_job = a is not None and b is not None and self._job.get(id(a), -1) == self._job.get(id(b), -2)
         metric = cell_metric(a, b) if same_job else None
-        unsteady = same_job and not all((e.get("stats") or {}).get("stable", True) for e in (a, b))
+        unsteady = same_job and not all(steady(e) for e in (a, b))
         return compare(a, b, self.rule, names=names, published=self.published, same_job=same_job,
                        pair_noise=self.pair_noise(metric, unsteady) if metric else None,
                        between_runs=self.between_runs)

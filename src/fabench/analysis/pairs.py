@@ -60,6 +60,13 @@ HETEROGENEITY_LEVEL = 0.95
 TREND_LEVEL = 0.975
 
 
+def steady(entry: dict) -> bool:
+    """A cell stable and not held at a power cap: its noise is the run's common one. A capped
+    cell's (stats.capped) is its own, as an unstable cell's spread is: it pools only `unsteady`."""
+    stats = entry.get("stats") or {}
+    return stats.get("stable", True) and not stats.get("capped")
+
+
 def doubted(entry: dict) -> bool:
     """Whether a cell's figure is doubted beyond spread (a doubt the paired test cannot absorb).
     Results analysed before the codes were kept say it by their reason's notes (legacy.notes)."""
@@ -177,7 +184,7 @@ class PairNoise:
         pool, jobs, df = [], {}, 0
         for job, result in enumerate(results):
             cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)
-                     and (unsteady or (e.get("stats") or {}).get("stable", True))]
+                     and (unsteady or steady(e))]
             jobs.update((id(e), job) for e in result["backends"].values())
             pairs = [pair for a, b in combinations(cells, 2)
                      if (pair := Pair.of(a, b, metric)) is not None and pair.processes > 1]

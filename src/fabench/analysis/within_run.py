@@ -11,6 +11,7 @@ import statistics
 from fabench.analysis import pairs, stats
 from fabench.analysis.figures import trial_values
 from fabench.analysis.policy import two_tests, verdict_of
+from fabench.analysis.identity import PairType
 from fabench.analysis.rule import Code, Rule
 
 
@@ -56,7 +57,11 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
     t = abs(d) / sd if sd else math.inf
     trials.update(p=stats.t_two_sided_p(t, df), df=df, pooled_pairs=pooled.pairs if pooled else None,
                   between_runs=between_runs)
-    return two_tests(d, sd, df, rule, names, base, {"paired": trials})
+    # Under a power cap the clock a trial ran at depends on what ran before it: a capped cell is
+    # told from its partner only beyond the capped cells' margin (the same card's, calibrations.yaml).
+    capped = any((e.get("stats") or {}).get("capped") for e in (a, b))
+    margin = rule.for_pair(PairType.SAME_CARD).capped.margin if capped else None
+    return two_tests(d, sd, df, rule, names, base, {"paired": trials, "capped": capped}, margin=margin)
 
 
 def processes_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:

@@ -8,7 +8,7 @@ The wing is four rooms, each importing only the rooms below it (tests/test_impor
 * here      the measurement itself: the job spec (spec) and the sweep job's (sweep_spec), how a
             measuring process is invoked (invocation), the job (job), its inputs and fp32
             reference (inputs), one backend's trials in it (cell), when a trial stops
-            (stopping), where and with what it ran (provenance), its phases (timeline),
+            (stopping), where and with what it ran (provenance) and every card of its host (host_cards), its phases (timeline),
             its metrics, the variables that hand a process its GPU (visibility), what a
             result records (record: fabench.results.contract hands it on to the readers), and
             what a process observes beyond its trials, as coded kinds (observations).
