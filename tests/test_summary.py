@@ -104,7 +104,8 @@ def test_anchor_follows_the_heading_rule_of_rendered_markdown():
 def answers(summary: dict) -> int:
     """How many answers the summary's context holds: the template writes one line per answer."""
     return (len(summary["fastest"]["groups"]) + bool(summary["fastest"]["more_groups"])
-            + sum(1 for key in ("tuning", "claims", "precision", "time") if summary[key]))
+            + sum(1 for key in ("tuning", "claims", "precision", "time") if summary[key])
+            + bool(summary["decided"]["asked"]))
 
 
 @pytest.mark.parametrize("name", ["h200", "h100"])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fabench.files import write_atomic, write_json
 from fabench.report.compare_markdown import render_markdown
+from fabench.report.findings import compare_summary
 from fabench.report.html import markdown_page
 from fabench.report.plots import compared_variants, write_version_plots
 from fabench.report.sections.summary import compare_context, judged_pair, software_changes
@@ -56,7 +57,8 @@ def write_comparison(comparison: dict, outputs: ComparisonOutputs) -> str:
     if outputs.markdown is not None:
         write_atomic(outputs.markdown, markdown)
     if outputs.json is not None:
-        write_json(outputs.json, comparison)
+        # The page's findings as data beside the comparison (schemas/compare-summary.schema.json).
+        write_json(outputs.json, {**comparison, "summary": compare_summary(comparison)})
     if outputs.csv is not None:
         write_atomic(outputs.csv, comparison_csv(comparison))
     if outputs.html is not None:

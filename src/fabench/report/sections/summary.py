@@ -50,7 +50,7 @@ JUDGED_EXAMPLE = {"command": "fabench compare --root examples/h200/archive", "re
 
 # ---------------------------------------------------------------- the fastest backend
 
-def _ranked(result: dict, metric: str) -> list[tuple[str, dict, float]]:
+def ranked_backends(result: dict, metric: str) -> list[tuple[str, dict, float]]:
     """(name, entry, median) of the result's backends that ran cleanly, fastest first."""
     found = []
     for name, entry in result["backends"].items():
@@ -69,7 +69,7 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     with the policy's reason codes), then the first backend it finds slower than a leader (`beaten`,
     with that factor): the fastest backend is among the leaders. `beaten` None where the
     policy puts no backend behind them."""
-    ranked = _ranked(result, metric)
+    ranked = ranked_backends(result, metric)
     if len(ranked) < 2:
         return None
     leaders, untold, trials_lead = [ranked[0]], [], None
@@ -354,6 +354,37 @@ def software_changes(comparison: dict) -> list[dict]:
     return found
 
 
+def pair_verdicts(comparison: dict, old: str, new: str) -> list[tuple[dict, dict]]:
+    """(row, verdict) of every cell of entry `new` judged against entry `old`."""
+    found = []
+    for row in comparison["rows"]:
+        cell = next((c for c in row["cells"] if c["entry"] == new), None)
+        verdict = (cell or {}).get("vs_previous")
+        if verdict and verdict["entry"] == old:
+            found.append((row, verdict))
+    return found
+
+
+def largest_change(verdicts: list[tuple[dict, dict]]) -> tuple[dict, dict] | None:
+    """The (row, verdict) of the largest change the policy names (by the size of its log ratio)."""
+    changed = [(row, v) for row, v in verdicts if v["verdict"] == "changed" and v["ratio"]]
+    return max(changed, key=lambda item: abs(math.log(item[1]["ratio"])), default=None)
+
+
+def verdict_counts(verdicts: list[tuple[dict, dict]]) -> tuple[dict[str, int], dict[str, int]]:
+    """How many cells get each kind (a change by its code: regression, improvement, now_available;
+    else the verdict), and how many that cannot be told by each reason code."""
+    counts: dict[str, int] = {}
+    untold: dict[str, int] = {}
+    for _, found in verdicts:
+        code = str(found["code"])
+        kind = code if found["verdict"] == "changed" else found["verdict"]
+        counts[kind] = counts.get(kind, 0) + 1
+        if found["verdict"] == "cannot tell":
+            untold[code] = untold.get(code, 0) + 1
+    return counts, untold
+
+
 def compare_context(comparison: dict) -> dict | None:
     """What changed between the newest two runs the policy judged against each other (judged_pair):
     how many cells it calls a regression, an improvement, the same or cannot tell (by reason code),
@@ -363,23 +394,13 @@ def compare_context(comparison: dict) -> dict | None:
     if len(entries) < 2:
         return None
     old, new, passed_over = judged_pair(comparison)
-    counts: dict[str, int] = {}
-    untold: dict[str, int] = {}
-    largest = None
-    for row in comparison["rows"]:
-        cell = next((c for c in row["cells"] if c["entry"] == new), None)
-        found = (cell or {}).get("vs_previous")
-        if not found or found["entry"] != old:
-            continue
-        code = str(found["code"])
-        kind = code if found["verdict"] == "changed" else found["verdict"]
-        counts[kind] = counts.get(kind, 0) + 1
-        if found["verdict"] == "cannot tell":
-            untold[code] = untold.get(code, 0) + 1
-        if found["verdict"] == "changed" and found["ratio"] and (
-                largest is None or abs(math.log(found["ratio"])) > abs(math.log(largest["ratio"]))):
-            largest = {"variant": md_text(row["variant"]), "shape_id": md_text(row["shape_id"]),
-                       "label": md_text(row["label"]), "ratio": found["ratio"], "code": code}
+    verdicts = pair_verdicts(comparison, old, new)
+    counts, untold = verdict_counts(verdicts)
+    largest = largest_change(verdicts)
+    if largest is not None:
+        row, found = largest
+        largest = {"variant": md_text(row["variant"]), "shape_id": md_text(row["shape_id"]),
+                   "label": md_text(row["label"]), "ratio": found["ratio"], "code": str(found["code"])}
     return {"old": md_text(old), "new": md_text(new), "counts": counts, "untold": untold, "largest": largest,
             "cells": sum(counts.values()), "anchor": anchor("Flags"),
             "passed_over": [md_text(e) for e in passed_over],
