@@ -145,14 +145,21 @@ def test_a_verdict_by_the_rule_says_whether_its_hardware_is_calibrated():
                for v in elsewhere)
 
 
-def test_the_comparison_names_uncalibrated_hardware_in_one_line():
+def noise_lines(markdown: str) -> list[str]:
+    """The page's lines that state the noise its verdicts used: one per hardware."""
+    block = markdown.split("**Noise no run sees by itself**", 1)[1].split("\n\n", 1)[0]
+    return [line for line in block.splitlines() if line.startswith("- ")]
+
+
+def test_the_comparison_says_once_per_hardware_where_its_values_were_fitted():
     comparison = compare_entries(list_entries(H200), Rule())
     assert comparison["calibration"]["uncalibrated"] == [] and comparison["calibration"]["line"] is None
-    assert "Uncalibrated" not in render_markdown(comparison)
-    comparison["calibration"] = calibration.coverage([comparison["entries"][0]["hardware"], MI300X])
-    assert comparison["calibration"]["uncalibrated"] == ["rocm AMD Instinct MI300X gfx942"]
-    lines = [line for line in render_markdown(comparison).splitlines() if "Uncalibrated" in line]
-    assert len(lines) == 1 and "AMD Instinct MI300X" in lines[0]
+    (line,) = noise_lines(render_markdown(comparison))
+    assert line.startswith("- cuda NVIDIA H200 sm_90: ") and "other hardware" not in line
+    assert line.count("fitted on this hardware") == 3  # between runs, between cards, the margin
+    comparison["calibration"] = calibration.coverage([MI300X])  # as if the H200 had no fit of its own
+    (line,) = noise_lines(render_markdown(comparison))
+    assert line.count("fitted on other hardware") == 3 and "this hardware" not in line
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -203,7 +210,9 @@ def test_compare_takes_the_unseen_noise_from_the_fit_else_from_the_archives_repe
     runs = [(e.id, analyse_run({"results": e.results()["results"]})["results"]) for e in list_entries(H200)]
     own = between_runs(runs)
     assert noise["archive_estimate"] == {"between_run": own["between_run"], "between_card": own["between_card"]}
-    assert "this archive's repeats show" in render_markdown(fitted)
+    (line,) = noise_lines(render_markdown(fitted))  # the values used, each with its one source
+    assert f"between runs {fit['between_run']:.2%} (calibration {fit['name']}, fitted on this hardware)" in line
+    assert "archive" not in line  # the archive's own estimate was not used: not stated beside it
 
     yaml_with(tmp_path, monkeypatch, lambda d: d["calibrations"].pop(0))  # the H200 has no fit now
     alone = compare_entries(list_entries(H200), Rule.of({}))
@@ -212,6 +221,9 @@ def test_compare_takes_the_unseen_noise_from_the_fit_else_from_the_archives_repe
     assert noise["between_card"] == own["between_card"] and own["between_card"] != fit["between_card"]
     verdicts = [c["vs_previous"] for row in alone["rows"] for c in row["cells"] if c.get("vs_previous")]
     assert {v.get("calibrated") for v in verdicts if "calibrated" in v} == {False}
+    (line,) = noise_lines(render_markdown(alone))
+    assert f"between runs {own['between_run']:.2%} (estimated from this archive's" in line
+    assert "calibration" not in line.split("; margin")[0]  # the noise has one source: the archive
     # A value the config sets is the config's, on any hardware.
     chosen = compare_entries(list_entries(H200), Rule.of({"comparison": {"between_card": 0.01}}))
     assert chosen["noise"][0]["between_card"] == 0.01 and chosen["noise"][0]["source"]["between_card"] == "the config"

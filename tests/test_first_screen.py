@@ -200,3 +200,36 @@ def test_the_csv_has_a_row_for_every_row_the_tables_show(tmp_path):
     tuned_sdpa = [r for r in rows if r["variant"] == "tuned" and r["backend"] == "sdpa"]
     assert tuned_sdpa and all(r["measured_in"] == "default" and r["status"] == "ok" for r in tuned_sdpa)
     assert all(r["measured_in"] == "" for r in rows if r["variant"] == "default")  # measured in its own jobs
+
+
+def test_the_compare_page_states_one_source_per_noise_value(tmp_path):
+    """Two CPU runs archived: the between-run noise is the archive's own estimate, from the one pair
+    judged, and the page says so once; the rule's default values are not stated beside it."""
+    import subprocess
+    import sys
+
+    from fabench.report.compare_markdown import render_markdown
+    from fabench.results.archive_read import list_entries
+    from fabench.results.compare import compare_entries
+    from support.runs import make_run
+
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    for seed, run in enumerate(("a", "b")):
+        run_dir = make_run(tmp_path / "results", run, versions=CPU, seed=seed)
+        done = subprocess.run([sys.executable, "-m", "fabench.cli", "archive", "store", str(run_dir),
+                               "--root", str(tmp_path / "archive")], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    comparison = compare_entries(list_entries(tmp_path / "archive"), Rule.of({}))
+    page = render_markdown(comparison)
+    head = page.split("## Summary")[0]
+    (noise,) = comparison["noise"]
+    assert noise["source"]["between_run"] == "this archive's repeats"
+    lines = [line for line in head.splitlines() if line.startswith("- cpu ")]
+    assert len(lines) == 1
+    assert (f"between runs {noise['between_run']:.2%} (estimated from this archive's one pair of repeated runs: "
+            "the pair judged here)") in lines[0]
+    assert "fitted on other hardware" in lines[0] and "Uncalibrated" not in head
+    # Each between-run figure on the page's head is the one used: no second value from the rule's defaults.
+    assert not re.search(r"between-(run|card) noise of \d", head)  # the rule's defaults, here unused
+    stated = re.findall(r"between runs (\d+\.\d\d)%", head)
+    assert stated == [f"{noise['between_run'] * 100:.2f}"], stated

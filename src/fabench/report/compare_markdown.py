@@ -5,6 +5,7 @@ the template fabench/report/templates/compare.md.j2.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -16,7 +17,7 @@ from fabench.report.sections.summary import compare_context
 from fabench.resources import TEMPLATE_DIR
 from fabench.analysis.policy import Code
 from fabench.platforms import PlatformName
-from fabench.results.compare import FLAGGED, noise_line
+from fabench.results.compare import FLAGGED
 from fabench.shapes import shape_text
 
 TEMPLATE = "compare.md.j2"
@@ -69,6 +70,7 @@ def markdown_context(comparison: dict) -> dict:
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
     return {
         "rule": comparison["rule"],
+        "rule_text": rule_text(comparison["rule"], noise_sources(comparison)),
         "experiments": comparison.get("experiments") or [],
         "baseline": comparison["baseline"],
         "entries": entries_table(entries),
@@ -78,7 +80,7 @@ def markdown_context(comparison: dict) -> dict:
                   for kind in FLAGGED},
         "tables": variant_tables(comparison),
         "published": published_context(comparison.get("published")),
-        "ci_methods": sorted({c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method")}),
+        "ci_methods": ci_method_names(comparison),
     }
 
 
@@ -172,13 +174,79 @@ def step_text(step: dict) -> str:
             + ("; another card from there on)" if step.get("card_changed") else ")"))
 
 
+# The rule's own between-run and between-card values in its text: the page states the values each
+# hardware's verdicts used instead (noise_sources), so that one value is said per source, not two.
+RULE_NOISE = re.compile(r"the between-run noise of [0-9.]+% and, where their cards differ, the between-card noise of [0-9.]+%")
+RULE_NOISE_WORDS = "the between-run noise and, where their cards differ, the between-card noise of the run's hardware (below)"
+
+
+def rule_text(rule: dict, sources: list[dict]) -> str:
+    """The rule's text; where the page lists the noise each hardware's verdicts used, without the
+    rule's default values of it (those the verdicts did not use)."""
+    return RULE_NOISE.sub(RULE_NOISE_WORDS, rule["text"]) if sources else rule["text"]
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"
+
+
+def judged_pairs(comparison: dict) -> dict[str, set[tuple[str, str]]]:
+    """Per hardware (its text, as compare's noise names it), the pairs of entries judged on it."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for row in comparison["rows"]:
+        for cell in row["cells"]:
+            verdict = cell.get("vs_previous") or {}
+            if verdict.get("hardware_key"):
+                found.setdefault(" ".join(map(str, verdict["hardware_key"])), set()).add((verdict["entry"], cell["entry"]))
+    return found
+
+
+def source_words(source: str, pairs: dict | None, judged: set, fit: str) -> str:
+    """Where a value came from, in words: the calibration with where it was fitted (`fit`); an
+    archive's own estimate with how many pairs of runs it rests on, and that it is the pair judged
+    where the archive has no other."""
+    if source.startswith("calibration "):
+        return fit
+    if source != "this archive's repeats":
+        return source
+    count = sum((pairs or {}).values())
+    if count == 1 and len(judged) == 1:
+        return "estimated from this archive's one pair of repeated runs: the pair judged here"
+    return f"estimated from this archive's {count} pair(s) of repeated runs"
+
+
+def noise_sources(comparison: dict) -> list[dict]:
+    """Per hardware compared: the between-run and between-card noise its verdicts used, each with
+    its one source, and the margin's source (the config, or a calibration fitted on this hardware
+    or on other hardware)."""
+    rule, coverage = comparison["rule"], comparison.get("calibration") or {}
+    judged = judged_pairs(comparison)
+    found = []
+    for noise in comparison.get("noise") or []:
+        here = noise["hardware"] in (coverage.get("calibrated") or [])
+        fit = f"calibration {rule.get('fit')}, fitted on {'this' if here else 'other'} hardware"
+        parts = [{"name": words, "value": pct(noise[key]),
+                  "source": source_words(noise["source"][key], noise.get("archive_pairs"),
+                                         judged.get(noise["hardware"], set()), fit)}
+                 for key, words in (("between_run", "between runs"), ("between_card", "between cards"))]
+        found.append({"hardware": noise["hardware"], "parts": parts, "margin": pct(rule["margin"]),
+                      "margin_source": "set by the config" if "margin" in (rule.get("chosen") or []) else fit})
+    return found
+
+
+def ci_method_names(comparison: dict) -> list[str]:
+    """The distinct ways the runs' 95% confidence intervals were made, as the cells show them: each
+    run's recorded method up to its prediction interval, which the page does not show."""
+    methods = (c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method"))
+    return sorted({m.split("; pi95:")[0] for m in methods})
+
+
 def render_markdown(comparison: dict, template_dir: str | Path | None = None,
                     figures: Sequence[tuple[str, str]] = ()) -> str:
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
                "steps": [step_text(step) for step in comparison.get("steps") or []],
-               "calibration": (comparison.get("calibration") or {}).get("line"),
-               "noise": noise_line(comparison.get("noise") or []),
+               "noise": noise_sources(comparison),
                "unarchived": comparison.get("unarchived") or [],
                "compare_summary": compare_context(comparison)}
     return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)
