@@ -24,7 +24,7 @@ from fabench.analysis.policy import Rule
 from fabench.report import findings
 from fabench.report.model import Run
 from fabench.report.render import render
-from fabench.report.sections import summary
+from fabench.report.sections import compare_summary, summary
 from fabench.report.plot_common import family
 from fabench.report.speedup_plot import EVERY_VARIANT, speedup_series
 from fabench.analysis import claims
@@ -184,7 +184,7 @@ def test_the_compare_summary_counts_the_pages_verdicts_and_is_valid():
     comparison = json.loads((ROOT / "examples" / "h200" / "compare" / "compare.json").read_text())
     found = findings.compare_summary(comparison)
     validator("compare-summary.schema.json").validate(found)
-    page = summary.compare_context(comparison)
+    page = compare_summary.compare_context(comparison)
     assert found["pair"]["counts"] == page["counts"] and sum(found["pair"]["counts"].values()) == found["pair"]["cells"]
     assert len(found["flagged"]) == len(comparison["flags"])
     broken = {**found, "pair": {**found["pair"], "cells": -1}}

@@ -13,7 +13,7 @@ from typing import Sequence
 from fabench.analysis.figures import cell_metric
 from fabench.report.format import fmt_ms_fine
 from fabench.report.render import template_env
-from fabench.report.sections.summary import compare_context
+from fabench.report.sections.compare_summary import compare_context
 from fabench.resources import TEMPLATE_DIR
 from fabench.analysis.policy import Code
 from fabench.platforms import PlatformName

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from fabench.analysis.figures import run_metric
 from fabench.report.model import Run
-from fabench.report.sections import published_claims, results, summary
+from fabench.report.sections import compare_summary as compared, published_claims, results, summary
 
 FORMAT = 1
 # The figure each judged metric is shown as in the report's tables (summary.TABLE_FIGURES), as a key.
@@ -96,10 +96,10 @@ def compare_summary(comparison: dict) -> dict:
     share and the flagged cells."""
     pair = None
     if len(comparison["entries"]) >= 2:
-        old, new, passed_over = summary.judged_pair(comparison)
-        verdicts = summary.pair_verdicts(comparison, old, new)
-        counts, untold = summary.verdict_counts(verdicts)
-        largest = summary.largest_change(verdicts)
+        old, new, passed_over = compared.judged_pair(comparison)
+        verdicts = compared.pair_verdicts(comparison, old, new)
+        counts, untold = compared.verdict_counts(verdicts)
+        largest = compared.largest_change(verdicts)
         pair = {"old": old, "new": new, "cells": len(verdicts), "counts": counts, "untold": untold,
                 "passed_over": passed_over,
                 "largest": largest and {"variant": largest[0]["variant"], "shape_id": largest[0]["shape_id"],
