@@ -165,7 +165,7 @@ def validator(name: str) -> jsonschema.Validator:
 def test_the_run_summary_is_data_valid_against_its_schema_and_agrees_with_the_page(tmp_path, processes):
     collected, config = cpu_run(tmp_path, processes)
     found = findings.run_summary(collected, config, PUBLISHED)
-    validator("run-summary.schema.json").validate(found)
+    validator("run_summary.schema.json").validate(found)
     shown_cells = {(r["variant"], r["shape_id"]) for r in shown(collected)["results"]}
     assert {(f["variant"], f["shape_id"]) for f in found["fastest"]} == shown_cells  # every table row's shape
     for item in found["fastest"]:
@@ -183,13 +183,13 @@ def test_the_run_summary_is_data_valid_against_its_schema_and_agrees_with_the_pa
 def test_the_compare_summary_counts_the_pages_verdicts_and_is_valid():
     comparison = json.loads((ROOT / "examples" / "h200" / "compare" / "compare.json").read_text())
     found = findings.compare_summary(comparison)
-    validator("compare-summary.schema.json").validate(found)
+    validator("compare_summary.schema.json").validate(found)
     page = compare_summary.compare_context(comparison)
     assert found["pair"]["counts"] == page["counts"] and sum(found["pair"]["counts"].values()) == found["pair"]["cells"]
     assert len(found["flagged"]) == len(comparison["flags"])
     broken = {**found, "pair": {**found["pair"], "cells": -1}}
     with pytest.raises(jsonschema.ValidationError):  # the schema is not vacuous
-        validator("compare-summary.schema.json").validate(broken)
+        validator("compare_summary.schema.json").validate(broken)
 
 
 def test_the_csv_has_a_row_for_every_row_the_tables_show(tmp_path):

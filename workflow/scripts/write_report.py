@@ -37,7 +37,7 @@ ahead = Path(sm.params.compile_ahead)
 if ahead.is_file():
     collected["compile_ahead"] = json.loads(ahead.read_text())
 published = load_published(sm.input.published) if sm.input.published else None
-# The report's findings as data (schemas/run-summary.schema.json), for scripts that read results.json.
+# The report's findings as data (schemas/run_summary.schema.json), for scripts that read results.json.
 collected["summary"] = run_summary(collected, dict(sm.params.config), published)
 write_json(sm.output.json, collected)
 write_atomic(sm.output.csv, results_csv(collected))

@@ -57,7 +57,7 @@ def write_comparison(comparison: dict, outputs: ComparisonOutputs) -> str:
     if outputs.markdown is not None:
         write_atomic(outputs.markdown, markdown)
     if outputs.json is not None:
-        # The page's findings as data beside the comparison (schemas/compare-summary.schema.json).
+        # The page's findings as data beside the comparison (schemas/compare_summary.schema.json).
         write_json(outputs.json, {**comparison, "summary": compare_summary(comparison)})
     if outputs.csv is not None:
         write_atomic(outputs.csv, comparison_csv(comparison))

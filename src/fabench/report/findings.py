@@ -1,6 +1,6 @@
 """A run's and a comparison's findings as data: results.json's `summary` and compare.json's
 `summary`, for scripts and notebooks that would otherwise parse the pages' prose. Their JSON
-Schemas: fabench/schemas/run-summary.schema.json and compare-summary.schema.json.
+Schemas: fabench/schemas/run_summary.schema.json and compare_summary.schema.json.
 
 Each value is the one the page's summary states (fabench.report.sections.summary), on the same
 policy verdicts, in plain values (backend names as the results key them, shape ids, codes):
