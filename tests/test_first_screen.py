@@ -233,3 +233,22 @@ def test_the_compare_page_states_one_source_per_noise_value(tmp_path):
     assert not re.search(r"between-(run|card) noise of \d", head)  # the rule's defaults, here unused
     stated = re.findall(r"between runs (\d+\.\d\d)%", head)
     assert stated == [f"{noise['between_run'] * 100:.2f}"], stated
+
+
+def test_the_runs_terminal_line_is_its_findings_from_results_json(tmp_path):
+    """The line a workflow ends with (fabench.report.last_lines): from results.json's summary, short,
+    the same counts the summary holds."""
+    from fabench.report.last_lines import run_line
+
+    collected, config = cpu_run(tmp_path / "jobs", processes=1)
+    collected["summary"] = findings.run_summary(collected, config, PUBLISHED)
+    run_dir = tmp_path / "results" / "cpu"
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps(collected))
+    (run_dir / "report.md").write_text(render(collected, config, PUBLISHED))
+    line = run_line(run_dir)
+    decided = collected["summary"]["decided"]
+    assert line.startswith("run cpu: 10 jobs, cells ")
+    assert (f"; fastest by its median: sdpa at 5 of 5 shapes in tuned's table, 0 judged ahead beyond the noise; "
+            f"decided {decided['answered']} of {decided['asked']} questions; report: {run_dir / 'report.md'}") in line
+    assert len(line.split("; report: ")[0]) < 200 and "\n" not in line  # short before the paths
