@@ -193,20 +193,6 @@ def _source(rule: Rule, name: str) -> str:
     return "the config" if name in rule.chosen else f"calibration {rule.fit}"
 
 
-def noise_line(noise: list[dict]) -> str | None:
-    """One line: the noise a run cannot see by itself, per GPU model, as judged by, and whence."""
-    def pct(value):
-        return "n/a" if value is None else f"{value:.2%}"
-    parts = [f"{n['hardware']}: between runs {pct(n['between_run'])} ({n['source']['between_run']}), between "
-             f"cards {pct(n['between_card'])} ({n['source']['between_card']})" +
-             (f"; this archive's repeats show {pct(n['archive_estimate']['between_run'])} and "
-              f"{pct(n['archive_estimate']['between_card'])}" if any(v is not None for v in n["archive_estimate"].values()) and
-              "this archive's repeats" not in n["source"].values() else "")
-             for n in noise]
-    return ("Noise no run sees by itself (added to two runs' noise; between cards where their cards differ): "
-            + "; ".join(parts) + ".") if parts else None
-
-
 def _load(entries: Iterable[Entry]) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
     """The usable entries in order, each with its results analysed again, and those left out."""
     used, left_out = [], []
