@@ -14,6 +14,7 @@ Docker fixtures (tests marked ``docker``): a real engine, no mocks.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +31,44 @@ CPU_IMAGE_NAME = "fabench-test"
 # AMD's aiter from the package index and a Triton to import its loader: the config is patched and
 # read back inside the image by aiter's own loader.
 CPU_BUILD_ARGS = {"BASE_IMAGE": CPU_BASE_IMAGE, "AITER_COMMIT": "", "AITER_FROM_INDEX": "1", "TRITON_VERSION": "3.6.0"}
+
+
+# The quick tier (`python -m pytest -m quick`, docs/testing.md states its cost): every test but those
+# marked slow (the whole workflow; and the tests SLOW_LIST names, measured to cost seconds each:
+# real archive stores, measuring processes, Snakemake plans) or needing Docker or Slurm.
+NOT_QUICK = ("slow", "docker", "slurm")
+SLOW_LIST = Path(__file__).parent / "slow_tests.txt"
+
+
+def slow_entries() -> list[str]:
+    """SLOW_LIST's entries: a test file (tests/test_x.py), or a test in it (tests/test_x.py::test_y,
+    every parameter of it)."""
+    lines = (line.split("#", 1)[0].strip() for line in SLOW_LIST.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the marks
+def pytest_collection_modifyitems(config, items):
+    entries = slow_entries()
+    found = set()
+    for item in items:
+        name = item.nodeid.split("[", 1)[0]
+        hit = next((e for e in entries if e in (name, name.split("::", 1)[0])), None)
+        if hit is not None:
+            found.add(hit)
+            item.add_marker(pytest.mark.slow)
+        if not any(item.get_closest_marker(mark) for mark in NOT_QUICK):
+            item.add_marker(pytest.mark.quick)
+    stale = [e for e in entries if not defined(e)]
+    if stale:  # a renamed test would silently join the quick tier's cost
+        raise pytest.UsageError(f"{SLOW_LIST.name} names tests that do not exist: {', '.join(stale)}")
+
+
+def defined(entry: str) -> bool:
+    """Whether SLOW_LIST's entry names an existing test file, or a test defined in one."""
+    path, _, test = entry.partition("::")
+    source = ROOT / path
+    return source.is_file() and (not test or re.search(rf"^\s*(async )?def {re.escape(test)}\(", source.read_text(), re.M) is not None)
 
 
 def docker_unavailable(reason: str) -> None:

@@ -55,7 +55,8 @@ def test_archive_stores_every_finished_run_and_compare_names_one_it_does_not_hol
     # Each command ends with its result in one line and the path to read it in full (issue 40).
     last = {step: [line for line in proc.stderr.splitlines() if not line.startswith(SNAKEMAKES_LAST)][-1]
             for step, proc in steps.items()}
-    assert re.fullmatch(r"run tiny-a: 2 jobs, cells \d+ ok, .*; Fastest at d_k=32 .*; "
+    assert re.fullmatch(r"run tiny-a: 2 jobs, cells \d+ ok, .*; fastest by its median: \w+ at \d+ of \d+ shapes in \S+ table, "
+                        r"[01] judged ahead beyond the noise; decided \d+ of \d+ questions; "
                         r"report: results/tiny-a/report.md \(results/tiny-a/report.html\)", last["report tiny-a"]), last
     assert last["compare"] == ("compare: 1 archived run: nothing to compare it with yet; "
                                "see compare/compare.md (compare/compare.html)"), last

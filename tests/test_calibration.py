@@ -155,14 +155,21 @@ def test_a_verdict_by_the_rule_says_whether_its_hardware_is_calibrated():
                for v in elsewhere)
 
 
-def test_the_comparison_names_uncalibrated_hardware_in_one_line():
+def noise_lines(markdown: str) -> list[str]:
+    """The page's lines that state each judged pair's kind, margin and noise, with their source."""
+    block = markdown.split("**Kinds of pair**", 1)[1].split("\n\n", 1)[0]
+    return [line for line in block.splitlines() if line.startswith("- ")]
+
+
+def test_the_comparison_says_once_per_pair_where_its_values_were_fitted():
     comparison = compare_entries(list_entries(H200), Rule())
     assert comparison["calibration"]["uncalibrated"] == [] and comparison["calibration"]["line"] is None
-    assert "Uncalibrated" not in render_markdown(comparison)
-    comparison["calibration"] = calibration.coverage([comparison["entries"][0]["hardware"], MI300X])
-    assert comparison["calibration"]["uncalibrated"] == ["rocm AMD Instinct MI300X gfx942"]
-    lines = [line for line in render_markdown(comparison).splitlines() if "Uncalibrated" in line]
-    assert len(lines) == 1 and "AMD Instinct MI300X" in lines[0]
+    lines = noise_lines(render_markdown(comparison))
+    assert len(lines) == len(comparison["pairs"]) == 3
+    assert all("fitted on this hardware" in line and "other hardware" not in line for line in lines)
+    comparison["calibration"] = calibration.coverage([MI300X])  # as if the H200 had no fit of its own
+    lines = noise_lines(render_markdown(comparison))
+    assert all("fitted on other hardware" in line and "this hardware" not in line for line in lines)
 
 
 STEADY = "pair_types.same card.steady"
@@ -218,7 +225,9 @@ def test_compare_states_each_pair_its_kind_and_the_smallest_change_it_can_see(tm
         assert pair["margin"] == calibration.pair_values(fit, pair["kind"])["steady"]["margin"]
         assert pair["source"] == f"calibration {fit['name']}"
     markdown = render_markdown(fitted)
-    assert "changes below" in markdown and "this archive's repeats" not in markdown
+    lines = [line for line in markdown.splitlines() if line.startswith("- ") and "cannot be seen" in line]
+    assert len(lines) == len(fitted["pairs"]) and "this archive's repeats" not in markdown
+    assert all(f"(calibration {fit['name']}, fitted on this hardware)" in line for line in lines)
     verdicts = [c["vs_previous"] for row in fitted["rows"] for c in row["cells"] if c.get("vs_previous")
                 and "pair" in c["vs_previous"]["values"]]
     assert verdicts and all(v["values"]["pair"]["kind"] in ("same card", "other host") for v in verdicts)

@@ -96,7 +96,8 @@ def readme_commands(section: str) -> list[list[str]]:
     text = (REPO / "README.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", body, re.S)
-    return [shlex.split(line, comments=True) for block in blocks for line in block.splitlines() if line.strip()]
+    return [shlex.split(part, comments=True) for block in blocks for line in block.splitlines() if line.strip()
+            for part in line.split(" && ")]
 
 
 @pytest.mark.slow
@@ -115,6 +116,9 @@ def test_the_readme_alone_makes_a_second_run_archives_compares_and_gates(first_r
         if command[0] == "snakemake":
             proc = snakemake(directory, *command[1:], config=tiny_config())
             want = 0
+        elif command[0] == "mkdir":
+            proc = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=60)
+            want = 0
         else:
             proc = subprocess.run([sys.executable, "-m", "fabench.cli", *command[1:]], cwd=directory,
                                   capture_output=True, text=True, timeout=300)
@@ -124,5 +128,7 @@ def test_the_readme_alone_makes_a_second_run_archives_compares_and_gates(first_r
             assert re.search(r"fabench compare: 2 archived runs; .* cells judged", proc.stderr), proc.stderr
         else:
             assert proc.returncode == want, (command, proc.stdout[-2000:] + proc.stderr[-3000:])
-    assert (directory / "results" / "local2" / "report.md").is_file() and (directory / "compare.md").is_file()
+    assert (directory / "results" / "local2" / "report.md").is_file() and (directory / "compare" / "ci.md").is_file()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "compare/ci.md"], cwd=REPO, timeout=60)
+    assert ignored.returncode == 0  # the CI example's page is not left in the checkout as untracked
     assert (directory / "report.html").stat().st_size > 10_000

@@ -17,7 +17,7 @@ from fabench.analysis.policy import Rule
 from fabench.report.compare_markdown import render_markdown
 from fabench.report.model import Run
 from fabench.report.render import render
-from fabench.report.sections import summary
+from fabench.report.sections import compare_summary, summary
 from fabench.results.archive_read import list_entries
 from fabench.results.compare import compare_entries
 from fabench.results.published import load_published
@@ -104,7 +104,8 @@ def test_anchor_follows_the_heading_rule_of_rendered_markdown():
 def answers(summary: dict) -> int:
     """How many answers the summary's context holds: the template writes one line per answer."""
     return (len(summary["fastest"]["groups"]) + bool(summary["fastest"]["more_groups"])
-            + sum(1 for key in ("tuning", "claims", "precision", "time") if summary[key]))
+            + sum(1 for key in ("tuning", "claims", "precision", "time") if summary[key])
+            + bool(summary["decided"]["asked"]))
 
 
 @pytest.mark.parametrize("name", ["h200", "h100"])
@@ -241,7 +242,7 @@ def test_a_backend_the_policy_cannot_tell_from_the_fastest_shares_the_lead(h200)
 
 def test_compare_opens_with_what_changed_between_the_newest_two_runs():
     comparison = compare_entries(list_entries(H200), Rule.of(None))
-    found = summary.compare_context(comparison)
+    found = compare_summary.compare_context(comparison)
     assert (found["old"], found["new"]) == ("cuda-13.0/0002-7a004542", "cuda-13.0/0003-25eb76a9")
     assert found["cells"] == sum(found["counts"].values()) > 0
     assert found["counts"].get("now_available") == 10  # aiter's Triton kernel, installed for 0003
@@ -256,7 +257,7 @@ def test_compare_opens_with_what_changed_between_the_newest_two_runs():
 
 def test_compare_of_one_run_has_no_summary(tmp_path):
     comparison = compare_entries(list_entries(H200)[:1], Rule.of(None))
-    assert summary.compare_context(comparison) is None
+    assert compare_summary.compare_context(comparison) is None
     assert "## Summary" not in render_markdown(comparison)
 
 

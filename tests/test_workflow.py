@@ -6,9 +6,11 @@ import os
 import shutil
 import subprocess
 
+import jsonschema
 import pytest
 
 from fabench.aiter_config import file_sha256
+from fabench.results.shared import shown
 from workflow_util import REPO, planned_jobs, report_run, snakemake, tiny_config
 
 pytestmark = pytest.mark.slow
@@ -58,9 +60,12 @@ def test_results_csv_has_a_row_per_cell_with_the_analysis_figures(tiny_run):
     run_dir = directory / "results" / config["run"]
     collected = json.loads((run_dir / "results.json").read_text())
     rows = list(csv.DictReader((run_dir / "results.csv").open()))
-    assert len(rows) == sum(len(r["backends"]) for r in collected["results"])
-    # Native reads no variant config: measured once per shape, in the first variant's job, one row.
-    assert not [r for r in rows if r["variant"] == "tuned" and r["backend"] == "native"]
+    assert len(rows) == sum(len(r["backends"]) for r in shown(collected)["results"])  # every table row
+    # Native reads no variant config: measured once per shape, in the first variant's job; the
+    # tuned table shows it, and so does its row, marked as that one measurement.
+    tuned = [r for r in rows if r["variant"] == "tuned" and r["backend"] == "native"]
+    assert tuned and all(r["measured_in"] == "default" for r in tuned)
+    assert len([r for r in rows if r["measured_in"] == ""]) == sum(len(r["backends"]) for r in collected["results"])
     native = next(r for r in rows if r["variant"] == "default" and r["shape_id"] == "b1-s64-h2-d32"
                   and r["backend"] == "native")
     result = next(r for r in collected["results"] if r["variant"] == "default" and r["shape_id"] == "b1-s64-h2-d32")
@@ -68,6 +73,17 @@ def test_results_csv_has_a_row_per_cell_with_the_analysis_figures(tiny_run):
     assert native["metric"] == "wall_mean_ms" and float(native["median_ms"]) == figure["median"]
     assert native["role"] == "baseline" and native["status"] == "ok" and native["seq"] == "64"
     assert native["interval"].startswith("95% CI from the trials of one process")  # a CPU run: 1 process
+
+
+def test_results_json_holds_the_reports_findings_valid_against_their_schema(tiny_run):
+    directory, config = tiny_run
+    collected = json.loads((directory / "results" / config["run"] / "results.json").read_text())
+    schema = json.loads((REPO / "workflow" / "schemas" / "run_summary.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(collected["summary"])
+    report = (directory / "results" / config["run"] / "report.md").read_text()
+    decided = collected["summary"]["decided"]
+    assert f"**Decided in this run**: {decided['answered']} of the {decided['asked']} questions" in report
+    assert len(collected["summary"]["fastest"]) == len(shown(collected)["results"])
 
 
 def test_each_result_names_the_patched_config_it_measured(tiny_run):

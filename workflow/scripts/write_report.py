@@ -6,6 +6,7 @@ from pathlib import Path
 
 from fabench.analysis.policy import Rule
 from fabench.files import write_atomic, write_json
+from fabench.report.findings import run_summary
 from fabench.report.html import markdown_page
 from fabench.report.plots import run_figures, write_run_plots
 from fabench.report.render import render
@@ -35,6 +36,9 @@ except ResultError as err:
 ahead = Path(sm.params.compile_ahead)
 if ahead.is_file():
     collected["compile_ahead"] = json.loads(ahead.read_text())
+published = load_published(sm.input.published) if sm.input.published else None
+# The report's findings as data (schemas/run_summary.schema.json), for scripts that read results.json.
+collected["summary"] = run_summary(collected, dict(sm.params.config), published)
 write_json(sm.output.json, collected)
 write_atomic(sm.output.csv, results_csv(collected))
 collected = json.loads(Path(sm.output.json).read_text())  # the plots and the report read what was written
@@ -43,7 +47,6 @@ collected = json.loads(Path(sm.output.json).read_text())  # the plots and the re
 write_run_plots(collected, Path(sm.output.latency).parent, Rule.of({"comparison": sm.params.rule}))
 
 write_json(sm.output.config, dict(sm.params.config))
-published = load_published(sm.input.published) if sm.input.published else None
 here = Path(sm.output.markdown).parent
 figures = run_figures(collected)  # paths under the run's folder, where report.md is
 sweep = json.loads(Path(sm.input.sweep).read_text()) if sm.input.sweep else None

@@ -5,6 +5,7 @@ the template fabench/report/templates/compare.md.j2.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -12,11 +13,11 @@ from typing import Sequence
 from fabench.analysis.figures import cell_metric
 from fabench.report.format import fmt_ms_fine
 from fabench.report.render import template_env
-from fabench.report.sections.summary import compare_context
+from fabench.report.sections.compare_summary import compare_context
 from fabench.resources import TEMPLATE_DIR
 from fabench.analysis.policy import Code
 from fabench.platforms import PlatformName
-from fabench.results.compare import FLAGGED, pairs_line
+from fabench.results.compare import FLAGGED
 from fabench.shapes import shape_text
 
 TEMPLATE = "compare.md.j2"
@@ -69,6 +70,7 @@ def markdown_context(comparison: dict) -> dict:
     shapes = {r["shape_id"]: r["shape"] for r in comparison["rows"]}
     return {
         "rule": comparison["rule"],
+        "rule_text": rule_text(comparison["rule"], noise_sources(comparison)),
         "experiments": comparison.get("experiments") or [],
         "baseline": comparison["baseline"],
         "entries": entries_table(entries),
@@ -78,7 +80,7 @@ def markdown_context(comparison: dict) -> dict:
                   for kind in FLAGGED},
         "tables": variant_tables(comparison),
         "published": published_context(comparison.get("published")),
-        "ci_methods": sorted({c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method")}),
+        "ci_methods": ci_method_names(comparison),
     }
 
 
@@ -172,13 +174,48 @@ def step_text(step: dict) -> str:
             + ("; another card from there on)" if step.get("card_changed") else ")"))
 
 
+def rule_text(rule: dict, sources: list[dict]) -> str:
+    """The rule's text: it names each kind of pair's margin; the page lists the pairs below it."""
+    return rule["text"]
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"
+
+
+def noise_sources(comparison: dict) -> list[dict]:
+    """Per pair of entries judged: its kind, the margin its verdicts used (the smallest change it can
+    see; a power-capped cell's apart), the noise no run sees by itself, and their one source (the
+    config, or a calibration fitted on this hardware or on other hardware)."""
+    calibrated = set((comparison.get("calibration") or {}).get("calibrated") or [])
+    hardware = {e["id"]: e.get("hardware") or {} for e in comparison.get("entries") or []}
+    found = []
+    for pair in comparison.get("pairs") or []:
+        if pair["kind"] is None:
+            continue
+        text = " ".join(str(v) for v in (hardware.get(pair["old"], {}).get(k) for k in ("platform", "device", "arch")) if v)
+        source = pair["source"]
+        if source.startswith("calibration "):
+            source += f", fitted on {'this' if text in calibrated else 'other'} hardware"
+        found.append({"pair": f"{pair['new']} against {pair['old']}", "kind": pair["kind"],
+                      "margin": pct(pair["margin"]), "capped_margin": pct(pair.get("capped_margin")),
+                      "unseen": pct((pair.get("unseen") or {}).get("steady")), "source": source})
+    return found
+
+
+def ci_method_names(comparison: dict) -> list[str]:
+    """The distinct ways the runs' 95% confidence intervals were made, as the cells show them: each
+    run's recorded method up to its prediction interval, which the page does not show."""
+    methods = (c.get("ci_method") for r in comparison["rows"] for c in r["cells"] if c.get("ci_method"))
+    return sorted({m.split("; pi95:")[0] for m in methods})
+
+
 def render_markdown(comparison: dict, template_dir: str | Path | None = None,
                     figures: Sequence[tuple[str, str]] = ()) -> str:
     """The comparison as Markdown; `figures` (title, path relative to it) are shown at its end."""
     context = {**markdown_context(comparison), "figures": [{"title": t, "path": p} for t, p in figures],
                "steps": [step_text(step) for step in comparison.get("steps") or []],
-               "calibration": (comparison.get("calibration") or {}).get("line"),
-               "noise": pairs_line(comparison.get("pairs") or []),
+               "noise": noise_sources(comparison),
                "unarchived": comparison.get("unarchived") or [],
                "compare_summary": compare_context(comparison)}
     return template_env(template_dir or TEMPLATE_DIR).get_template(TEMPLATE).render(**context)

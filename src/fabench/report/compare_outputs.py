@@ -15,9 +15,10 @@ from pathlib import Path
 
 from fabench.files import write_atomic, write_json
 from fabench.report.compare_markdown import render_markdown
+from fabench.report.findings import compare_summary
 from fabench.report.html import markdown_page
 from fabench.report.plots import compared_variants, write_version_plots
-from fabench.report.sections.summary import compare_context, judged_pair, software_changes
+from fabench.report.sections.compare_summary import compare_context, judged_pair, software_changes
 from fabench.results.compare_csv import comparison_csv
 
 PAGE_TITLE = "Comparison across versions"
@@ -56,7 +57,8 @@ def write_comparison(comparison: dict, outputs: ComparisonOutputs) -> str:
     if outputs.markdown is not None:
         write_atomic(outputs.markdown, markdown)
     if outputs.json is not None:
-        write_json(outputs.json, comparison)
+        # The page's findings as data beside the comparison (schemas/compare_summary.schema.json).
+        write_json(outputs.json, {**comparison, "summary": compare_summary(comparison)})
     if outputs.csv is not None:
         write_atomic(outputs.csv, comparison_csv(comparison))
     if outputs.html is not None:
@@ -69,7 +71,7 @@ def write_comparison(comparison: dict, outputs: ComparisonOutputs) -> str:
 def result_line(comparison: dict) -> str:
     """The comparison in one line, for the terminal and a CI log: the newest two runs the policy
     judged against each other, its verdicts on their cells, and any label whose runs ran other
-    software (the page's summary in full: fabench.report.sections.summary.compare_context)."""
+    software (the page's summary in full: fabench.report.sections.compare_summary.compare_context)."""
     count = len(comparison["entries"])
     summary = compare_context(comparison)
     if summary is None:

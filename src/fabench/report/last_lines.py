@@ -36,11 +36,29 @@ def first_summary_line(report: str) -> str | None:
     return ESCAPE.sub(r"\1", LINK.sub("", line[2:]).replace("**", "")).rstrip(".")
 
 
+def findings_words(summary: dict) -> str | None:
+    """The run's findings (results.json's `summary`, fabench.report.findings) in a few words: the
+    backend fastest by its median at the most shapes of the last variant, how many of those the
+    policy judged faster than the next, and how many of the report's questions the run decided."""
+    items = [f for f in summary["fastest"] if f["fastest"]]
+    if not items:
+        return None
+    last = [f for f in items if f["variant"] == items[-1]["variant"]]
+    name, count = Counter(f["fastest"] for f in last).most_common(1)[0]
+    judged = sum(1 for f in last if f["fastest"] == name and f["verdict"] == "faster")
+    decided = summary["decided"]
+    return (f"fastest by its median: {name} at {count} of {len(last)} shapes in {last[0]['variant']}'s table, "
+            f"{judged} judged ahead beyond the noise; decided {decided['answered']} of {decided['asked']} questions")
+
+
 def run_line(run_dir: Path) -> str:
+    """The run in one line: its jobs, cells by status, its findings (from results.json's summary;
+    for results written before it, the report's first summary answer) and its report's path."""
     collected = json.loads((run_dir / "results.json").read_text())
     statuses = Counter(b["status"] for r in collected["results"] for b in r["backends"].values())
     cells = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
-    headline = first_summary_line((run_dir / "report.md").read_text())
+    summary = collected.get("summary")
+    headline = (findings_words(summary) if summary else None) or first_summary_line((run_dir / "report.md").read_text())
     return (f"run {run_dir.name}: {len(collected['results'])} jobs, cells {cells}"
             + (f"; {headline}" if headline else "") + f"; report: {run_dir / 'report.md'} ({run_dir / 'report.html'})")
 

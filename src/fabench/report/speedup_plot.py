@@ -1,6 +1,7 @@
 """Speedup over the baseline backend of the vendor and Triton backends, every variant side by side
-(also for a backend that ran the same code in every variant: its bars show the run-to-run noise),
-a panel per shape family; each bar carries the comparison policy's mark (the run's Rule, passed
+(also for a backend that ran the same code in every variant's jobs: its bars show the run-to-run
+noise; one measured once per shape and shown in every variant, fabench.results.shared, gets one bar,
+labelled as every variant's), a panel per shape family; each bar carries the comparison policy's mark (the run's Rule, passed
 by every caller), and a bar whose cells are unstable is drawn hollow (fabench.report.plot_common)."""
 
 from __future__ import annotations
@@ -55,12 +56,17 @@ def speedup_figure(collected: dict, rule: Rule):
     legend_outside(fig, [handle for key, handle in handles.items() if key != "unstable"]
                    + ([handles["unstable"]] if "unstable" in handles else []))
     drawn = {key for key in handles if key not in ("baseline", "unstable")}
+    shared = {(role, variant) for _, series in panels for role, variant, _ in series if variant == EVERY_VARIANT}
     never = [f"{backend_label(results, results[0]['roles'][role])}, {variant}" for role in SPEEDUP_ROLES
-             for variant in variants if (role, variant) not in drawn]
+             for variant in variants if (role, variant) not in drawn and (role, EVERY_VARIANT) not in shared]
     marks = sorted({mark for _, series in panels for *_, values in series for _, mark, _ in values if mark})
     alike = [backend_label(results, results[0]["roles"][role]) for role in SPEEDUP_ROLES
-             if len(variants) > 1 and all(one_code(*group_cells(results, group), variants, role) for group in groups)]
+             if len(variants) > 1 and (role, EVERY_VARIANT) not in shared
+             and all(one_code(*group_cells(results, group), variants, role) for group in groups)]
+    once = [backend_label(results, results[0]["roles"][role]) for role in SPEEDUP_ROLES if (role, EVERY_VARIANT) in shared]
     notes = (["Did not run in any shape: " + ", ".join(never)] if never else []) + (
+        [f"{' and '.join(once)}: measured once per shape, in the jobs of {variants[0]}, with the baseline; "
+         "one bar stands for every variant"] if once else []) + (
         [f"{' and '.join(alike)} ran the same code in every variant: {'their' if len(alike) > 1 else 'its'} bars "
          "differ by run-to-run noise only"] if alike else []) + [
         {"~": "~ after a value: the comparison policy cannot tell it from the baseline (no claim)",
@@ -69,18 +75,31 @@ def speedup_figure(collected: dict, rule: Rule):
     return fig
 
 
+# The series name of a role whose cells were measured once per shape and shown in every variant.
+EVERY_VARIANT = "every variant (one measurement)"
+
+
 def speedup_series(results: list[dict], variants: list[str], group: tuple,
                    within: claims.WithinRun) -> list[tuple[str, str, list]]:
     """(role, variant, (speedup, mark, unstable) per sequence length) of every role and variant that ran in
-    the group."""
+    the group; a role whose every later variant only shows the first's measurement (both its cells and
+    the baseline's measured once per shape) is one series, named EVERY_VARIANT."""
     cells, seqs = group_cells(results, group)
     series = []
     for role in SPEEDUP_ROLES:
-        for variant in variants:
+        once = len(variants) > 1 and all(shown_only(cells.get((variant, seq)), role)
+                                         for variant in variants[1:] for seq in seqs)
+        for variant in variants[:1] if once else variants:
             values = [speedup(cells.get((variant, seq)), role, within) for seq in seqs]
             if any(value is not None for value, *_ in values):
-                series.append((role, variant, values))
+                series.append((role, EVERY_VARIANT if once else variant, values))
     return series
+
+
+def shown_only(result: dict | None, role: str) -> bool:
+    """Whether a variant's cell of the role, and the baseline's, are copies of another variant's
+    measurement (marked `measured_in`), so that their speedup is that variant's again."""
+    return result is not None and all((role_entry(result, r) or {}).get("measured_in") for r in ("baseline", role))
 
 
 def group_cells(results: list[dict], group: tuple) -> tuple[dict, list[int]]:
@@ -125,8 +144,9 @@ def draw_speedup_panel(ax, results: list[dict], group: tuple, series: list, hand
     width = 0.84 / max(len(series), 1)
     for i, (role, variant, values) in enumerate(series):
         xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(seqs))]
-        hatch = VARIANT_HATCHES[variants.index(variant) % len(VARIANT_HATCHES)]
-        shade = (variants.index(variant) + 1) / len(variants)
+        place = variants.index(variant) if variant in variants else len(variants) - 1  # EVERY_VARIANT: solid
+        hatch = "" if variant == EVERY_VARIANT else VARIANT_HATCHES[place % len(VARIANT_HATCHES)]
+        shade = (place + 1) / len(variants)
         label = f"{backend_label(results, results[0]['roles'][role])}, {variant}"
         bars = ax.bar(xs, [v or 0 for v, *_ in values], width * 0.92, color=ROLE_COLORS[role], hatch=hatch,
                       alpha=0.5 + 0.45 * shade, edgecolor="white", label=label)

@@ -1,7 +1,11 @@
-"""A collected run as CSV: one row per (variant, shape, backend) cell, for pandas and notebooks.
+"""A collected run as CSV: one row per (variant, shape, backend) cell the report's tables show, for
+pandas and notebooks.
 
 Every figure is the analysis stage's, as results.json holds it; the interval columns say what the
-interval is (fabench.analysis.noise.interval_name), since a CPU run's is not one over processes."""
+interval is (fabench.analysis.noise.interval_name), since a CPU run's is not one over processes. A
+backend measured once per shape (fabench.results.shared) has a row in every variant, as the
+report's tables show it; `measured_in` names the variant whose jobs measured it (empty where the
+row's own variant did), so that counting each measurement once is `df[df.measured_in.isna()]`."""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ import io
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.noise import interval_name
 from fabench.results.bounds import bounds_problem
+from fabench.results.shared import shown
 
 COLUMNS = ("run", "variant", "shape_id", "batch", "seq", "heads", "head_dim", "backend", "label", "role", "platform",
            "status", "failure_kind", "reason", "metric", "median_ms", "ci95_low_ms", "ci95_high_ms", "pi95_low_ms",
            "pi95_high_ms", "interval", "wall_mean_ms", "device_median_ms", "spread", "stable", "unstable_reason",
-           "tflops_device", "tflops_wall", "max_abs_err", "cosine", "gpu_uuid", "device")
+           "tflops_device", "tflops_wall", "max_abs_err", "cosine", "gpu_uuid", "device", "measured_in")
 
 
 def cell_row(result: dict, name: str, entry: dict) -> dict:
@@ -35,7 +40,7 @@ def cell_row(result: dict, name: str, entry: dict) -> dict:
             "unstable_reason": stats.get("unstable_reason"), "tflops_device": tflops.get("device_median"),
             "tflops_wall": tflops.get("wall"), "max_abs_err": correctness.get("max_abs_err"),
             "cosine": correctness.get("cosine"), "gpu_uuid": (result["provenance"].get("gpu") or {}).get("uuid"),
-            "device": result["provenance"].get("device")}
+            "device": result["provenance"].get("device"), "measured_in": entry.get("measured_in")}
 
 
 def results_csv(collected: dict) -> str:
@@ -47,6 +52,6 @@ def results_csv(collected: dict) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for result in collected["results"]:
+    for result in shown(collected)["results"]:
         writer.writerows(cell_row(result, name, entry) for name, entry in result["backends"].items())
     return buffer.getvalue()

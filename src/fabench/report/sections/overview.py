@@ -5,6 +5,7 @@ provenance) and Benchmark Configuration (what was asked for, from the config).
 from __future__ import annotations
 
 from fabench.analysis import claims
+from fabench.analysis.identity import hardware_identity
 from fabench.platforms import PlatformName
 from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
@@ -185,14 +186,30 @@ def ran_differently(run: Run, name: str) -> bool:
 
 def variants_alike(run: Run) -> dict | None:
     """When there are variants but no backend measured here ran other code in one than in another
-    (their recorded implementation, config and kernel): which backends ran, and whether the Triton
-    role, the one that reads the variant's config, is among them. None when a variant changed code."""
+    (their recorded implementation, config and kernel): which backends ran, whether the Triton role,
+    the one that reads the variant's config, is among them, and which were measured once per shape
+    (`once`: {variant, backends}, one figure shown in every table) or in every variant's jobs
+    (`again`: their tables differ by the run's noise). None when a variant changed code."""
     ran = dict((n, b["label"]) for r in run.results for n, b in r["backends"].items() if b["status"] == "ok")
     if len(run.variants) < 2 or not ran or any(ran_differently(run, name) for name in ran):
         return None
     triton = run.first["roles"].get("triton")
+    once = [{"variant": md_text(run.variant_label(variant)), "backends": [md_text(ran[n]) for n in names if n in ran]}
+            for variant, names in run.measured_once.items()]
+    measured_once = {n for names in run.measured_once.values() for n in names}
     return {"backends": [md_text(label) for label in ran.values()],
+            "once": [o for o in once if o["backends"]],
+            "again": [md_text(label) for name, label in ran.items() if name not in measured_once],
             "triton": md_text(run.label("triton")), "triton_ran": triton in ran}
+
+
+def quoted_calibration(run: Run) -> dict | None:
+    """The values of this report not measured in this run besides published ones: the calibration's
+    between-run and between-card noise quoted under How precise is this run (where a run shows
+    its precision), with the fit's name and whether it was fitted on this run's hardware."""
+    if run.published or not any(b["status"] == "ok" and b.get("stats") for _, _, b in run.ran_backends()):
+        return None
+    return {"fit": md_code(run.rule.fit or "none"), "here": run.rule.calibrated_on(hardware_identity(run.results))}
 
 
 def context(run: Run, published: dict | None) -> dict:
@@ -215,4 +232,5 @@ def context(run: Run, published: dict | None) -> dict:
         "triton_config_reads": triton_config_reads(run),
         "title_columns": title_columns(run),
         "variants_alike": variants_alike(run),
+        "calibration": quoted_calibration(run),
     }

@@ -76,7 +76,10 @@ def noise_components(run: Run) -> dict:
 
     def pct(value):
         return None if value is None else f"{value:.2%}"
-    return {"within": pct(own["within_process"]), "between": pct(own["between_process"]),
+    # One process a job has no second process to spread from: the components' figure there is the
+    # trials' own spread again, not one between processes.
+    one_process = all((r["method"].get("repeats") or 1) == 1 for r in run.results)
+    return {"within": pct(own["within_process"]), "between": None if one_process else pct(own["between_process"]),
             "cards": pct(own["between_card_in_run"]),
             "margins": ", ".join(f"{kind} {pct(margin)}" for kind, margin in run.rule.margins().items()),
             "fit": run.rule.fit,

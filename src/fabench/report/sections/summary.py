@@ -3,27 +3,28 @@ to one question, each linking to the part of the report it summarises.
 
     fastest      per shape group (the head_dim tables) of the last variant, the backend the policy
                  finds faster than every other at every shape (tied ones: the same within its
-                 margin), on the figure it judges (device time on a GPU, wall-clock on a CPU);
-                 else no clear winner, and why
+                 margin), judged on its figure (device time on a GPU, wall-clock on a CPU), its lead
+                 in the figure the linked table shows (TABLE_FIGURES) and the variant whose jobs
+                 measured the cells; else no clear winner, and why
     tuning       the last variant's Triton-role cells against the first's: the largest gain, the
                  policy's claim on it and its claims over all shapes
     claims       the published claims re-tested (report.sections.published_claims): held, failed,
                  cannot tell, and why they cannot be told
     precision    the median 95% CI half-width of the ok cells (relative to their median), the
                  unstable cells, or that one process per job gives no interval between runs
-    time         the measure jobs' span, jobs and processes, the largest kind of work and the
-                 setting that cuts it (fabench.report.wall_clock)
+    time         the measure jobs' span, jobs and processes, and the job that took the longest
+                 (from the results' own start and finish)
+    decided      how many of those questions this run answered, and where a judged example is
+                 when it answered not all
 
 Every verdict is the policy's (fabench.analysis.claims over fabench.analysis.policy): this module
 sets no threshold of its own. It computes values and codes; templates/sections/summary.md.j2
-writes the words. compare_context does the same for compare's page: what changed between the
-newest two archived runs.
+writes the words. Compare's page has its own: fabench.report.sections.compare_summary.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-import math
 
 from fabench.analysis import stats
 from fabench.analysis.figures import METRICS, run_metric, shown_figure
@@ -33,14 +34,21 @@ from fabench.report.sections import published_claims, results
 from fabench.report.sections.timeline import time_line
 
 MAX_LINES = 8
-MAX_GROUPS = 4  # shape groups with a line of their own; the fastest table covers the rest
+MAX_GROUPS = 2  # shape groups with a line of their own; the fastest table covers the rest
 # Claims by which the policy separates two cells, or finds them alike (fabench.analysis.claims).
 TIED = ("same", "below margin")
+# The figure the linked table (All measured backends) shows for the judged metric, in words, and how
+# it is read from an entry: a lead on the summary's line is the ratio of the figures that table shows.
+TABLE_FIGURES = {"device_ms": ("device medians", lambda entry: (entry.get("device_ms") or {}).get("median")),
+                 "wall_mean_ms": ("wall-clock means", lambda entry: entry.get("wall_mean_ms"))}
+# A judged run of every question the summary asks, in the checkout (examples/h200/README.md says
+# what it is): where this run decides not all, the summary points there.
+JUDGED_EXAMPLE = {"command": "fabench compare --root examples/h200/archive", "report": "examples/h200/report.md"}
 
 
 # ---------------------------------------------------------------- the fastest backend
 
-def _ranked(result: dict, metric: str) -> list[tuple[str, dict, float]]:
+def ranked_backends(result: dict, metric: str) -> list[tuple[str, dict, float]]:
     """(name, entry, median) of the result's backends that ran cleanly, fastest first."""
     found = []
     for name, entry in result["backends"].items():
@@ -59,33 +67,52 @@ def shape_leaders(run: Run, result: dict, metric: str) -> dict | None:
     with the policy's reason codes), then the first backend it finds slower than a leader (`beaten`,
     with that factor): the fastest backend is among the leaders. `beaten` None where the
     policy puts no backend behind them."""
-    ranked = _ranked(result, metric)
+    ranked = ranked_backends(result, metric)
     if len(ranked) < 2:
         return None
     leaders, untold, trials_lead = [ranked[0]], [], None
     for name, entry, _ in ranked[1:]:
         verdicts = [run.claim(entry, lead, names=(name, lead_name)) for lead_name, lead, _ in leaders]
         if trials_lead is None:
-            trials_lead = _trials_lead(ranked[0][0], verdicts[0], run.rule.within_run_margin())
-        behind = [v for v in verdicts if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
+            trials_lead = _trials_lead(ranked[0][0], verdicts[0], run.rule.within_run_margin(),
+                                       table_ratio(entry, ranked[0][1], metric))
+        behind = [(v, lead) for v, (_, lead, _) in zip(verdicts, leaders)
+                  if v["claim"] in results.NAMES_A_WINNER and v["faster"] == "b"]
         if behind:
             return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": name,
-                    "ratio": behind[0]["ratio"], "trials_lead": None}
+                    "ratio": table_ratio(entry, behind[0][1], metric), "trials_lead": None,
+                    "measured_in": measured_in(result, [*leaders, (name, entry, None)])}
         untold += [str(v["code"] or v["claim"]) for v in verdicts if v["claim"] not in TIED]
         leaders.append((name, entry, None))
     return {"leaders": [n for n, _, _ in leaders], "untold": untold, "beaten": None, "ratio": None,
-            "trials_lead": trials_lead or None}
+            "trials_lead": trials_lead or None, "measured_in": measured_in(result, ranked[:2])}
 
 
-def _trials_lead(leader: str, verdict: dict, margin: float) -> dict | False:
+def table_ratio(slower: dict, faster: dict, metric: str) -> float | None:
+    """The slower entry's figure over the faster's, in the figure the linked table shows."""
+    read = TABLE_FIGURES[metric][1]
+    a, b = read(slower), read(faster)
+    return a / b if a and b else None
+
+
+def measured_in(result: dict, compared: list[tuple]) -> dict[str, list[str]]:
+    """{variant: backend names} of the compared entries, by the variant whose jobs measured them (a
+    backend measured once per shape is shown in every variant, marked `measured_in`)."""
+    found: dict[str, list[str]] = {}
+    for name, entry, _ in compared:
+        found.setdefault(entry.get("measured_in") or result["variant"], []).append(name)
+    return found
+
+
+def _trials_lead(leader: str, verdict: dict, margin: float, ratio: float | None) -> dict | False:
     """Where two backends of one job ran in one process (no test: `one_process`), the fastest's lead
     when every paired trial has it ahead of the next by more than the rule's margin: {leader, least
-    (the smallest paired factor), ratio}; False otherwise."""
+    (the smallest paired factor), ratio (in the table's figure)}; False otherwise."""
     paired = verdict.get("paired") or {}
     if (verdict["code"] != "one_process" or paired.get("side") != "b" or not paired.get("least")
-            or paired["least"] <= 1 + margin):
+            or paired["least"] <= 1 + margin or ratio is None):
         return False
-    return {"leader": leader, "least": paired["least"], "ratio": verdict["ratio"]}
+    return {"leader": leader, "least": paired["least"], "ratio": ratio}
 
 
 def one_process_lead(run: Run, shapes: list[tuple[dict, dict]]) -> dict | None:
@@ -113,8 +140,9 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     shapes = [(r, s) for r, s in shapes if s is not None]
     label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
     line = {"head_dim": head_dim, "shapes": len(group), "metric": METRICS[metric], "code": "no clear winner",
-            "leaders": [], "ratios": None, "beaten": [], "untold": [], "reasons": [], "split": [],
-            "trials_lead": None, "setting": None}
+            "figure": TABLE_FIGURES[metric][0], "leaders": [], "ratios": None, "beaten": [], "untold": [],
+            "reasons": [], "split": [], "trials_lead": None, "setting": None,
+            "measured_in": measured_words(run, [s["measured_in"] for _, s in shapes], label)}
     if not shapes:
         return {**line, "code": "not measured"}
     untold = [(r, s) for r, s in shapes if s["untold"]]
@@ -134,6 +162,24 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     return {**line, "code": "winner", "leaders": [label(n) for n in shapes[0][1]["leaders"]],
             "ratios": [min(ratios), max(ratios)],
             "beaten": [label(n) for n in dict.fromkeys(s["beaten"] for _, s in shapes)]}
+
+
+def measured_words(run: Run, found: list[dict[str, list[str]]], label) -> dict:
+    """Which variant's jobs measured the cells a group line compares: `variant` (the label its line
+    names: the last variant's, or the one variant that measured them all) and `once` (the backends
+    of that line measured once per shape in another variant's jobs and shown in every table)."""
+    last = run.variants[-1]
+    by_variant: dict[str, list[str]] = {}
+    for one in found:
+        for variant, names in one.items():
+            by_variant.setdefault(variant, [])
+            by_variant[variant] += [n for n in names if n not in by_variant[variant]]
+    if len(by_variant) == 1 and last not in by_variant:
+        only = next(iter(by_variant))
+        return {"variant": md_text(run.variant_label(only)), "once": [], "shown_in_all": len(run.variants) > 1}
+    return {"variant": md_text(run.variant_label(last)), "shown_in_all": False,
+            "once": [{"variant": md_text(run.variant_label(v)), "backends": [label(n) for n in names]}
+                     for v, names in by_variant.items() if v != last]}
 
 
 def fastest(run: Run) -> dict:
@@ -161,9 +207,9 @@ def tuning(run: Run) -> dict | None:
     judged = []
     for shape, before, after in results.triton_pairs(run):
         claim = run.claim(before, after, names=names)
-        medians = [shown_figure(e, claim["metric"]).get("median") for e in (before, after)] if claim["metric"] else []
-        if all(medians) and len(medians) == 2:
-            judged.append((shape, claim, medians[0] / medians[1]))  # first over last: above 1 a gain
+        gain = table_ratio(before, after, claim["metric"]) if claim["metric"] in TABLE_FIGURES else None
+        if gain:
+            judged.append((shape, claim, gain))  # first over last, in the table's figure: above 1 a gain
     if not judged:
         return {**line, "code": "not measured"}
     shape, claim, gain = max(judged, key=lambda j: j[2])
@@ -173,7 +219,7 @@ def tuning(run: Run) -> dict | None:
         counts[kind] = counts.get(kind, 0) + 1
     return {**line, "code": "compared", "shape": md_text(run.shape_name(shape)), "gain": gain,
             "claim": claim["claim"], "faster": claim["faster"], "reason_code": claim["code"] and str(claim["code"]),
-            "metric": METRICS.get(claim["metric"], "n/a"),
+            "metric": METRICS.get(claim["metric"], "n/a"), "figure": TABLE_FIGURES[claim["metric"]][0],
             "reason": md_text(results.UNTOLD_WORDS.get(claim["code"], claim["code"] or "")), "counts": counts,
             "shapes": len(judged)}
 
@@ -210,13 +256,14 @@ def precision(run: Run) -> dict | None:
 
 
 def wall_time(run: Run) -> dict | None:
-    """The measure jobs' span, jobs, processes and the largest kind of work from the time line;
+    """The measure jobs' span, jobs and processes from the time line, and the longest job;
     for results recorded before time lines, the span from the jobs' recorded start and finish."""
     anchor_to = anchor("Where the run's time went")
     line = time_line(run)
+    longest = longest_job(run)
     if line is not None:
         return {"span_s": line["measure_span_s"], "workflow_s": line["workflow_s"], "jobs": line["jobs"],
-                "processes": line["processes"], "workers": line["workers"], "largest": line["largest"],
+                "processes": line["processes"], "workers": line["workers"], "longest": longest,
                 "anchor": anchor_to}
     started = [r["provenance"].get("started") for r in run.results]
     finished = [r["provenance"].get("finished") for r in run.results]
@@ -226,75 +273,50 @@ def wall_time(run: Run) -> dict | None:
     processes = sum(len(r["method"].get("process_exits") or []) for r in run.results)
     # No time line section to link to: the configuration names the trials and processes per job.
     return {"span_s": span, "workflow_s": None, "jobs": len(run.results), "processes": processes, "workers": 0,
-            "largest": None, "anchor": anchor("Benchmark Configuration")}
+            "longest": longest, "anchor": anchor("Benchmark Configuration")}
+
+
+def job_seconds(result: dict) -> float | None:
+    """A job's span from its recorded start to its finish; None where either is unrecorded."""
+    started, finished = result["provenance"].get("started"), result["provenance"].get("finished")
+    if not started or not finished:
+        return None
+    return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+
+
+def longest_job(run: Run) -> dict | None:
+    """The job that took the longest, by its own recorded start and finish: its variant, shape and
+    seconds, and its share of the jobs' summed seconds. None for one job or without the records."""
+    spans = [(job_seconds(r), r) for r in run.results]
+    if len(spans) < 2 or any(s is None for s, _ in spans):
+        return None
+    seconds, result = max(spans, key=lambda item: item[0])
+    total = sum(s for s, _ in spans)
+    return {"variant": md_text(run.variant_label(result["variant"])), "shape": md_text(run.shape_name(result["shape"])),
+            "seconds": seconds, "share": seconds / total if total else None}
+
+
+def decided(found: dict) -> dict:
+    """Of the summary's questions (the fastest per shape group, the tuning effect, the published
+    claims), how many this run answered: a winner named, a tuning claim beyond the noise or the
+    same within the margin, a claim held or failed. Where not all, the judged example to read."""
+    asked = answered = 0
+    for group in found["fastest"]["groups"]:
+        asked, answered = asked + 1, answered + (group["code"] == "winner")
+    tuned = found["tuning"]
+    if tuned and tuned["code"] != "same code":  # the same code in both variants asks nothing
+        asked, answered = asked + 1, answered + (tuned["code"] == "compared" and tuned["claim"] != "cannot tell")
+    if found["claims"]:
+        counts = found["claims"]["counts"]
+        asked += found["claims"]["total"]
+        answered += counts["holds"] + counts["fails"]
+    return {"asked": asked, "answered": answered, "example": JUDGED_EXAMPLE if answered < asked else None,
+            "anchor": found["fastest"]["anchor"]}
 
 
 def context(run: Run, published: dict | None) -> dict | None:
     if run.published:
         return None  # a publication's numbers recast as a run: nothing was measured to summarise
-    return {"fastest": fastest(run), "tuning": tuning(run), "claims": claims(run, published),
-            "precision": precision(run), "time": wall_time(run)}
-
-
-# ---------------------------------------------------------------- compare's page
-
-def judged_pair(comparison: dict) -> tuple[str, str, list[str]]:
-    """The newest two runs the policy judged against each other (of one experiment, sharing a cell):
-    (old, new, the newer entries passed over, which share no such cell with an earlier run). The
-    newest two when no pair was judged."""
-    entries = [e["id"] for e in comparison["entries"]]
-    judged = {(found["entry"], cell["entry"]) for row in comparison["rows"] for cell in row["cells"]
-              if (found := cell.get("vs_previous")) and str(found["code"]) != "other_experiment"}
-    for new in reversed(entries):
-        for old in reversed(entries[:entries.index(new)]):
-            if (old, new) in judged:
-                return old, new, entries[entries.index(new) + 1:]
-    return entries[-2], entries[-1], []
-
-
-def software_changes(comparison: dict) -> list[dict]:
-    """Per archive label, the versions that differ between its entries (a package installed between
-    two runs changes no label): what the label does not say."""
-    found = []
-    for label in dict.fromkeys(e["label"] for e in comparison["entries"]):
-        entries = [e for e in comparison["entries"] if e["label"] == label]
-        keys = sorted({k for e in entries for k in e["versions"]})
-        changed = [{"name": k, "values": [str(e["versions"].get(k) or "none") for e in entries]}
-                   for k in keys if len({str(e["versions"].get(k)) for e in entries}) > 1]
-        if changed:
-            found.append({"label": label, "entries": [e["id"] for e in entries], "changed": changed})
-    return found
-
-
-def compare_context(comparison: dict) -> dict | None:
-    """What changed between the newest two runs the policy judged against each other (judged_pair):
-    how many cells it calls a regression, an improvement, the same or cannot tell (by reason code),
-    and the largest change it names; and the software that differs under one label. None with
-    fewer than two runs."""
-    entries = [e["id"] for e in comparison["entries"]]
-    if len(entries) < 2:
-        return None
-    old, new, passed_over = judged_pair(comparison)
-    counts: dict[str, int] = {}
-    untold: dict[str, int] = {}
-    largest = None
-    for row in comparison["rows"]:
-        cell = next((c for c in row["cells"] if c["entry"] == new), None)
-        found = (cell or {}).get("vs_previous")
-        if not found or found["entry"] != old:
-            continue
-        code = str(found["code"])
-        kind = code if found["verdict"] == "changed" else found["verdict"]
-        counts[kind] = counts.get(kind, 0) + 1
-        if found["verdict"] == "cannot tell":
-            untold[code] = untold.get(code, 0) + 1
-        if found["verdict"] == "changed" and found["ratio"] and (
-                largest is None or abs(math.log(found["ratio"])) > abs(math.log(largest["ratio"]))):
-            largest = {"variant": md_text(row["variant"]), "shape_id": md_text(row["shape_id"]),
-                       "label": md_text(row["label"]), "ratio": found["ratio"], "code": code}
-    return {"old": md_text(old), "new": md_text(new), "counts": counts, "untold": untold, "largest": largest,
-            "cells": sum(counts.values()), "anchor": anchor("Flags"),
-            "passed_over": [md_text(e) for e in passed_over],
-            "software": [{"label": md_text(w["label"]), "entries": [md_text(e) for e in w["entries"]],
-                          "changed": [{"name": md_text(c["name"]), "values": [md_text(v) for v in c["values"]]}
-                                      for c in w["changed"]]} for w in software_changes(comparison)]}
+    found = {"fastest": fastest(run), "tuning": tuning(run), "claims": claims(run, published),
+             "precision": precision(run), "time": wall_time(run)}
+    return {**found, "decided": decided(found)}
