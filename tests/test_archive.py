@@ -253,7 +253,7 @@ def test_two_labels_compare_with_the_right_rows(two_runs):
     assert cells[1]["vs_previous"]["entry"] == cells[0]["entry"] and cells[1]["vs_previous"]["metric"] == "device_ms"
     assert cells[1]["vs_baseline"] is None  # previous is the baseline
     assert comparison["flags"] == []
-    assert "beyond the two runs' pooled noise" in render_markdown(comparison)
+    assert "beyond the two runs' noise" in render_markdown(comparison)
 
 
 def test_regression_beyond_the_noise_is_flagged(two_runs):
@@ -297,7 +297,9 @@ def test_small_change_with_tight_intervals_is_flagged_and_a_rerun_is_the_same(tw
 
 def test_a_real_change_below_the_margin_is_named_and_is_no_regression(two_runs):
     old, new, root = two_runs
-    edit_backend(new, *CELL, factor=1.01)  # beyond the fixture's 0.4% noise, within the 1.35% margin
+    # beyond the fixture's 0.4% noise and the unseen noise of runs whose cards are not recorded
+    # (judged as of two hosts), within that kind of pair's margin
+    edit_backend(new, *CELL, factor=1.014)
     comparison = compared(old, new, root)
     found = row(comparison, *CELL)["cells"][1]["vs_previous"]
     assert found["verdict"] == "same" and found["code"] == Code.SMALL_CHANGE and found["interval"][0] > 1

@@ -84,4 +84,4 @@ def test_the_gate_fails_on_a_slowdown_whichever_entry_was_numbered_first(tmp_pat
     comparison = json.loads((tmp_path / "c.json").read_text())
     assert comparison["baseline"] == ids["same"]
     codes = [f["code"] for f in comparison["flags"]]
-    assert codes.count("regression") >= 40 and "improvement" not in codes
+    assert codes.count("regression") >= 35 and "improvement" not in codes  # capped cells: +5% is within their margin

@@ -202,9 +202,10 @@ def test_the_csv_has_a_row_for_every_row_the_tables_show(tmp_path):
     assert all(r["measured_in"] == "" for r in rows if r["variant"] == "default")  # measured in its own jobs
 
 
-def test_the_compare_page_states_one_source_per_noise_value(tmp_path):
-    """Two CPU runs archived: the between-run noise is the archive's own estimate, from the one pair
-    judged, and the page says so once; the rule's default values are not stated beside it."""
+def test_the_compare_page_states_one_source_per_judged_pair(tmp_path):
+    """Two CPU runs archived: the page states the pair's kind, the smallest change it can see and
+    the noise no run sees by itself once, with its one source (the fallback fit, fitted on other
+    hardware); no value estimated from the very pair judged."""
     import subprocess
     import sys
 
@@ -222,17 +223,11 @@ def test_the_compare_page_states_one_source_per_noise_value(tmp_path):
     comparison = compare_entries(list_entries(tmp_path / "archive"), Rule.of({}))
     page = render_markdown(comparison)
     head = page.split("## Summary")[0]
-    (noise,) = comparison["noise"]
-    assert noise["source"]["between_run"] == "this archive's repeats"
-    lines = [line for line in head.splitlines() if line.startswith("- cpu ")]
-    assert len(lines) == 1
-    assert (f"between runs {noise['between_run']:.2%} (estimated from this archive's one pair of repeated runs: "
-            "the pair judged here)") in lines[0]
-    assert "fitted on other hardware" in lines[0] and "Uncalibrated" not in head
-    # Each between-run figure on the page's head is the one used: no second value from the rule's defaults.
-    assert not re.search(r"between-(run|card) noise of \d", head)  # the rule's defaults, here unused
-    stated = re.findall(r"between runs (\d+\.\d\d)%", head)
-    assert stated == [f"{noise['between_run'] * 100:.2f}"], stated
+    (pair,) = comparison["pairs"]
+    lines = [line for line in head.splitlines() if line.startswith("- ") and "cannot be seen" in line]
+    assert len(lines) == 1 and f"changes below {pair['margin']:.2%} cannot be seen" in lines[0]
+    assert "fitted on other hardware" in lines[0] and "archive's" not in head and "Uncalibrated" not in head
+    assert not re.search(r"between-(run|card) noise of \d", head)  # no second value from elsewhere
 
 
 def test_the_runs_terminal_line_is_its_findings_from_results_json(tmp_path):
