@@ -13,9 +13,22 @@ from fabench.results.collect import ResultError, collect, result_schema
 from fabench.results.merge import ProcessFileError, merge_files
 from fabench.results.published import load_published
 from fabench.results.results_csv import results_csv
+from fabench.results.side_files import COMPILE_AHEAD, WORKFLOW_STARTED, side_file_or_note
 
 sm = snakemake  # noqa: F821
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+
+
+def side_file(path, kind):
+    """A side file checked (fabench.results.side_files); one that fails is left out, said in the
+    log and on the terminal: it never costs the run's report."""
+    value, note = side_file_or_note(path, kind)
+    if note:
+        for stream in (sys.stderr, sys.__stderr__):
+            print(f"fabench report: {note}", file=stream, flush=True)
+    return value
+
+
 # A cell's process files lie in the folder named as its result: results/<run>/<variant>/<shape>/.
 processes = {}
 for path in map(Path, sm.input.processes):
@@ -32,9 +45,9 @@ try:
 except ResultError as err:
     sys.exit(f"fabench collect: {err}")
 # The compile ahead before the measuring processes (Snakefile onstart), for the report's time line.
-ahead = Path(sm.params.compile_ahead)
-if ahead.is_file():
-    collected["compile_ahead"] = json.loads(ahead.read_text())
+ahead = side_file(sm.params.compile_ahead, COMPILE_AHEAD)
+if ahead:
+    collected["compile_ahead"] = ahead
 write_json(sm.output.json, collected)
 write_atomic(sm.output.csv, results_csv(collected))
 collected = json.loads(Path(sm.output.json).read_text())  # the plots and the report read what was written
@@ -47,8 +60,8 @@ published = load_published(sm.input.published) if sm.input.published else None
 here = Path(sm.output.markdown).parent
 figures = run_figures(collected)  # paths under the run's folder, where report.md is
 sweep = json.loads(Path(sm.input.sweep).read_text()) if sm.input.sweep else None
-started = Path(sm.params.workflow_started)  # written when this workflow started (onstart)
-started_at = json.loads(started.read_text())["started_at"] if started.is_file() else None
+started = side_file(sm.params.workflow_started, WORKFLOW_STARTED)  # written when this workflow started (onstart)
+started_at = started["started_at"] if started else None
 markdown = render(collected, dict(sm.params.config), published, Path(sm.params.template_dir), figures, sweep,
                   started_at)
 write_atomic(sm.output.markdown, markdown)
