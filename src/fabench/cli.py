@@ -102,6 +102,7 @@ def comparison_rule(args):
     """The comparison policy the user asked for: --configfile's `comparison` key (the policy's
     defaults without one), --margin over it. UsageError with one line if it cannot be used."""
     from fabench.analysis.policy import Rule, RuleError, refuse_retired
+    from fabench.config import block_errors
 
     config = {}
     if args.configfile:
@@ -115,6 +116,8 @@ def comparison_rule(args):
             raise UsageError(f"--configfile {args.configfile}: not YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(config, dict):
             raise UsageError(f"--configfile {args.configfile}: not a mapping of config keys")
+        if problem := block_errors(config, ("comparison",)):  # checked as the workflow checks it
+            raise UsageError(f"--configfile {args.configfile}: {problem}")
     if args.margin and isinstance(config.get("comparison") or {}, dict):
         config = {**config, "comparison": {**(config.get("comparison") or {}), "margin": args.margin}}
     try:
@@ -292,6 +295,7 @@ def cmd_verify(args) -> int:
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries
+    from fabench.results.gates import no_evidence
     from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"
@@ -336,6 +340,8 @@ def cmd_compare(args) -> int:
     if flags and args.fail_on == "regression":
         print(f"{prog}: failing on {len(flags)} regression flag(s) (--fail-on regression)", file=sys.stderr)
         return REGRESSION
+    if reason := no_evidence(comparison, args.fail_on, args.min_answered):  # no evidence is no pass
+        return fail(prog, reason, TOO_FEW_ANSWERED)
     answers = comparison["answers"]
     least = args.min_answered if args.min_answered is not None else MIN_ANSWERED if args.fail_on else 0.0
     if answers["judged"] and answers["share"] < least:

@@ -209,6 +209,21 @@ def config_schema() -> dict:
     return yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
 
 
+def block_errors(config: dict, keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` present in `config` (a workflow config file read by a command outside
+    the workflow, `fabench compare --configfile`) that its block of the config schema refuses, as
+    one line naming the key; None when all that are present pass. Only the blocks the command
+    reads are checked: a layer of a config may leave the others out or partial."""
+    schema = config_schema()
+    for key in keys:
+        if key in config:
+            problem = schema_error(config[key], schema["properties"][key], lambda where, key=key: (
+                key if where == "(top level)" else f"{key}.{where}"))
+            if problem:
+                return problem
+    return None
+
+
 def option_error(value: float, *keys: str) -> str | None:
     """Why the config schema's entry at `keys` (e.g. "measure", "job_timeout_s") refuses `value`, one
     line naming what was expected; None when it takes it. A command's option that stands for a
