@@ -11,6 +11,7 @@ from fabench.report.plots import run_figures, write_run_plots
 from fabench.report.render import render
 from fabench.results.collect import ResultError, collect, result_schema
 from fabench.results.merge import ProcessFileError, merge_files
+from fabench.results.output_digests import record_digests
 from fabench.results.published import load_published
 from fabench.results.results_csv import results_csv
 from fabench.results.side_files import COMPILE_AHEAD, WORKFLOW_STARTED, side_file_or_note
@@ -66,3 +67,5 @@ markdown = render(collected, dict(sm.params.config), published, Path(sm.params.t
                   started_at)
 write_atomic(sm.output.markdown, markdown)
 write_atomic(sm.output.html, markdown_page(markdown, here, f"Run {collected['run']}"))
+# Last: what was written, so that a file changed since is noticed (fabench.results.output_digests).
+record_digests([path for path in sm.output if path != sm.output.digests], sm.output.digests)

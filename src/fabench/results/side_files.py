@@ -1,7 +1,8 @@
 """The files the workflow writes beside a run's measurements and reads back later, checked as
 strictly as the config before anything is taken from them: the compile ahead's record
 (results/<run>/compile-ahead.json), the archive receipt (results/<run>/archived.json), the
-workflow's start (.snakemake/fabench-workflow-started.json) and the compile ahead's stamps.
+workflow's start (.snakemake/fabench-workflow-started.json), the compile ahead's stamps and the
+digests of what write_report wrote (fabench.results.output_digests).
 
 Each has a JSON Schema in workflow/schemas/ (SCHEMAS) and, where a schema cannot say it, a check
 of its own (times in order). `read_side_file` raises SideFileError, one line naming the file and
@@ -23,8 +24,10 @@ from fabench.resources import SCHEMA_DIR
 # Far above any such file fabench writes (a compile ahead's record of a few hundred jobs: ~1 MB).
 MAX_SIDE_FILE_BYTES = 16 * 1024 * 1024
 COMPILE_AHEAD, RECEIPT, WORKFLOW_STARTED, STAMP = "compile-ahead", "receipt", "workflow-started", "stamp"
+OUTPUT_DIGESTS = "output-digests"
 SCHEMAS = {COMPILE_AHEAD: "compile-ahead.schema.json", RECEIPT: "receipt.schema.json",
-           WORKFLOW_STARTED: "workflow-started.schema.json", STAMP: "stamp.schema.json"}
+           WORKFLOW_STARTED: "workflow-started.schema.json", STAMP: "stamp.schema.json",
+           OUTPUT_DIGESTS: "output-digests.schema.json"}
 
 
 class SideFileError(ValueError):
