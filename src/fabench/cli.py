@@ -295,7 +295,8 @@ def cmd_verify(args) -> int:
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries
-    from fabench.results.gates import no_evidence
+    from fabench.analysis.policy import RuleError
+    from fabench.results.gates import no_evidence, rule_beyond_bounds
     from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"
@@ -322,6 +323,8 @@ def cmd_compare(args) -> int:
         comparison = compare_entries(entries, rule, baseline, published)
     except CompareError as err:
         return fail(prog, f"error: {err}", INTEGRITY if isinstance(err, NothingToCompare) else USAGE)
+    except RuleError as err:  # the archive's own noise estimate beyond the policy's bound
+        return fail(prog, f"error: {rule_beyond_bounds(err)}", USAGE)
     markdown = write_comparison(comparison, ComparisonOutputs(
         markdown=written(args.out_md), json=written(args.out_json), csv=written(args.out_csv),
         html=written(args.out_html), plots=args.plots))

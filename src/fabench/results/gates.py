@@ -16,3 +16,13 @@ def no_evidence(comparison: dict, fail_on: str | None, min_answered: float | Non
     return (f"no ok cell of the {entries} entr{'y' if entries == 1 else 'ies'} compared was measured in an earlier "
             "one as well (no shared shape, variant and backend that both ran), so the gate has no evidence and "
             "does not pass; compare runs of one experiment")
+
+
+def rule_beyond_bounds(err: Exception) -> str:
+    """One line for a comparison whose rule could not be built from what the archive shows (its
+    own repeats put the between-run noise beyond the policy's bound, fabench.analysis.policy.Rule):
+    what happened and the settings that judge such runs anyway."""
+    return (f"the archive's runs cannot be judged by the comparison policy ({err}): runs of one experiment this far "
+            "apart (a busy host, another machine under one name) give a between-run noise beyond what the policy "
+            "takes; set comparison.between_run (or between_card) in a config (--configfile) to judge them by "
+            "that, or leave the far-off runs out")
