@@ -83,6 +83,12 @@ def test_without_a_gate_runs_that_share_no_cell_are_shown_and_pass(tmp_path):
     assert proc.returncode == 0 and "0 cells judged" in last_line(proc)
 
 
+def test_a_gate_over_a_first_run_alone_passes_nothing_to_compare_it_with_yet(tmp_path):
+    stored(tmp_path, ("one", {"versions": CUDA_13_0}))
+    proc = fabench("compare", "--fail-on", "regression", "--out-md", os.devnull, cwd=tmp_path)
+    assert proc.returncode == 0 and "nothing to compare it with yet" in proc.stderr, proc.stderr
+
+
 def test_a_gate_over_runs_of_one_experiment_still_passes(tmp_path):
     stored(tmp_path, ("one", {"versions": CUDA_13_0}), ("two", {"versions": CUDA_13_0, "seed": 1}))
     proc = fabench("compare", "--fail-on", "regression", "--min-answered", "0", "--out-md", os.devnull, cwd=tmp_path)

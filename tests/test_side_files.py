@@ -1,6 +1,6 @@
 """Every file the workflow reads back beside the measurements (the compile ahead's record, the
 workflow's start, the archive receipt, the compile ahead's stamps, the digests of what the report
-wrote) is checked before use (fabench.results.side_files); a bad one is left out with a note and
+wrote) is checked before use (fabench.side_files); a bad one is left out with a note and
 never costs the run's good outputs. A file of the report changed or deleted after it was written
 is noticed and made again (fabench.results.output_digests), never "Nothing to be done".
 
@@ -23,7 +23,7 @@ import pytest
 from fabench.measure.launch.launcher import no_result
 from fabench.measure.spec import job_spec
 from fabench.results.merge import merge_files
-from fabench.results.side_files import (COMPILE_AHEAD, OUTPUT_DIGESTS, RECEIPT, STAMP, WORKFLOW_STARTED,
+from fabench.side_files import (COMPILE_AHEAD, OUTPUT_DIGESTS, RECEIPT, STAMP, WORKFLOW_STARTED,
                                         SideFileError, read_side_file)
 from fabench.shapes import parse_shape_id
 from workflow_util import REPO, snakemake, tiny_config

@@ -5,7 +5,6 @@
 # config) the chain cost ~12 s on a CPU host and ~14 s on an H200 after the last measuring process
 # ended, most of it Snakemake's per-job start and each job's Python and library start-up; in one
 # process the work itself takes a few seconds. Every file stays a declared output.
-from fabench.results.output_digests import changed_outputs, make_stale
 
 
 rule write_report:
@@ -75,22 +74,3 @@ rule write_report:
         compile_ahead=lambda wildcards: compile_ahead_record(wildcards.run),
     script:
         "../scripts/write_report.py"
-
-
-def report_outputs_checked(wildcards):
-    """Every file rule write_report makes, for each run: one deleted is made again, and so is one
-    whose bytes are no longer those it wrote (given an old modification time, with a note).
-    """
-    paths = []
-    for run in RUNS:
-        outputs = expand(list(rules.write_report.output), run=run)
-        record = rules.write_report.output.digests.format(run=run)
-        changed = changed_outputs([p for p in outputs if p != record], record)
-        for path, why in changed:
-            print(
-                f"fabench: {path}: {why}; rule write_report makes it again",
-                file=sys.stderr,
-            )
-        make_stale([path for path, _ in changed])
-        paths += outputs
-    return paths

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from fabench.results.collect import result_schema
-from fabench.results.side_files import RECEIPT, side_file_or_note
+from fabench.side_files import RECEIPT, side_file_or_note
 from fabench.results.unarchived import WORKFLOW_RESULTS, store_unarchived
 
 sm = snakemake  # noqa: F821
@@ -28,7 +28,7 @@ for stored in outcome:
 
 
 def archived_as(run: str) -> str:
-    """Where this config's run is archived, from its receipt (checked: fabench.results.side_files)."""
+    """Where this config's run is archived, from its receipt (checked: fabench.side_files)."""
     receipt, note = side_file_or_note(Path(f"results/{run}/archived.json"), RECEIPT)
     return f"results/{run} as {receipt['entry']}" if receipt else f"results/{run}: {note or 'no receipt'}"
 

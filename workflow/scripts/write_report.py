@@ -14,14 +14,14 @@ from fabench.results.merge import ProcessFileError, merge_files
 from fabench.results.output_digests import record_digests
 from fabench.results.published import load_published
 from fabench.results.results_csv import results_csv
-from fabench.results.side_files import COMPILE_AHEAD, WORKFLOW_STARTED, side_file_or_note
+from fabench.side_files import COMPILE_AHEAD, WORKFLOW_STARTED, side_file_or_note
 
 sm = snakemake  # noqa: F821
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
 
 
 def side_file(path, kind):
-    """A side file checked (fabench.results.side_files); one that fails is left out, said in the
+    """A side file checked (fabench.side_files); one that fails is left out, said in the
     log and on the terminal: it never costs the run's report."""
     value, note = side_file_or_note(path, kind)
     if note:

@@ -17,7 +17,7 @@ from fabench.analysis.identity import hardware_identity
 from fabench.analysis.policy import Rule
 from fabench.platforms import PlatformName
 from fabench.results.shared import measured_once, shown
-from fabench.results.side_files import COMPILE_AHEAD, side_value_problem
+from fabench.side_files import COMPILE_AHEAD, side_value_problem
 from fabench.shapes import main_head_dim, shape_key, shape_text
 
 ROLES = ("baseline", "vendor", "triton")

@@ -6,7 +6,7 @@ its inputs, and the next `snakemake report` said "Nothing to be done". write_rep
 SHA-256 of every file it wrote (`record_digests`, written last); when the workflow plans, each file
 that is no longer those bytes (`changed_outputs`) is given a modification time older than any input
 (`make_stale`), so Snakemake writes the report again from the measurements, and says why. A record
-that fails its check (fabench.results.side_files) marks every file it should have named.
+that fails its check (fabench.side_files) marks every file it should have named.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from fabench.files import write_json
-from fabench.results.side_files import OUTPUT_DIGESTS, SideFileError, read_side_file
+from fabench.side_files import OUTPUT_DIGESTS, SideFileError, read_side_file
 
 FORMAT = "fabench-output-digests/1"
 

@@ -56,7 +56,7 @@ from fabench.measure.launch.launcher import exit_text, kill, timeout_reason
 from fabench.measure.launch.runner import MODES, process_started_at, rounds_ahead
 from fabench.measure.launch.worker_client import start_ahead
 from fabench.measure.timeline import SPAWNED_AT_ENV
-from fabench.results.side_files import STAMP, SideFileError, read_side_file, stamp_path_problem
+from fabench.side_files import STAMP, SideFileError, read_side_file, stamp_path_problem
 from fabench.watchdog import watch_workflow
 
 FORMAT = "fabench-compile-ahead-run/1"
@@ -121,7 +121,7 @@ def stamp_path(facts: dict) -> Path:
 
 def stamped(stamp: Path | None, spec) -> bool:
     """Whether `stamp` says the job of `spec` was compiled ahead: a regular file (not a link) that
-    its schema accepts (fabench.results.side_files), of this job. Any other stamp is no stamp:
+    its schema accepts (fabench.side_files), of this job. Any other stamp is no stamp:
     the job compiles ahead again and its stamp is written anew."""
     if stamp is None or not os.path.lexists(stamp):
         return False
