@@ -261,14 +261,14 @@ def read_regular(path: str | os.PathLike, limit: int, follow: bool = True) -> by
         if not follow and err.errno == errno.ELOOP:
             raise FileReadError(f"{path}: is a symbolic link, which fabench does not follow here") from None
         raise
+    info = os.fstat(fd)
+    kind, size = _kind(info.st_mode), info.st_size
+    if kind or size > limit:
+        os.close(fd)
+        raise FileReadError(f"{path}: is {kind}, not a regular file" if kind else
+                            f"{path}: {size} bytes, more than the {limit} read here")
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        kind = _kind(info.st_mode)
-        if kind:
-            raise FileReadError(f"{path}: is {kind}, not a regular file")
-        if info.st_size > limit:
-            raise FileReadError(f"{path}: {info.st_size} bytes, more than the {limit} read here")
-        os.set_blocking(fd, True)
         data = handle.read(limit + 1)
     if len(data) > limit:  # grew while read
         raise FileReadError(f"{path}: more than the {limit} bytes read here")

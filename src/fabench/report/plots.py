@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fabench.analysis.policy import Rule, RuleError
+from fabench.config import ConfigError, read_config_file
 from fabench.files import (DataPathError, JsonReadError, OutputPathError, confined_path, output_folder,
                            output_folder_arg, read_json, write_atomic)
 from fabench.results.shared import shown
@@ -91,14 +92,10 @@ def rule_of_file(path: Path | None) -> Rule:
     """The comparison rule of a workflow config file (YAML), the policy's defaults without one."""
     if path is None:
         return Rule.of({})
-    import yaml
-
     try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise RuleError(f"not YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise RuleError("not a mapping of config keys")
+        config = read_config_file(path)
+    except ConfigError as err:
+        raise RuleError(str(err).removeprefix(f"{path}: ")) from None
     return Rule.of(config)
 
 
