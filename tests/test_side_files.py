@@ -177,6 +177,32 @@ def test_a_report_file_changed_or_deleted_since_is_made_again_not_nothing_to_be_
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+@pytest.mark.parametrize("damage", ["not JSON", "a FIFO"])
+def test_a_process_file_corrupted_since_is_measured_again_and_the_report_written(run_copy, damage):
+    """Before: the report step failed on it (asking to delete it by hand), and Snakemake deleted
+    the run's report with it. Now it is moved aside (a dry run too: the plan it shows is the one
+    that runs) and its process measured again."""
+    run = run_copy / "results" / RUN
+    process = run / "default" / "b1-s64-h2-d32" / "process-0.json"
+    process.unlink()
+    if damage == "not JSON":
+        process.write_text("{")
+    else:
+        os.mkfifo(process)  # read as it was, the merge would wait on it for ever
+    dry = snakemake(run_copy, "-n", "--cores", "1", "report", config=tiny_config(), timeout=300)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert f"results/{RUN}/default/b1-s64-h2-d32/process-0.json" in dry.stderr
+    assert "its process is measured again" in dry.stderr
+    [aside] = list(process.parent.glob("process-0.json.unreadable-*"))  # kept, not deleted
+    assert "Job stats:" in dry.stdout, dry.stdout[-3000:] + dry.stderr[-3000:]
+    stats = dry.stdout.split("Job stats:")[1].split("total")[0]
+    assert "measure" in stats and "write_report" in stats
+    proc = snakemake(run_copy, "--cores", "1", "report", config=tiny_config(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(process.read_text())["variant"] == "default" and aside.exists()
+    assert len(json.loads((run / "results.json").read_text())["results"]) == 4
+
+
 def test_an_untouched_run_is_still_nothing_to_be_done(run_copy):
     dry = snakemake(run_copy, "-n", "--cores", "1", "report", config=tiny_config())
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]

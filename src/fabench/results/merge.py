@@ -28,7 +28,7 @@ from pathlib import Path
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.identity import launched_kernels
 from fabench.measure import observations
-from fabench.files import json_problem, output_file_arg, write_json
+from fabench.files import FileReadError, json_problem, output_file_arg, read_regular, write_json
 from fabench.results.bounds import bounds_problem
 from fabench.results.contract import PROCESS_FAILED_KEY, SHARED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
@@ -103,6 +103,8 @@ class ProcessFileError(ValueError):
 
 
 REDO = "delete it and run the same command to measure that process again"
+# Far above a GPU process's file (tens of thousands of samples per backend: a few MB).
+MAX_PROCESS_FILE_BYTES = 256 * 1024 * 1024
 # What the merge reads of a process's result, and the type of each.
 PROCESS_KEYS = {"run": str, "variant": str, "shape_id": str, "platform": str, "method": dict, "backends": dict,
                 "provenance": dict, "reference": dict}
@@ -111,9 +113,11 @@ PROCESS_KEYS = {"run": str, "variant": str, "shape_id": str, "platform": str, "m
 def read_process_file(path: Path) -> dict:
     """A process file as the merge needs it, or ProcessFileError naming the file and the problem."""
     try:
-        value = json.loads(Path(path).read_bytes())
+        value = json.loads(read_regular(path, MAX_PROCESS_FILE_BYTES, follow=False))
     except FileNotFoundError:
         raise ProcessFileError(f"{path}: no such process file") from None
+    except FileReadError as err:  # a link, a FIFO, a device: never followed, waited on or read
+        raise ProcessFileError(f"{err}; {REDO}") from None
     except OSError as err:
         raise ProcessFileError(f"{path}: cannot be read ({err.strerror})") from None
     except UnicodeDecodeError:

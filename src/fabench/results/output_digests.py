@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from fabench.files import write_json
@@ -58,3 +59,33 @@ def make_stale(paths: list[str]) -> None:
     inputs, so Snakemake makes it again."""
     for path in paths:
         os.utime(path, (0, 0), follow_symlinks=False)
+
+
+def unreadable_process_files(paths: list[str], record: str | os.PathLike) -> list[tuple[str, str]]:
+    """(path, why) of each measuring process file present that the merge would refuse
+    (fabench.results.merge.read_process_file), of those changed since write_report last wrote the
+    record (all present, where there is none): a file corrupted after its process wrote it. Moved
+    aside (set_aside), its process is measured again instead of the report failing on it."""
+    from fabench.results.merge import ProcessFileError, read_process_file
+
+    since = os.lstat(record).st_mtime if os.path.lexists(record) else None
+    found = []
+    for path in paths:
+        if not os.path.lexists(path) or (since is not None and os.lstat(path).st_mtime <= since):
+            continue
+        try:
+            read_process_file(Path(path))
+        except ProcessFileError as err:
+            found.append((path, str(err).split("; delete it")[0]))
+    return found
+
+
+def set_aside(paths: list[str]) -> list[str]:
+    """Each path renamed to <path>.unreadable-<epoch s> beside it (kept, never deleted), so that
+    Snakemake sees its file missing and makes it again; the new names."""
+    moved = []
+    for path in paths:
+        aside = f"{path}.unreadable-{int(time.time())}"
+        os.rename(path, aside)
+        moved.append(aside)
+    return moved
