@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from fabench.analysis.policy import Rule
-from fabench.files import write_atomic, write_json
+from fabench.files import JsonReadError, read_json, write_atomic, write_json
 from fabench.report.html import markdown_page
 from fabench.report.plots import run_figures, write_run_plots
 from fabench.report.render import render
@@ -60,7 +60,14 @@ write_json(sm.output.config, dict(sm.params.config))
 published = load_published(sm.input.published) if sm.input.published else None
 here = Path(sm.output.markdown).parent
 figures = run_figures(collected)  # paths under the run's folder, where report.md is
-sweep = json.loads(Path(sm.input.sweep).read_text()) if sm.input.sweep else None
+try:  # the tuning sweep's record (fabench.tune.pick): unreadable, its section is left out with a note
+    sweep = read_json(sm.input.sweep) if sm.input.sweep else None
+except (OSError, JsonReadError) as err:
+    sweep = None
+    for stream in (sys.stderr, sys.__stderr__):
+        print(f"fabench report: {sm.input.sweep}: {err}; the sweep's section is left out", file=stream, flush=True)
+if sweep is not None and not isinstance(sweep, dict):
+    sweep = None
 started = side_file(sm.params.workflow_started, WORKFLOW_STARTED)  # written when this workflow started (onstart)
 started_at = started["started_at"] if started else None
 markdown = render(collected, dict(sm.params.config), published, Path(sm.params.template_dir), figures, sweep,
