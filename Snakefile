@@ -44,9 +44,11 @@ onerror:
 
 
 # The report and every job result it is made from: a result deleted after the report was
-# rendered is measured again, and the report rebuilt, instead of "Nothing to be done".
+# rendered is measured again, and the report rebuilt, instead of "Nothing to be done"; so is any
+# file of the report deleted or changed since it was written (report_outputs_checked).
 rule report:
     default_target: True
     input:
         all_runs(report_path),
         all_runs(result_paths),
+        report_outputs_checked,

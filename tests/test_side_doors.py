@@ -52,7 +52,9 @@ def forged(tmp_path: Path, edit) -> Path:
     record["content_sha256"] = content_sha256({name: sha256_hex(data) for name, data in files.items()})
     (entry / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     (entry / SUMS).write_text(sums_text({**files, RECORD: (entry / RECORD).read_bytes()}))
-    assert verify_entry(entry) == []
+    # Its digests match; its results may still fail the result schema, which the reader checks too
+    # (fabench.results.archive_read.results_schema_problem): then that is its only problem.
+    assert all(problem.startswith("results.json: results[") for problem in verify_entry(entry))
     return entry
 
 
@@ -112,7 +114,7 @@ def test_scale_run_never_writes_into_the_archive(tmp_path):
 
 @pytest.mark.parametrize("edit, words", [
     (lambda e: edit_json(e / "results.json", lambda c: c["results"][0].update(variant="../../escape")),
-     "results.json $.results[0].variant: '../../escape' does not match"),
+     "results.json: results[0]: $.variant: '../../escape' does not match"),
     (lambda e: edit_json(e / "config.json", lambda c: c["timing"].update(trials=0)),
      "config.json: timing.trials: 0 is less than the minimum of 1"),
     (lambda e: edit_json(e / "config.json", lambda c: c.update(published="/etc/hostname")),

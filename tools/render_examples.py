@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import tarfile
 import tempfile
@@ -37,7 +36,7 @@ import yaml
 from fabench.analysis import analyse_run
 from fabench.analysis.policy import Rule
 from fabench.config_layers import replace_whole_values
-from fabench.files import read_json, write_atomic
+from fabench.files import DataPathError, confined_path, read_json, write_atomic
 from fabench.report.plots import run_figures, write_run_plots
 from fabench.report.render import render
 from fabench.results.archive_layout import ArchiveError
@@ -86,7 +85,7 @@ def newest_entry(archive_root: Path):
 def archive_of(example: Path, stack: ExitStack) -> Path | None:
     """The example's archive folder: examples/<name>/archive, else its newest tarball unpacked
     into a temporary folder (removed when `stack` closes), else None."""
-    if (example / "archive").is_dir():
+    if inside(example, "archive").is_dir():
         return example / "archive"
     # archive-<n>.tar.gz, or one archive.tgz (the lease examples)
     tarballs = sorted([*example.glob("archive-*.tar.gz"), *example.glob("archive.tgz")])
@@ -114,14 +113,29 @@ def run_of(example: Path, stack: ExitStack) -> tuple[dict, dict, dict | None, st
             return entry.results(), read_json(entry.path / "config.json"), None, entry.id
         except (OSError, ValueError, ArchiveError) as err:  # not JSON; changed since it was verified
             raise ExampleError(f"{example}: {entry.id}: {err}") from None
-    if example.name in RUN_CONFIGS and (example / "results.json").is_file():
-        sweep = example / "tune" / "sweep.json"
-        return (json.loads((example / "results.json").read_text()), merged_config(list(RUN_CONFIGS[example.name])),
-                json.loads(sweep.read_text()) if sweep.is_file() else None, "results.json")
+    results = inside(example, "results.json")
+    if example.name in RUN_CONFIGS and results.is_file():
+        sweep = inside(example, "tune/sweep.json")
+        try:
+            return (read_json(results), merged_config(list(RUN_CONFIGS[example.name])),
+                    read_json(sweep) if sweep.is_file() else None, "results.json")
+        except (OSError, ValueError) as err:  # not JSON, a NaN: one line naming the file
+            raise ExampleError(f"{example}: {err}") from None
     raise ExampleError(f"{example}: no archive, archive tarball or known run results to render")
 
 
-def write_if_changed(path: Path, data: bytes | str) -> bool:
+def inside(example: Path, name: str) -> Path:
+    """example/name, never through a symbolic link (an example folder is data: one planted there
+    would have this tool read or write elsewhere); ExampleError when it would be."""
+    try:
+        return confined_path(example, name, f"{example.name}'s {name}")
+    except DataPathError as err:
+        raise ExampleError(str(err)) from None
+
+
+def write_if_changed(example: Path, name: str, data: bytes | str) -> bool:
+    """example/name written (atomically, never through a link) when its bytes would change."""
+    path = inside(example, name)
     data = data.encode() if isinstance(data, str) else data
     if path.is_file() and path.read_bytes() == data:
         return False
@@ -143,9 +157,9 @@ def render_example(example: Path) -> list[Path]:
         # The workflow's own drawing (fabench.report.plots), so an example's figures are a run's
         write_run_plots(analysed, Path(drawn), Rule.of(config))
         changed = [example / path for _, path in figures
-                   if write_if_changed(example / path, (Path(drawn) / Path(path).name).read_bytes())]
+                   if write_if_changed(example, path, (Path(drawn) / Path(path).name).read_bytes())]
     markdown = render(analysed, config, published, figures=figures, sweep=sweep)
-    if write_if_changed(example / "report.md", markdown):
+    if write_if_changed(example, "report.md", markdown):
         changed.append(example / "report.md")
     print(f"{example.name}: rendered from {source}", file=sys.stderr)
     return changed
@@ -159,12 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.examples.is_dir():
         print(f"render_examples: {args.examples}: no such folder of examples", file=sys.stderr)
         return 1
-    names = args.names or sorted(p.name for p in args.examples.iterdir() if p.is_dir())
+    names = args.names or sorted(p.name for p in args.examples.iterdir() if p.is_dir() and not p.is_symlink())
     try:
         for name in names:
-            if not (args.examples / name).is_dir():
-                raise ExampleError(f"{args.examples / name}: no such example")
-            for path in render_example(args.examples / name):
+            example = inside(args.examples, name)
+            if not example.is_dir():
+                raise ExampleError(f"{example}: no such example")
+            for path in render_example(example):
                 print(path)
     except ExampleError as err:
         print(f"render_examples: {err}", file=sys.stderr)

@@ -210,6 +210,49 @@ def config_schema() -> dict:
     return yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
 
 
+def block_errors(config: dict, keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` present in `config` (a workflow config file read by a command outside
+    the workflow, `fabench compare --configfile`) that its block of the config schema refuses, as
+    one line naming the key; None when all that are present pass. Only the blocks the command
+    reads are checked: a layer of a config may leave the others out or partial."""
+    schema = config_schema()
+    for key in keys:
+        if key in config:
+            problem = schema_error(config[key], schema["properties"][key], lambda where, key=key: (
+                key if where == "(top level)" else f"{key}.{where}"))
+            if problem:
+                return problem
+    return None
+
+
+# A workflow config a command reads (fabench compare --configfile) is a few kB; read whole, it is
+# bounded, and a FIFO or a device is refused rather than read without end.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def read_config_file(path) -> dict:
+    """A workflow config file (YAML) read by a command outside the workflow: a mapping, or
+    ConfigError of one line naming the file (cannot be read, not a regular file, too large, not
+    YAML, not a mapping). Its keys are the caller's to check (block_errors)."""
+    import yaml
+
+    from fabench.files import FileReadError, read_regular
+
+    try:
+        config = yaml.safe_load(read_regular(path, MAX_CONFIG_BYTES).decode()) or {}
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    except FileReadError as err:
+        raise ConfigError(str(err)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not text (UTF-8)") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: not a mapping of config keys")
+    return config
+
+
 def option_error(value: float, *keys: str) -> str | None:
     """Why the config schema's entry at `keys` (e.g. "measure", "job_timeout_s") refuses `value`, one
     line naming what was expected; None when it takes it. A command's option that stands for a

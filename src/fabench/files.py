@@ -12,6 +12,7 @@ nothing but the archive's store writes inside an archive entry (output_target re
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -240,3 +241,35 @@ def loads_json(text: str | bytes, source: str = "JSON") -> object:
 def read_json(path: str | os.PathLike) -> object:
     """A JSON file, as loads_json reads it (OSError when it cannot be read)."""
     return loads_json(Path(path).read_bytes(), str(path))
+
+
+class FileReadError(ValueError):
+    """A file fabench refuses to read: not a regular file, or larger than the caller allows; the
+    message is one line naming the file."""
+
+
+def read_regular(path: str | os.PathLike, limit: int, follow: bool = True) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them. FileReadError (one line) when
+    it is not a regular file (a FIFO, a device, a folder: none is read, none is waited on), when
+    it is larger than `limit`, or (not `follow`) when it is a symbolic link; OSError as open raises
+    it (a missing file). A FIFO opened without O_NONBLOCK would wait for a writer, and /dev/zero
+    never ends: both are refused before any byte is read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if not follow and err.errno == errno.ELOOP:
+            raise FileReadError(f"{path}: is a symbolic link, which fabench does not follow here") from None
+        raise
+    info = os.fstat(fd)
+    kind, size = _kind(info.st_mode), info.st_size
+    if kind or size > limit:
+        os.close(fd)
+        raise FileReadError(f"{path}: is {kind}, not a regular file" if kind else
+                            f"{path}: {size} bytes, more than the {limit} read here")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # grew while read
+        raise FileReadError(f"{path}: more than the {limit} bytes read here")
+    return data

@@ -15,6 +15,12 @@ from fabench.planned_platform import use_docker
 from fabench.workflow_config import layer_user_config
 from fabench.workflow_hooks import WORKFLOW_STARTED, WorkflowHooks
 from fabench.results import archive_read
+from fabench.results.output_digests import (
+    changed_outputs,
+    make_stale,
+    set_aside,
+    unreadable_process_files,
+)
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
 from fabench.shapes import SHAPE_ID_PATTERN
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
@@ -95,9 +101,13 @@ def result_paths(run):
 def run_process_paths(wildcards):
     """Every measuring process file of the run, one per (variant, shape, process): the files rule
     write_report merges, each cell's from the folder named as its result."""
+    return process_paths(wildcards.run)
+
+
+def process_paths(run):
     return expand(
         rules.measure.output[0],
-        run=wildcards.run,
+        run=run,
         variant=VARIANTS,
         shape=list(SHAPES),
         process=range(PROCESSES),
@@ -254,3 +264,34 @@ def sweep_job_spec_json(wildcards):
 
 def sweep_launcher(wildcards, input):
     return PLAN.launcher(wildcards.run, input.manifest, input.reference, "fabench.tune")
+
+
+def report_outputs_checked(wildcards):
+    """Every file write_report makes, for each run: one deleted is made again, and so is one
+    whose bytes are no longer those it wrote, or whose measuring process file the merge would
+    now refuse (given an old modification time, with a note).
+    """
+    paths = []
+    for run in RUNS:
+        outputs = expand(list(rules.write_report.output), run=run)
+        record = rules.write_report.output.digests.format(run=run)
+        changed = changed_outputs([p for p in outputs if p != record], record)
+        for path, why in changed:
+            print(
+                f"fabench: {path}: {why}; write_report makes it again",
+                file=sys.stderr,
+            )
+        # A process file changed since its process wrote it into what the merge refuses: that
+        # process is measured again (checked here, before Snakemake first lists the run's folders).
+        unreadable = unreadable_process_files(process_paths(run), record)
+        moved = set_aside([path for path, _ in unreadable])
+        for (path, why), aside in zip(unreadable, moved):
+            print(
+                f"fabench: {why}; kept as {aside}, its process is measured again",
+                file=sys.stderr,
+            )
+        # A missing process file alone is no reason for Snakemake to make its report again.
+        stale = outputs if unreadable else [path for path, _ in changed]
+        make_stale([path for path in stale if os.path.lexists(path)])
+        paths += outputs
+    return paths

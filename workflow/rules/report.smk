@@ -54,6 +54,9 @@ rule write_report:
         # The run's resolved config, defaults filled in, written with its report, so that a run
         # made by the report target alone is complete for `fabench archive store`.
         config="results/{run}/config.json",
+        # The digest of every file above, written last: one changed since is made again
+        # (report_outputs_checked, fabench.results.output_digests).
+        digests="results/{run}/output-digests.json",
     log:
         "logs/{run}/report.log",
     params:

@@ -116,6 +116,11 @@ def _data() -> dict:
         raw = yaml.safe_load(CALIBRATIONS.read_text())
     except yaml.YAMLError as err:
         raise CalibrationError(f"calibrations.yaml: not YAML ({str(err).splitlines()[0]})") from None
+    except OSError as err:  # missing from an install, or unreadable: one line, as for a bad key
+        raise CalibrationError(f"calibrations.yaml: cannot be read at {CALIBRATIONS} ({err.strerror}); "
+                               "reinstall fabench or restore the file") from None
+    except UnicodeDecodeError as err:
+        raise CalibrationError(f"calibrations.yaml: not UTF-8 text ({err.reason} at byte {err.start})") from None
     return check(raw)
 
 

@@ -72,19 +72,16 @@ def comparison_rule(args):
     """The comparison policy the user asked for: --configfile's `comparison` key (the policy's
     defaults without one), --margin over it. UsageError with one line if it cannot be used."""
     from fabench.analysis.policy import Rule, RuleError, refuse_retired
+    from fabench.config import ConfigError, block_errors, read_config_file
 
     config = {}
     if args.configfile:
-        import yaml
-
         try:
-            config = yaml.safe_load(args.configfile.read_text()) or {}
-        except OSError as err:
-            raise UsageError(f"--configfile {args.configfile}: cannot be read ({err.strerror})") from None
-        except yaml.YAMLError as err:
-            raise UsageError(f"--configfile {args.configfile}: not YAML ({str(err).splitlines()[0]})") from None
-        if not isinstance(config, dict):
-            raise UsageError(f"--configfile {args.configfile}: not a mapping of config keys")
+            config = read_config_file(args.configfile)  # a regular file, bounded, YAML, a mapping
+        except ConfigError as err:
+            raise UsageError(f"--configfile {err}") from None
+        if problem := block_errors(config, ("comparison",)):  # checked as the workflow checks it
+            raise UsageError(f"--configfile {args.configfile}: {problem}")
     if args.margin and isinstance(config.get("comparison") or {}, dict):
         config = {**config, "comparison": {**(config.get("comparison") or {}), "margin": args.margin}}
     try:

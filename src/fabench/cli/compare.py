@@ -41,6 +41,7 @@ def add_parser(commands) -> None:
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries, gate
+    from fabench.results.gates import no_evidence
     from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"
@@ -87,6 +88,8 @@ def cmd_compare(args) -> int:
         print(f"{prog}: failing on {len(decided['regressions'])} regression flag(s) that hold for the comparison "
               f"as a whole (--fail-on regression)", file=sys.stderr)
         return REGRESSION
+    if reason := no_evidence(comparison, args.fail_on, args.min_answered):
+        return fail(prog, reason, TOO_FEW_ANSWERED)
     answers = comparison["answers"]
     if (args.fail_on or args.min_answered is not None) and not decided["answered_ok"]:
         got = f"({answers['share']:.0%})" if answers["share"] is not None else "(no cell in both)"

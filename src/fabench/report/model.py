@@ -17,6 +17,7 @@ from fabench.analysis.identity import hardware_identity
 from fabench.analysis.policy import Rule
 from fabench.platforms import PlatformName
 from fabench.results.shared import measured_once, shown
+from fabench.side_files import COMPILE_AHEAD, side_value_problem
 from fabench.shapes import main_head_dim, shape_key, shape_text
 
 ROLES = ("baseline", "vendor", "triton")
@@ -96,7 +97,9 @@ class Run:
         self.published = all(r["provenance"].get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         # The kernels compiled ahead of the measuring processes (fabench.measure.launch.precompile), or None.
-        self.compile_ahead = collected.get("compile_ahead")
+        # Checked again: a results.json read back (an archived run's) holds it as it was written.
+        ahead = collected.get("compile_ahead")
+        self.compile_ahead = ahead if ahead and not side_value_problem(ahead, COMPILE_AHEAD) else None
         shapes = sorted({shape_key(r["shape"]): r["shape"] for r in collected["results"]}.values(), key=shape_key)
         self.main_head_dim = main_head_dim(shapes)
         self.shape_name = ShapeNames(shapes, self.main_head_dim)

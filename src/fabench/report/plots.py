@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Sequence
 
 from fabench.analysis.policy import Rule, RuleError
-from fabench.files import JsonReadError, OutputPathError, output_folder, output_folder_arg, read_json, write_atomic
+from fabench.config import ConfigError, read_config_file
+from fabench.files import (DataPathError, JsonReadError, OutputPathError, confined_path, output_folder,
+                           output_folder_arg, read_json, write_atomic)
 from fabench.results.shared import shown
 from fabench.report.latency_plot import latency_png
 from fabench.report.roofline_plot import has_roofline, roofline_png
@@ -58,6 +60,19 @@ def version_plot_name(variant: str) -> str:
     return f"versions-{variant}.png"
 
 
+def version_plot_path(out_dir: Path, variant: str) -> Path:
+    """out_dir/versions-<variant>.png: a variant's name comes from data (an archived run's
+    results), so the file is one name in out_dir, never through a link (OutputPathError, one line:
+    the caller writes nothing there)."""
+    name = version_plot_name(variant)
+    if "/" in name or "\0" in name or name != Path(name).name:
+        raise OutputPathError(f"variant {str(variant)[:80]!r}: not a name a file in {out_dir} can take")
+    try:
+        return confined_path(out_dir, name, f"the figure of variant {variant}")
+    except DataPathError as err:
+        raise OutputPathError(str(err)) from None
+
+
 def compared_variants(comparison: dict) -> list[str]:
     """The variants a comparison holds, in its order: one versions figure each."""
     return list(dict.fromkeys(r["variant"] for r in comparison["rows"]))
@@ -65,11 +80,11 @@ def compared_variants(comparison: dict) -> list[str]:
 
 def write_version_plots(comparison: dict, out_dir: Path, variants: Sequence[str] | None = None) -> list[Path]:
     """versions-<variant>.png in out_dir for each variant (default: every variant of the comparison)."""
-    paths, out_dir = [], output_folder(out_dir)
-    for variant in variants or compared_variants(comparison):
-        path = out_dir / version_plot_name(variant)
+    out_dir = output_folder(out_dir)
+    variants = list(variants or compared_variants(comparison))
+    paths = [version_plot_path(out_dir, variant) for variant in variants]  # all checked before any is written
+    for variant, path in zip(variants, paths):
         write_atomic(path, versions_png(comparison, variant))
-        paths.append(path)
     return paths
 
 
@@ -77,14 +92,10 @@ def rule_of_file(path: Path | None) -> Rule:
     """The comparison rule of a workflow config file (YAML), the policy's defaults without one."""
     if path is None:
         return Rule.of({})
-    import yaml
-
     try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise RuleError(f"not YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise RuleError("not a mapping of config keys")
+        config = read_config_file(path)
+    except ConfigError as err:
+        raise RuleError(str(err).removeprefix(f"{path}: ")) from None
     return Rule.of(config)
 
 

@@ -6,6 +6,7 @@ module returns has been verified, and an entry's results are read only as the by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -134,8 +135,30 @@ def read_results(entry_dir: Path) -> tuple[object, str | None]:
         return None, f"{RESULTS}: {str(err).removeprefix(str(entry_dir / RESULTS) + ': ')}"
     except OSError:
         return None, None  # the file check names a missing or unreadable file
-    problem = bounds_problem(collected)
+    problem = bounds_problem(collected) or results_schema_problem(collected)
     return collected, f"{RESULTS}: {problem}" if problem else None
+
+
+@functools.cache
+def _result_validator():
+    from fabench.results.collect import result_schema, result_validator
+
+    return result_validator(result_schema())
+
+
+def results_schema_problem(collected: object) -> str | None:
+    """The first result of a results.json that the result schema refuses, as "results[i]: <field>:
+    why"; None when every one passes. An entry sealed by hand (its digests made to match) is read as
+    strictly as a run's own results: a variant's name in it names files (fabench compare --plots)."""
+    from fabench.results.collect import schema_problems
+
+    if not isinstance(collected, dict) or not isinstance(collected.get("results"), list):
+        return "$.results: expected a list of results"
+    for index, result in enumerate(collected["results"]):
+        problems = schema_problems(result, _result_validator())
+        if problems:
+            return f"results[{index}]: {problems[0]}"
+    return None
 
 
 def measurements_of(results_path: Path) -> str | None:

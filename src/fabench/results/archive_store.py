@@ -29,7 +29,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping
 
-from fabench.files import DataPathError, confined_path, write_atomic, write_json
+from fabench.files import DataPathError, FileReadError, confined_path, read_regular, write_atomic, write_json
 from fabench.platforms import PlatformName
 from fabench.results.archive_layout import (IDS_DIR, LABEL_MAX, LABEL_PATTERN, RECORD, RECORD_FORMAT,
                                             RUN_ID_PATTERN, STAGING_PREFIX, SUMS, ArchiveError, content_sha256,
@@ -43,6 +43,9 @@ RUN_FILES = ("results.json", "report.md", "config.json")
 # The resolved config is kept as config.json: the run's own, else the one frozen for the report.
 CONFIG_SOURCES = ("config.json", "report-config.json")
 RUN_GLOBS = ("aiter-config/*.json", "*.png", "plots/*.png")
+# An --extra file (an image manifest, a log) is read whole into the entry: a regular file of at
+# most this size, never a FIFO or a device, which would be read without end.
+MAX_EXTRA_BYTES = 64 * 1024 * 1024
 PAUSE_ENV = "FABENCH_TEST_PAUSE_AT"
 VERSION_KEYS = ("driver", "cuda", "hip", "rocm", "cudnn", "torch", "triton", "aiter", "aiter_commit",
                 "runtime", "image", "image_id")
@@ -123,7 +126,9 @@ def _read_files(run_dir: Path, extra_files: Mapping[str, os.PathLike | str]) -> 
     for name, path in extra_files.items():
         name = _safe_name(name)
         try:
-            data = Path(path).read_bytes()
+            data = read_regular(path, MAX_EXTRA_BYTES)
+        except FileReadError as err:
+            raise ArchiveError(f"extra file {name}: {err}") from None
         except OSError as err:
             raise ArchiveError(f"extra file {name}: cannot read {path}: {err.strerror}") from None
         if name in contents and contents[name] != data:

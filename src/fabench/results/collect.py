@@ -10,7 +10,6 @@ its intervals pool the noise of every cell of the run.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -18,7 +17,7 @@ from typing import Iterable, Sequence
 import jsonschema
 
 from fabench.analysis import analyse_run
-from fabench.files import JsonReadError, json_problem, read_json
+from fabench.files import JsonReadError, json_problem, loads_json, read_json, read_regular
 from fabench.platforms import PlatformName
 from fabench.results.bounds import bounds_problem
 from fabench.results.contract import SCHEMA_PATH, SCHEMA_VERSION
@@ -33,9 +32,13 @@ class ResultError(ValueError):
     """One or more result files do not meet the result contract."""
 
 
+# The result schema is ~32 kB; one given by --schema is read whole, bounded (never a FIFO or a device).
+MAX_SCHEMA_BYTES = 4 * 1024 * 1024
+
+
 def result_schema(path: str | os.PathLike | None = None) -> dict:
     """The result JSON Schema: from `path`, else the checkout's workflow/schemas/ copy."""
-    return json.loads(Path(path or SCHEMA_PATH).read_text())
+    return loads_json(read_regular(Path(path or SCHEMA_PATH), MAX_SCHEMA_BYTES), str(path or SCHEMA_PATH))
 
 
 def json_path(parts: Iterable) -> str:

@@ -28,9 +28,9 @@ from pathlib import Path
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.identity import launched_kernels
 from fabench.measure import observations
-from fabench.files import json_problem, output_file_arg, write_json
+from fabench.files import FileReadError, json_problem, output_file_arg, read_regular, write_json
 from fabench.results.bounds import bounds_problem
-from fabench.results.contract import PROCESS_FAILED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
+from fabench.results.contract import PROCESS_FAILED_KEY, SHARED_KEY, SKIPPED_KEY  # noqa: F401 (the runner's too)
 
 
 
@@ -103,6 +103,8 @@ class ProcessFileError(ValueError):
 
 
 REDO = "delete it and run the same command to measure that process again"
+# Far above a GPU process's file (tens of thousands of samples per backend: a few MB).
+MAX_PROCESS_FILE_BYTES = 256 * 1024 * 1024
 # What the merge reads of a process's result, and the type of each.
 PROCESS_KEYS = {"run": str, "variant": str, "shape_id": str, "platform": str, "method": dict, "backends": dict,
                 "provenance": dict, "reference": dict}
@@ -111,9 +113,11 @@ PROCESS_KEYS = {"run": str, "variant": str, "shape_id": str, "platform": str, "m
 def read_process_file(path: Path) -> dict:
     """A process file as the merge needs it, or ProcessFileError naming the file and the problem."""
     try:
-        value = json.loads(Path(path).read_bytes())
+        value = json.loads(read_regular(path, MAX_PROCESS_FILE_BYTES, follow=False))
     except FileNotFoundError:
         raise ProcessFileError(f"{path}: no such process file") from None
+    except FileReadError as err:  # a link, a FIFO, a device: never followed, waited on or read
+        raise ProcessFileError(f"{err}; {REDO}") from None
     except OSError as err:
         raise ProcessFileError(f"{path}: cannot be read ({err.strerror})") from None
     except UnicodeDecodeError:
@@ -144,6 +148,7 @@ def merge_files(paths: list[Path]) -> dict:
                      key=lambda r: r["provenance"].get("process", 0))
     if not results:
         raise ProcessFileError(f"no process file among {', '.join(map(str, paths))} holds a measurement")
+    _without_shared(results)
     _same_job(loaded)
     exits = sorted((e for r in results for e in r["method"].get("process_exits", [])), key=lambda e: e["index"])
     measured = [r for r in results if not r.get(PROCESS_FAILED_KEY)]
@@ -159,6 +164,17 @@ def merge_files(paths: list[Path]) -> dict:
     failed.pop(PROCESS_FAILED_KEY)
     failed["method"]["process_exits"] = exits
     return failed
+
+
+def _without_shared(results: list[dict]) -> None:
+    """A lost process's record (the launcher's, which cannot know what its job leaves to another)
+    names every configured backend; the backends its job's measured processes left to the job
+    that measures them (SHARED_KEY) are not this job's, and are dropped from it."""
+    shared = {name for r in results if not r.get(PROCESS_FAILED_KEY)
+              for name in ((r.get(SHARED_KEY) or {}).get("backends") or [])}
+    for result in results:
+        if result.get(PROCESS_FAILED_KEY) and shared:
+            result["backends"] = {k: v for k, v in result["backends"].items() if k not in shared}
 
 
 def _same_job(loaded: dict[Path, dict]) -> None:

@@ -55,6 +55,7 @@ from fabench.measure.launch.launcher import TIMEOUT_KEY, exit_text, kill, timeou
 from fabench.measure.launch.runner import MODES, process_started_at, rounds_ahead
 from fabench.measure.launch.worker_client import start_ahead
 from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.side_files import STAMP, SideFileError, read_side_file, stamp_path_problem
 from fabench.watchdog import watch_workflow
 
 FORMAT = "fabench-compile-ahead-run/1"
@@ -106,6 +107,20 @@ def stamp_path(facts: dict) -> Path:
     return Path.cwd() / STAMPS / f"{hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]}.json"
 
 
+def stamped(stamp: Path | None, spec) -> bool:
+    """Whether `stamp` says the job of `spec` was compiled ahead: a regular file (not a link) that
+    its schema accepts (fabench.side_files), of this job. Any other stamp is no stamp:
+    the job compiles ahead again and its stamp is written anew."""
+    if stamp is None or not os.path.lexists(stamp):
+        return False
+    try:
+        found = read_side_file(stamp, STAMP)
+    except SideFileError as err:
+        print(f"[fabench] compile ahead: {err}; not a stamp, compiled again", flush=True)
+        return False
+    return (found["variant"], found["shape_id"]) == (spec.variant, spec.shape_id)
+
+
 def compiled_whole(process: dict) -> bool:
     """Whether a compiling process built every kernel its job compiles here (nothing failed)."""
     return not process.get("reason") and all(o.get("status") in ("compiled", "unavailable")
@@ -130,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         env = measuring_environment(lease)
         code = code_fingerprint()
         stamps = {index: stamp_path(stamp_facts(spec, lease, env, code)) for index, spec in enumerate(args.spec)}
-        todo = [index for index, stamp in stamps.items() if not stamp.is_file()]
+        unusable = stamp_path_problem(STAMPS)
+        if unusable:  # no stamp read or written there; every job compiles ahead
+            print(f"[fabench] compile ahead: the stamps' folder is not used: {unusable}", flush=True)
+            stamps = {}
+        todo = [index for index in range(len(args.spec)) if not stamped(stamps.get(index), args.spec[index])]
         cached = [{"variant": args.spec[i].variant, "shape_id": args.spec[i].shape_id}
                   for i in stamps if i not in todo]
         parallel = parallel_processes(len(todo), len(os.sched_getaffinity(0)))
@@ -140,9 +159,12 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         processes = compile_all([args.spec[i] for i in todo], lease, parallel, args.timeout_s) if todo else []
         for index, process in zip(todo, processes):
-            if compiled_whole(process):
-                write_json(stamps[index], {"variant": process["variant"], "shape_id": process["shape_id"],
-                                           "compiled_at": process["exited_at"], "backends": process["backends"]})
+            if compiled_whole(process) and index in stamps and not stamps[index].is_symlink():
+                try:
+                    write_json(stamps[index], {"variant": process["variant"], "shape_id": process["shape_id"],
+                                               "compiled_at": process["exited_at"], "backends": process["backends"]})
+                except (OSError, ValueError) as err:  # costs only speed: the next run compiles ahead again
+                    print(f"[fabench] compile ahead: no stamp written ({err})", flush=True)
     ended_at = time.time()
     record = {"format": FORMAT, "started_at": started_at, "leased_at": leased_at, "ended_at": ended_at,
               "host": socket.gethostname(), "gpu": lease.gpu, "gpu_uuid": (lease.visible_devices or {}).get("CUDA_VISIBLE_DEVICES"),
