@@ -21,7 +21,7 @@ import pytest
 
 from fabench import cli
 from fabench.analysis import calibration
-from fabench.analysis.timeline import SETTINGS, largest_item
+from fabench.report.wall_clock import SETTINGS, largest_item
 from fabench.files import OutputPathError
 from fabench.report.plots import version_plot_path
 from fabench.results.archive_layout import RECORD, SUMS, content_sha256, sha256_hex, sums_text

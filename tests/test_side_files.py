@@ -261,7 +261,7 @@ def compile_ahead(where: Path) -> subprocess.CompletedProcess:
     spec = job_spec(tiny_config(), "default", parse_shape_id("b1-s64-h2-d32"), platform="cpu")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
            "FABENCH_LEASE_DIR": str(where / "leases"), "FABENCH_WORKER_DIR": str(where / "workers")}
-    return subprocess.run([sys.executable, "-m", "fabench.measure.launch.compile_ahead", "--spec", spec.to_json(),
+    return subprocess.run([sys.executable, "-m", "fabench.measure.launch.precompile", "--spec", spec.to_json(),
                            "--out", str(where / "compile-ahead.json")], cwd=where, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -270,7 +270,7 @@ def compile_ahead(where: Path) -> subprocess.CompletedProcess:
 def test_a_stamps_folder_that_is_a_link_or_a_file_is_used_for_nothing_and_the_compile_ahead_ends_well(tmp_path,
                                                                                                        plant):
     """Before: a dangling link there ended the compile ahead in a traceback, after its work."""
-    from fabench.measure.launch.compile_ahead import STAMPS
+    from fabench.measure.launch.precompile import STAMPS
 
     stamps = tmp_path / STAMPS
     stamps.parent.mkdir(parents=True)
@@ -290,7 +290,7 @@ def test_a_stamps_folder_that_is_a_link_or_a_file_is_used_for_nothing_and_the_co
 
 
 def test_a_corrupted_or_foreign_stamp_is_no_stamp(tmp_path):
-    from fabench.measure.launch.compile_ahead import STAMPS
+    from fabench.measure.launch.precompile import STAMPS
 
     first = compile_ahead(tmp_path)
     assert first.returncode == 0, first.stderr
