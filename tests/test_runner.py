@@ -22,9 +22,9 @@ from fabench.measure.spec import job_spec
 from fabench.planned_platform import planned_platform
 from fabench.shapes import parse_shape_id
 from fabench.measure.job import classify_failure, measurement
+from support.leases import lease_of_its_own
 from support.one_backend import measure_backend
 from fabench.measure.launch.launcher import no_result
-from fabench.places import LEASE_DIR_ENV
 from fabench.measure.spec import Settings
 from workflow_util import REPO, tiny_config
 
@@ -45,6 +45,7 @@ def run_job(tmp_path, config, variant="tuned", shape="b1-s64-h2-d32", extra=(), 
     cmd = [sys.executable, "-m", "fabench.measure", "--spec", spec.to_json(), "--aiter-config", str(kernel_config),
            "--out", str(measured), "--project-commit", "abc123", *extra, *process]
     env = {**os.environ, "OMP_NUM_THREADS": "1",  # as Snakemake sets it for a job under --cores 1
+           **lease_of_its_own(tmp_path),  # on a GPU host, beside the other GPU tests' jobs (support.leases)
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # this checkout's fabench
     assert proc.returncode == 0, proc.stderr
@@ -243,15 +244,6 @@ def test_an_uncompiled_flex_call_on_a_cpu_is_caught_as_a_fallback():
     q = torch.randn(1, 2, 64, 32)
     with pytest.raises(FallbackError, match="ran no Inductor graph"):
         _require_compiled_code(lambda: flex_attention(q, q, q), "cpu")
-
-
-def lease_of_its_own(tmp_path) -> dict:
-    """A GPU lease folder for a test whose measuring process is frozen until its timeout (45-60 s on a
-    GPU, past a process's start-up there): with the card's shared one it held the card that long, and
-    every other GPU test's job waited for it (the GPU tests' shared step ran past its 5 minutes).
-    Frozen, it runs nothing on the GPU. Blind side: its start-up's few small kernels (inputs, the
-    fp32 reference) may run beside another test's job on the card. On a CPU no lease is taken."""
-    return {LEASE_DIR_ENV: str(tmp_path / "lease")}
 
 
 def test_a_measuring_process_past_its_timeout_is_killed_and_its_cell_failed_with_why(tmp_path):

@@ -12,9 +12,9 @@ import torch
 from fabench.analysis import analyse_run
 from fabench.report.wall_clock import GROUP_OF, gpu_overlaps, run_time_line
 from fabench.report.render import render
-from fabench.results.archive_read import list_entries
+from support.runs import CUDA_13_0, SHAPES, config_for, make_result
 from test_runner import run_job
-from workflow_util import REPO, tiny_config
+from workflow_util import tiny_config
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="times the CPU path")
@@ -154,10 +154,25 @@ def test_gpu_trials_are_counted_by_why_they_stopped_and_timeouts_point_at_max_tr
     assert quiet["trial_stops"]["timeout"] == 0 and quiet["largest"]["setting"] == "timing.trials"
 
 
+def timed_gpu_run(processes: int = 2) -> tuple[dict, dict]:
+    """A GPU run as the workflow collects it (support.runs: two variants, five shapes, on an H200)
+    whose every job recorded `processes` time lines, each compiling and checking the longest; its
+    config. Its trials carry no stop reasons, as those measured before the stopping rule."""
+    phases = {"imports": 1.0, "device set-up": 0.5, "inputs and fp32 reference": 2.0, "prepare": 3.0,
+              "first call and check": 4.0, "warm-up": 1.0, "kernel loop": 2.5, "release": 0.2}
+    results = []
+    for variant in ("default", "tuned"):
+        for shape in SHAPES:
+            result = make_result("h200", variant, shape, CUDA_13_0)
+            timed = job(variant, "cuda", phases, processes=processes)
+            result["timelines"] = timed["timelines"]
+            result["method"]["process_exits"] = timed["method"]["process_exits"]
+            results.append(result)
+    return analyse_run({"run": "h200", "results": results}), config_for("h200", SHAPES, ["default", "tuned"])
+
+
 def test_the_report_names_jobs_processes_the_stops_and_the_setting():
-    entry = list_entries(REPO / "examples" / "h100-2026-11-25" / "archive")[-1]
-    config = json.loads((entry.path / "config.json").read_text())
-    collected = analyse_run(entry.results())
+    collected, config = timed_gpu_run()
     text = render(collected, config, None).split("### Where the run's time went", 1)[1].split("\n---", 1)[0]
     assert text.lstrip().startswith("10 jobs, 20 measuring processes.")
     assert "| inputs and fp32 reference |" in text
@@ -172,6 +187,20 @@ def test_the_report_names_jobs_processes_the_stops_and_the_setting():
     text = render(collected, config, None)
     assert re.search(r"GPU trials, by why they stopped: (\d+) converged .*, \1 with their noise settled above it, "
                      r"\1 at `timing.max_trial_ms`", text)
+
+
+def test_the_report_says_workers_started_beside_the_compile_ahead_only_where_they_did():
+    """In worker mode on a GPU the compile ahead starts the measuring workers (its record counts
+    them); in isolate mode, or on a CPU, it starts none, and the report said it had all the same."""
+    collected, config = timed_gpu_run()  # its processes start at 0 s
+    for workers, said in ((2, True), (0, False)):
+        collected["compile_ahead"] = {
+            "format": "fabench-compile-ahead-run/1", "started_at": -40.0, "leased_at": -39.5, "ended_at": -5.0,
+            "host": "h", "gpu": "0", "gpu_uuid": "GPU-a", "parallel": 8, "workers_started": workers,
+            "processes": [{"backends": {"flex": {"status": "compiled"}}}], "cached": []}
+        text = render(collected, config, None, started_at=-41.0)
+        assert "compiled ahead for 34.5 s (1 process, 8 at a time on one GPU" in text
+        assert ("; the measuring workers started beside it), and the first job" in text) is said, workers
 
 
 def test_cpu_timed_loops_of_one_call_each_point_at_fewer_trials_not_min_trial_ms():

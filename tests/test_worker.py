@@ -22,21 +22,37 @@ from fabench.measure.launch import runner, worker, worker_client
 from fabench.measure.launch.worker_client import stop_workers
 from fabench.planned_platform import planned_platform
 from fabench.shapes import parse_shape_id
+from support.leases import own_lease  # noqa: F401 (a fixture)
 from support.workers import first_measuring_log, live_workers, worker_dir  # noqa: F401 (worker_dir: a fixture)
 from workflow_util import REPO, snakemake, tiny_config, write_config
 
+# On a GPU host each test's jobs take a lease folder of their own (support.leases): they measure
+# beside the other GPU tests' jobs on the card instead of queueing behind them.
+pytestmark = pytest.mark.usefixtures("own_lease")
+
 SHAPE = "b1-s64-h2-d32"
-# How long a test's worker waits for its next job. Beside the other tests on one GPU a job can wait
-# minutes for the card's lease; a worker that ended idle meanwhile would be started again by that
-# job, and a test that follows one worker would fail (the fixture stops every worker at the end).
-IDLE_S = 600
+# How long a test's worker waits for its next job: the workflow's default. A test's jobs follow
+# one another within seconds (their lease is the test's own), and the fixture stops every worker.
+IDLE_S = 120
+# The backends of the jobs these tests follow: their processes, workers, timeouts and records, not
+# their kernels (tests/test_gpu_backends.py and the workflow's runs measure those). native first:
+# the tests that freeze or kill a job mid-measurement wait for "native: setting up". On a GPU the
+# others (compiled: FlexAttention, aiter's Triton kernel, FlashAttention-4) made each job last
+# seconds to tens of seconds more.
+JOB_BACKENDS = ["native", "sdpa"]
+
+
+def followed_config(**overrides) -> dict:
+    """The test experiment with the backends JOB_BACKENDS, which fill every platform's roles."""
+    roles = {"baseline": "native", "vendor": "sdpa", "triton": "sdpa"}
+    return tiny_config(backends=JOB_BACKENDS, roles=dict.fromkeys(("rocm", "cuda", "cpu"), roles), **overrides)
 
 
 def launch(tmp_path, worker_dir, name, *extra, shape=SHAPE, workflow=None, process=0, repeats=1):
     """The runner as the workflow starts it, in worker mode: a process of its own, output piped.
     One round (`repeats`) unless asked: on a GPU a job of more starts its other rounds' workers
     ahead, and these tests follow one worker."""
-    config = tiny_config()
+    config = followed_config()
     config["timing"] = {**config["timing"], "repeats": repeats}
     config["cpu"] = {**config["cpu"], "repeats": repeats}
     # The platform the plan would put in the spec (a job that writes no result is recorded for it).
@@ -414,7 +430,11 @@ def results_of(directory: Path, config: dict) -> list[dict]:
 
 @pytest.mark.gpu_workflow
 def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worker_dir):
-    config = tiny_config(measure={"mode": "isolate"})
+    """Compiling ahead too (on a CPU as on a GPU), which in worker mode starts the measuring workers:
+    in isolate mode it starts none, and the report says none did. One shape and the uncompiled
+    backends: what is followed is processes (on a GPU each process imports anew, seconds each)."""
+    config = followed_config(measure={"mode": "isolate", "compile_ahead": "always"})
+    config["shapes"] = config["shapes"][:1]
     proc = subprocess.run(workflow_command(tmp_path, config), capture_output=True, text=True, timeout=900,
                           env=workflow_env(worker_dir))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -426,7 +446,12 @@ def test_the_workflow_in_isolate_mode_measures_each_process_anew(tmp_path, worke
             assert "worker" not in timeline and "imports" in [p["phase"] for p in timeline["phases"]]
     assert not list(worker_dir.iterdir())  # no worker was started
     report = (tmp_path / "results" / config["run"] / "report.md").read_text()
-    assert "measuring worker" not in report
+    assert "compiled ahead for " in report, report
+    # No process measured by a worker, none started beside the compile ahead. (The report may still
+    # name `measure.mode` as the setting that cuts start-up: "with `worker`, each GPU's measuring
+    # worker pays ... once", on a GPU, where start-up is the largest item of these jobs.)
+    assert not re.search(r"of them by \d+ measuring workers?", report), report
+    assert "the measuring workers started beside it" not in report, report
 
 
 @pytest.mark.gpu_workflow

@@ -1,164 +1,295 @@
 #!/bin/bash
-# The GPU acceptance runs of one lease on a host of two GPUs (nvidia-h100-x2), each timed job on a
-# GPU no other timed job uses:
-#   smoke:      card 1 runs the GPU tests while card 0 runs the default experiment cold (c0).
-#   acceptance: card 0 runs the default experiment cold (c1) while card 1 runs the GPU tests; then
-#               card 1 runs it warm (w1) while card 0 runs the GPU tests; then both cards run it
-#               (m2, profiles/multi-gpu with gpu=2), warm: issue 33's two-GPU run beside w1.
-# Every run is archived under OUT/archive (config `archive.root`) and timed from Snakemake's start.
-# Then (acceptance) card 1 runs the preview preset, warm.
-#   cold:       card 0 runs the default experiment cold (c2) while card 1 runs the GPU tests.
-#   verdicts:   issue 36's three runs in one lease: card 0 runs the default experiment cold (c6), then
-#               warm (w6), then the preview warm and, where cuda-bench is installed, the peer
-#               (nvbench, tools/nvbench_peer.py) on the same card, while card 1 runs the GPU tests;
-#               then both cards (m6).
-#   speed:      the verdicts plan's steps, for issue 37's acceptance: c8 cold, w8 warm, the preview,
-#               the peer and w8n (w8 without compiling ahead) on card 0 beside the GPU tests on
-#               card 1; then m8 on both cards.
-#   tests:      the GPU tests' shared step on card 1 beside their workflow step on card 0.
-# Usage, from the checkout's root: tools/gpu-lease.sh OUT smoke|acceptance|cold|verdicts|speed|tests
+# The GPU lease of a host of two GPUs of one model (the device tool's nvidia-h100-x2), and the GPU
+# tests on one card. Every command it runs goes through `run_cmd` below, and every command that
+# measures through `on_cards`: each run with its own cards (CUDA_VISIBLE_DEVICES), lease folder
+# (FABENCH_LEASE_DIR) and workers' folder (FABENCH_WORKER_DIR).
+#
+# From the checkout's root on the GPU host (docs/testing.md, "On a GPU host", gives the device calls):
+#   tools/gpu-lease.sh start OUT [PLAN]  install the carried wheels (.whl/, or WHEELS) and this
+#                                        checkout, copy it to STAGE, and run PLAN there detached
+#                                        (setsid nohup), its log OUT/lease.log; PLAN: accept (default)
+#                                        or tests
+#   tools/gpu-lease.sh status OUT        the summary so far, and whether the plan still runs
+#   tools/gpu-lease.sh collect OUT DEST  OUT packed as DEST/lease.tgz (whether or not the plan ended)
+#   tools/gpu-lease.sh tests OUT [CARD]  the GPU tests on CARD (default 0), in the foreground
+#   tools/gpu-lease.sh plan OUT PLAN     PLAN in the foreground, here (what start runs detached)
+#   tools/gpu-lease.sh compare OUT RUN...  the comparisons again: every pair of these archived runs
+#                                        (OUT/entry-RUN.txt names each one's entry), the detector check
+# Plans:
+#   accept: the GPU tests on card 1 beside a cold default run on card 0 (c1); then warm on card 0
+#           alone (w1); warm on card 0 (w2) beside one on card 1 (k1); both cards (m1, the multi-gpu
+#           profile); the preview on card 0 (pv). Each run timed to its report (Snakemake's
+#           `report` target; its report's own time line is quoted too), then archived with
+#           `fabench archive store` (the preview into an archive of its own: another experiment);
+#           then `fabench compare` of every pair of default runs and `fabench detector-check` on
+#           their archive.
+#   tests:  the GPU tests on card 1 alone.
+# Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts),
+# each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
+# FABENCH_LEASE_DRY_RUN=1: nothing is run or installed; each command is written, with its
+# environment, to OUT/commands.txt (and `start` runs its plan in the foreground). This is how a CPU
+# host checks the plan (tests/test_gpu_lease_script.py).
 # A copy of the checkout may carry another commit's .git: set FABENCH_PROJECT_COMMIT to the commit.
-# Run it detached (setsid nohup ...): a device call lasts 10 minutes at most.
 set -uo pipefail
-out=$(realpath -m "$1")
-plan=$2
-mkdir -p "$out"
+
+DRY=${FABENCH_LEASE_DRY_RUN:-}
+STAGE=${STAGE:-/tmp/fabench-lease-repo}  # the copy the plan runs in: a later device call replaces the synced tree
+SCRATCH=${SCRATCH:-/tmp/fabench-lease}   # the runs' lease and workers' folders, the tests' compile caches
 export PYTHONUNBUFFERED=1
+
+# The GPU tests (docs/testing.md): the timing-sensitive backend tests alone on the card, then the
+# rest beside each other on it, the whole-workflow ones (pytest -m gpu_workflow) in a pytest of their
+# own started at once beside the others, each with its compile cache. Limits: 120 s, then 180 s.
+GPU_ALONE="tests/test_gpu_backends.py"
+# test_lease.py is left out on a GPU host: it declares GPUs 0 and 1 (FABENCH_GPUS) and sets
+# CUDA_VISIBLE_DEVICES to them, so its jobs could run on the other card, beside a run there.
+GPU_SHARED="tests/test_gpu_identity.py tests/test_kernel_time.py tests/test_trials.py tests/test_worker.py
+            tests/test_runner.py tests/test_timeline.py"
+ALONE_LIMIT_S=120
+SHARED_LIMIT_S=180
+MARKS="not slow and not docker and not slurm"
+
+usage() {
+    sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
 note() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$out/summary.txt"; }
-timed() {  # name, command...: its output to OUT/name.log, its exit status and wall time to the summary
+seconds_since() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$1"; }
+
+run_cmd() {  # command...: run it, or in a dry run write it (its environment assignments first) to OUT/commands.txt
+    local line
+    if [ -n "$DRY" ]; then
+        line=$(printf '%q ' "$@")
+        printf '%s\n' "${line% }" >> "$out/commands.txt"  # one write: steps side by side write lines whole
+        return 0
+    fi
+    "$@"
+}
+
+on_cards() {  # name, cards ("0", "1" or "0,1"), command...: the command on those GPUs, leases and workers of its own
+    local name=$1 cards=$2
+    shift 2
+    mkdir -p "$SCRATCH"
+    run_cmd env CUDA_VISIBLE_DEVICES="$cards" FABENCH_LEASE_DIR="$SCRATCH/lease-$name" \
+        FABENCH_WORKER_DIR="$SCRATCH/workers-$name" "$@"
+}
+
+timed() {  # name, command...: its output to OUT/name.log; its exit status and wall time to the summary
     local name=$1 start rc
     shift
     start=$(date +%s.%N)
     "$@" > "$out/$name.log" 2>&1
     rc=$?
-    note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
-}
-on_card() {  # card(s), command...: the command alone on those GPUs, with leases and workers of its own
-    local cards=$1 tag=${1//,/-}
-    shift
-    CUDA_VISIBLE_DEVICES=$cards FABENCH_LEASE_DIR=/tmp/fabench-lease-$tag FABENCH_WORKER_DIR=/tmp/fabench-workers-$tag "$@"
-}
-# The tests that need a GPU or measure on one when it is there. The timing-sensitive backend tests
-# run alone on the card; the rest (real measuring processes, workers, leases) in 8 pytest processes,
-# the two within 5 minutes; the tests marked gpu_workflow (whole Snakemake runs) as a third step.
-# Each step's exit, wall time and pytest's counts go to the summary.
-GPU_ALONE="tests/test_gpu_backends.py"
-# test_lease.py is left out on a GPU host: it declares GPUs 0 and 1 (FABENCH_GPUS) and sets
-# CUDA_VISIBLE_DEVICES to them, so beside a run on the other card its jobs ran on that card (kernels
-# 2-3x slower in that run's trials, seen in a lease). It needs no GPU; CI runs it.
-GPU_SHARED="tests/test_gpu_identity.py tests/test_kernel_time.py tests/test_trials.py tests/test_worker.py
-            tests/test_runner.py tests/test_timeline.py"
-pytest_counts() {  # log: pytest's last summary line (counts and time), for the summary
-    grep -E '^=+ .*(passed|failed|error|skipped|deselected).* in [0-9.]+s' "$1" | tail -1 | tr -d '='
-}
-tests_step() {  # name, card, limit s, pytest arguments...: one step's log, exit, wall time and counts
-    local name=$1 card=$2 limit=$3 start rc
-    shift 3
-    start=$(date +%s.%N)
-    # SIGINT at the limit: pytest stops as on Ctrl-C and still prints its failures, counts and
-    # durations (a plain kill at the limit left a log without them); killed 30 s later if not.
-    # STEP_CACHE (optional): one compile cache for the step's tests. Each test measures in a folder
-    # of its own, so each compiled FlexAttention, aiter's Triton kernel and FlashAttention-4 cold
-    # (seconds each on a GPU), in every test; shared, each kernel compiles once per step.
-    # The cache variables are the measuring processes' own (fabench.measure.invocation.CACHE_ENV).
-    local cache=()
-    [ -n "${STEP_CACHE:-}" ] && read -ra cache < <(python3 -c 'import sys
-from fabench.measure.invocation import CACHE_ENV
-print(" ".join(f"{key}={sys.argv[1]}/{sub}" for key, sub in CACHE_ENV.items()))' "$STEP_CACHE")
-    on_card "$card" env "${cache[@]}" timeout -s INT -k 30 "$limit" \
-        python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" \
-        > "$out/$name.log" 2>&1
-    rc=$?
-    note "$name: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s; $(pytest_counts "$out/$name.log")"
+    note "$name: exit $rc, $(seconds_since "$start") s"
     return $rc
 }
-step_cache() { echo "/tmp/fabench-test-cache-card$1"; }  # card: the compile cache its test steps share
-shared_step() {  # card: the GPU tests that share the card, in 8 pytest processes
-    # Test by test (--dist load): by file, test_worker.py's workers, each ~10 s of start-up on an
-    # H200, ran one after another in one process, past the step's limit.
-    STEP_CACHE=$(step_cache "$1") tests_step "tests-card$1-shared" "$1" 180 \
-        -m 'not slow and not docker and not slurm and not gpu_workflow' -n 8 --dist load $GPU_SHARED
-}
-workflow_step() {  # card: whole Snakemake runs on the test experiment (pytest -m gpu_workflow), timed apart
-    STEP_CACHE=$(step_cache "$1") tests_step "tests-card$1-workflow" "$1" 420 \
-        -m 'gpu_workflow and not docker and not slurm' $GPU_SHARED
-}
-gpu_tests() {  # card: the GPU tests in two steps within 5 minutes, then the workflow-level ones apart
-    local rc
-    tests_step "tests-card$1-alone" "$1" 120 -m 'not docker and not slurm' $GPU_ALONE
-    rc=$?
-    shared_step "$1"
-    rc=$((rc | $?))
-    workflow_step "$1"
-    return $((rc | $?))
-}
-experiment() {  # run name, snakemake options...: the default experiment, reported and archived
-    local run=$1
-    shift
-    python3 -m snakemake report archive --config "run=$run" "archive={root: $out/archive}" "$@"
+
+# ---------------------------------------------------------------- the GPU tests
+
+pytest_counts() {  # log: pytest's last summary line (counts and time)
+    grep -E '^=+ .*(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' "$1" | tail -1 | tr -d '='
 }
 
-nvidia-smi --query-gpu=index,name,uuid,driver_version,power.limit --format=csv,noheader > "$out/gpus.txt"
-note "start ($plan) on $(tr '\n' ';' < "$out/gpus.txt")"
-case $plan in
-cold)  # one cold default run on card 0, the GPU tests on card 1 beside it
+cache_env() {  # folder: the measuring processes' compile-cache variables (fabench.measure.invocation.CACHE_ENV) under it
+    python3 -c 'import sys
+from fabench.measure.invocation import CACHE_ENV
+print(" ".join(f"{key}={sys.argv[1]}/{sub}" for key, sub in CACHE_ENV.items()))' "$1"
+}
+
+pytest_step() {  # name, card, limit s, pytest arguments...: one pytest, its log, exit status, wall time and counts
+    local name=$1 card=$2 limit=$3 start rc cache=()
+    shift 3
+    # Each step's own compile cache: its tests measure in folders of their own, where each compiled
+    # backend otherwise compiled cold in every test; two steps side by side do not write one cache.
+    [ -n "$DRY" ] || read -ra cache < <(cache_env "$SCRATCH/cache-$name")
+    start=$(date +%s.%N)
+    # SIGINT at the limit: pytest stops as on Ctrl-C and still prints its failures, counts and
+    # durations (a plain kill left a log without them); killed 30 s later if not.
+    on_cards "$name" "$card" "${cache[@]}" timeout -s INT -k 30 "$limit" \
+        python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    note "$name: exit $rc, $(seconds_since "$start") s; $(pytest_counts "$out/$name.log")"
+    return $rc
+}
+
+gpu_tests() {  # card: the GPU tests on it, within ALONE_LIMIT_S + SHARED_LIMIT_S; nonzero when any step failed
+    local card=$1 start rc workflow
+    start=$(date +%s.%N)
+    # shellcheck disable=SC2086  # the lists split into their files
+    pytest_step "tests-card$card-alone" "$card" "$ALONE_LIMIT_S" -m "$MARKS" $GPU_ALONE
+    rc=$?
+    # The whole-workflow tests run longest (a Snakemake run each): started first, beside the rest.
+    # shellcheck disable=SC2086
+    pytest_step "tests-card$card-workflow" "$card" "$SHARED_LIMIT_S" -m "gpu_workflow and $MARKS" -n 2 $GPU_SHARED &
+    workflow=$!
+    # shellcheck disable=SC2086
+    pytest_step "tests-card$card-shared" "$card" "$SHARED_LIMIT_S" -m "not gpu_workflow and $MARKS" \
+        -n 8 --dist load $GPU_SHARED
+    rc=$((rc | $?))
+    wait "$workflow"
+    rc=$((rc | $?))
+    note "tests-card$card: exit $rc, $(seconds_since "$start") s in all"
+    return $rc
+}
+
+# ---------------------------------------------------------------- the runs
+
+report_time() {  # run: "N s" from the report's own time line (Snakemake's start to the report), if it says
+    grep -oE '\([0-9.]+ s from its start\)' "results/$1/report.md" 2>/dev/null | grep -oE '[0-9.]+ s' | head -1
+}
+
+experiment() {  # name, cards, archive root, snakemake options...: one run timed to its report, then archived
+    local name=$1 cards=$2 root=$3 rc
+    shift 3
+    timed "$name" on_cards "$name" "$cards" python3 -m snakemake report --config "run=$name" "$@"
+    rc=$?
+    [ -z "$DRY" ] && note "$name: to the report by its time line: $(report_time "$name")"
+    # The entry's folder (stdout of archive store) names it in the comparisons.
+    run_cmd fabench archive store "results/$name" --root "$root" > "$out/entry-$name.txt" 2> "$out/archive-$name.log"
+    note "$name: archived, exit $? ($(cat "$out/entry-$name.txt" 2>/dev/null))"
+    return $rc
+}
+
+default_run() {  # name, cards, snakemake options...: the default experiment (config.yaml), into OUT/archive
+    experiment "$1" "$2" "$out/archive" "${@:3}"
+}
+
+compare_all() {  # runs...: every pair of these default runs, then the detector check on their archive
+    local runs=("$@") i j a b
+    mkdir -p "$out/compare"
+    for ((i = 0; i < ${#runs[@]}; i++)); do
+        for ((j = i + 1; j < ${#runs[@]}; j++)); do
+            a=${runs[i]} b=${runs[j]}
+            run_cmd fabench compare "$(entry_of "$a")" "$(entry_of "$b")" --root "$out/archive" \
+                --out-md "$out/compare/$a-vs-$b.md" --out-json "$out/compare/$a-vs-$b.json" \
+                > "$out/compare/$a-vs-$b.log" 2>&1
+            note "compare $a $b: exit $?, $(tail -1 "$out/compare/$a-vs-$b.log")"
+        done
+    done
+    timed detector-check run_cmd fabench detector-check --root "$out/archive" \
+        --out-md "$out/detector-check.md" --out-json "$out/detector-check.json"
+}
+
+entry_of() {  # run: its archived entry's folder (a dry run names it by the run)
+    if [ -n "$DRY" ]; then echo "ENTRY-$1"; else cat "$out/entry-$1.txt"; fi
+}
+
+plan_accept() {
+    local tests
     gpu_tests 1 &
     tests=$!
-    timed c2 on_card 0 experiment c2 --cores 1
+    default_run c1 0 --cores 1          # cold: a fresh copy of the checkout, no compile cache
     wait "$tests"
-    ;;
-smoke)
-    gpu_tests 1 &
+    default_run w1 0 --cores 1          # warm, alone
+    default_run k1 1 --cores 1 &        # warm on card 1 (its compile ahead's stamps are card 0's) ...
     tests=$!
-    timed c0 on_card 0 experiment c0 --cores 1
+    default_run w2 0 --cores 1          # ... beside warm on card 0
     wait "$tests"
-    ;;
-acceptance)
-    gpu_tests 1 &
-    tests=$!
-    timed c1 on_card 0 experiment c1 --cores 1
-    wait "$tests"
-    gpu_tests 0 &
-    tests=$!
-    timed w1 on_card 1 experiment w1 --cores 1
-    wait "$tests"
-    timed m2 on_card 0,1 experiment m2 --profile profiles/multi-gpu --resources gpu=2
-    timed preview on_card 1 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
-    ;;
-verdicts|speed)
-    n=$([ "$plan" = verdicts ] && echo 6 || echo 8)
-    gpu_tests 1 &
-    tests=$!
-    timed "c$n" on_card 0 experiment "c$n" --cores 1
-    timed "w$n" on_card 0 experiment "w$n" --cores 1
-    timed preview on_card 0 python3 -m snakemake --cores 1 report --configfile config/preview.yaml --config run=pv
-    # The peer, nvbench (tools/nvbench_peer.py), where its bindings (cuda-bench) are installed.
-    if python3 -c "import cuda.bench" 2>/dev/null; then
-        timed peer on_card 0 python3 tools/nvbench_peer.py "$out/nvbench.json"
+    default_run m1 0,1 --profile profiles/multi-gpu --resources gpu=2
+    experiment pv 0 "$out/archive-preview" --cores 1 --configfile config/preview.yaml
+    compare_all c1 w1 w2 k1 m1
+}
+
+plan() {  # plan: run it here, in the foreground
+    case $1 in
+    accept) plan_accept ;;
+    tests) gpu_tests 1 ;;
+    *) note "no such plan: $1 (accept or tests)"; return 2 ;;
+    esac
+}
+
+describe_host() {  # the cards and the commit, to OUT
+    if [ -n "$DRY" ]; then
+        echo "dry run: no GPU asked" > "$out/gpus.txt"
     else
-        note "peer: not run (cuda-bench is not installed)"
+        nvidia-smi --query-gpu=index,name,uuid,driver_version,power.limit --format=csv,noheader > "$out/gpus.txt"
     fi
-    if [ "$plan" = speed ]; then
-        # What compiling ahead costs a warm run: the same run with every job compiling its own
-        # (measure.compile_ahead: never), archived with the rest. (2 trials a process instead of 3
-        # was measured at 108259a: examples/h200-x2-speed-2026-11-27, w7t2.)
-        printf 'measure:\n  compile_ahead: never\n' > "$out/never.yaml"
-        timed "w${n}n" on_card 0 experiment "w${n}n" --cores 1 --configfile "$out/never.yaml"
+    { git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; } > "$out/commit.txt"
+    note "on $(tr '\n' ';' < "$out/gpus.txt") at $(head -1 "$out/commit.txt")"
+}
+
+run_plan() {  # plan: in the staged copy (the current folder), OUT's summary and logs
+    local rc
+    describe_host
+    note "plan $1: start"
+    plan "$1"
+    rc=$?
+    [ -z "$DRY" ] && { cp -r logs "$out/logs" 2>/dev/null; true; }
+    note "plan $1: done, exit $rc"
+    return $rc
+}
+
+# ---------------------------------------------------------------- start, status, collect
+
+install() {  # the carried wheels, then this checkout, into the interpreter's own environment
+    # Not `pip install --target`: nvidia-cutlass-dsl puts its packages on the path by a .pth file,
+    # which Python reads from site-packages only (docs/gpu.md).
+    local wheels=${WHEELS:-.whl}
+    if compgen -G "$wheels/*.whl" > /dev/null || [ -n "$DRY" ]; then
+        timed install-wheels run_cmd python3 -m pip install --no-index --no-deps --no-compile --no-cache-dir \
+            --upgrade "$wheels"/*.whl || return 1
+    else
+        note "install-wheels: none under $wheels (the host's own packages)"
     fi
-    wait "$tests"
-    timed "m$n" on_card 0,1 experiment "m$n" --profile profiles/multi-gpu --resources gpu=2
-    ;;
-tests)  # the GPU tests' shared step on card 1 beside their workflow step on card 0 (no runs)
-    shared_step 1 &
-    tests=$!
-    workflow_step 0
-    wait "$tests"
-    ;;
-*)
-    note "no such plan: $plan (smoke, acceptance, cold, verdicts, speed or tests)"
-    exit 2
-    ;;
+    timed install-project run_cmd python3 -m pip install --no-index --no-deps --no-build-isolation -e "$STAGE" || return 1
+    [ -n "$DRY" ] || timed check-imports python3 -c "import snakemake, jsonschema, yaml, fabench, pytest, xdist"
+}
+
+stage() {  # this checkout copied to STAGE (anew: a cold compile cache), without results, caches and wheels
+    run_cmd rm -rf "$STAGE"
+    run_cmd mkdir -p "$STAGE"
+    if [ -z "$DRY" ]; then
+        tar --exclude=./build --exclude=./results --exclude=./logs --exclude=./.snakemake --exclude=./.whl \
+            --exclude=./archive --exclude=./compare -cf - . | tar -xf - -C "$STAGE" || return 1
+    fi
+}
+
+running() {  # OUT: whether its plan's process still runs
+    [ -f "$out/lease.pid" ] && kill -0 "$(cat "$out/lease.pid")" 2>/dev/null
+}
+
+start() {  # plan: stage, install, and the plan detached in the staged copy
+    local plan=$1
+    if running; then
+        echo "a plan runs already in $out (pid $(cat "$out/lease.pid"))" >&2
+        return 1
+    fi
+    rm -rf "$out" && mkdir -p "$out"
+    stage || { note "stage: failed"; return 1; }
+    install || { note "install: failed (see $out/install-*.log)"; return 1; }
+    if [ -n "$DRY" ]; then
+        (cd "$STAGE" 2>/dev/null || cd .; run_plan "$plan")
+        return
+    fi
+    cd "$STAGE" || return 1
+    setsid nohup bash "$STAGE/tools/gpu-lease.sh" plan "$out" "$plan" > "$out/lease.log" 2>&1 < /dev/null &
+    echo $! > "$out/lease.pid"
+    note "started: plan $plan, pid $(cat "$out/lease.pid"), in $STAGE; tools/gpu-lease.sh status $out"
+}
+
+status() {
+    cat "$out/summary.txt" 2>/dev/null
+    if running; then echo "running (pid $(cat "$out/lease.pid"))"; else echo "not running"; fi
+}
+
+collect() {  # dest: OUT packed as DEST/lease.tgz
+    local dest=$1
+    mkdir -p "$dest"
+    status > "$out/status.txt"
+    tar -czf "$dest/lease.tgz" -C "$(dirname "$out")" "$(basename "$out")" || return 1
+    echo "$dest/lease.tgz: $(du -h "$dest/lease.tgz" | cut -f1); $(tail -1 "$out/status.txt")"
+}
+
+[ $# -ge 2 ] || usage
+command=$1
+out=$(realpath -m "$2")
+case $command in
+start) start "${3:-accept}" ;;
+status) status ;;
+collect) [ $# -ge 3 ] || usage; collect "$(realpath -m "$3")" ;;
+tests) mkdir -p "$out" && describe_host && gpu_tests "${3:-0}" ;;
+plan) [ $# -ge 3 ] || usage; mkdir -p "$out" && run_plan "$3" ;;
+compare) [ $# -ge 4 ] || usage; compare_all "${@:3}" ;;
+*) usage ;;
 esac
-cp -r results "$out/results" 2>/dev/null
-cp -r logs "$out/logs" 2>/dev/null
-note "done"

@@ -64,7 +64,9 @@ def context(run: Run, published: dict | None) -> dict | None:
                                 "split": between["split"], "before_launcher": seconds(between["before_launcher_s"]),
                                 "launcher": seconds(between["launcher_s"]),
                                 "to_measuring": seconds(between["to_measuring_s"])},
-        "compile_ahead": ahead and {**ahead, "seconds": seconds(ahead["seconds"])},
+        # Workers start beside the compile ahead in worker mode on a GPU only (its record says how many).
+        "compile_ahead": ahead and {**ahead, "seconds": seconds(ahead["seconds"]),
+                                    "workers_started": (run.compile_ahead or {}).get("workers_started", 0)},
         "stops": line["trial_stops"],
         "largest": largest and {"group": largest["group"], "label": label(largest["group"], line["cpu"]),
                                 "seconds": seconds(largest["seconds"]), "share": f"{largest['share']:.0%}",

@@ -1,0 +1,156 @@
+"""tools/gpu-lease.sh on a CPU host: its syntax, its plan as a dry run writes it (every command with
+its environment, nothing run), the GPU tests' steps as pytest selects them, and its comparisons and
+packing run for real on archived runs. Blind side: the GPU runs themselves, their times and whether
+the GPU tests pass within their limits are a GPU lease's to show (docs/testing.md)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from support.runs import make_run
+from workflow_util import REPO
+
+SCRIPT = REPO / "tools" / "gpu-lease.sh"
+DEFAULT_RUNS = {"c1", "w1", "w2", "k1", "m1"}
+
+
+def script_env(tmp_path: Path, **extra: str) -> dict:
+    """This checkout's fabench first, its `fabench` command on the path, the lease's folders in tmp_path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "STAGE": str(tmp_path / "stage"), "SCRATCH": str(tmp_path / "scratch"), **extra}
+
+
+def test_the_script_parses_and_passes_shellcheck():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (bash -n passed)")
+    proc = subprocess.run(["shellcheck", "-x", str(SCRIPT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def environment_and_command(line: str) -> tuple[dict[str, str], list[str]]:
+    """A command as the dry run wrote it: `env K=V ... command...` split, or a plain command."""
+    words = shlex.split(line)
+    if words[0] != "env":
+        return {}, words
+    assignments = list(itertools.takewhile(lambda w: "=" in w and not w.startswith("-"), words[1:]))
+    return dict(w.split("=", 1) for w in assignments), words[1 + len(assignments):]
+
+
+@pytest.fixture(scope="module")
+def accept_plan(tmp_path_factory) -> list[tuple[dict, list[str]]]:
+    """The accept plan's commands, in the order the dry run wrote them."""
+    tmp_path = tmp_path_factory.mktemp("dry")
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), "start", str(out), "accept"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=script_env(tmp_path, FABENCH_LEASE_DRY_RUN="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plan accept: done, exit 0" in (out / "summary.txt").read_text()
+    return [environment_and_command(line) for line in (out / "commands.txt").read_text().splitlines()]
+
+
+def runs_of(plan) -> dict[str, tuple[dict, list[str]]]:
+    """Each Snakemake run of the plan by its name (--config run=NAME)."""
+    runs = {}
+    for env, command in plan:
+        if command[:3] == ["python3", "-m", "snakemake"]:
+            runs[command[command.index("--config") + 1].removeprefix("run=")] = (env, command)
+    return runs
+
+
+def test_the_lease_runs_each_measurement_on_its_cards_with_a_lease_and_workers_of_its_own(accept_plan):
+    runs = runs_of(accept_plan)
+    assert set(runs) == DEFAULT_RUNS | {"pv"}
+    cards = {name: env["CUDA_VISIBLE_DEVICES"] for name, (env, _) in runs.items()}
+    assert cards == {"c1": "0", "w1": "0", "w2": "0", "k1": "1", "m1": "0,1", "pv": "0"}
+    assert runs["m1"][1][-4:] == ["--profile", "profiles/multi-gpu", "--resources", "gpu=2"]
+    assert runs["pv"][1][-2:] == ["--configfile", "config/preview.yaml"]
+    measuring = [env for env, _ in accept_plan if env]  # the runs and the GPU tests' steps
+    for key in ("FABENCH_LEASE_DIR", "FABENCH_WORKER_DIR"):
+        assert len({env[key] for env in measuring}) == len(measuring), key
+    # The GPU tests on card 1, the backends' tests before the rest.
+    tests = [(env, command) for env, command in accept_plan if "pytest" in command]
+    assert {env["CUDA_VISIBLE_DEVICES"] for env, _ in tests} == {"1"} and len(tests) == 3
+    assert "tests/test_gpu_backends.py" in tests[0][1]
+    # Installed before anything runs: the carried wheels, then this checkout (its staged copy).
+    installs = [command for env, command in accept_plan if command[:4] == ["python3", "-m", "pip", "install"]]
+    assert accept_plan.index(({}, installs[0])) < accept_plan.index(({}, installs[1])) < accept_plan.index(tests[0])
+    assert installs[1][-2] == "-e" and installs[1][-1].endswith("stage")
+
+
+def test_every_run_is_archived_and_every_pair_of_default_runs_compared(accept_plan):
+    stored = {command[3]: command[command.index("--root") + 1] for _, command in accept_plan
+              if command[:3] == ["fabench", "archive", "store"]}
+    assert set(stored) == {f"results/{name}" for name in DEFAULT_RUNS | {"pv"}}
+    root = stored["results/c1"]
+    assert {stored[f"results/{name}"] for name in DEFAULT_RUNS} == {root} and stored["results/pv"] != root
+    pairs = [frozenset(c[2:4]) for _, c in accept_plan if c[:2] == ["fabench", "compare"]]
+    assert sorted(map(sorted, pairs)) == sorted(sorted({f"ENTRY-{a}", f"ENTRY-{b}"})
+                                                for a, b in itertools.combinations(sorted(DEFAULT_RUNS), 2))
+    [check] = [c for _, c in accept_plan if c[:2] == ["fabench", "detector-check"]]
+    assert check[check.index("--root") + 1] == root
+
+
+def collected(args: list[str]) -> set[str]:
+    """The test ids pytest selects with `args` (xdist's options left out), on this host."""
+    args = [a for i, a in enumerate(args) if a not in ("-n", "--dist") and (i == 0 or args[i - 1] not in ("-n", "--dist"))]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {line for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_the_gpu_test_steps_select_each_gpu_test_once(accept_plan):
+    """What each step runs, as pytest selects it: the backends' tests alone, the whole-workflow
+    tests in their own pytest, every other test of the GPU files in the shared one."""
+    steps = [command[command.index("pytest") + 1:] for _, command in accept_plan if "pytest" in command]
+    steps = [[a for a in step if a not in ("-v", "-rs") and not a.startswith("--durations")] for step in steps]
+    alone, *others = [collected(step) for step in steps]
+    [workflow] = [ids for ids in others if all("test_worker.py::test_the_workflow" in i or "killing_the_worker" in i
+                                               for i in ids)]
+    [shared] = [ids for ids in others if ids is not workflow]
+    assert alone and {i.split("::")[0] for i in alone} == {"tests/test_gpu_backends.py"}
+    assert len(workflow) == 2 and len(shared) > 50
+    assert not (alone & shared or alone & workflow or shared & workflow)
+    files = sorted({i.split("::")[0] for i in shared | workflow})
+    marks = steps[0][steps[0].index("-m") + 1]
+    assert shared | workflow == collected(["-m", marks, *files])  # none left out
+
+
+def test_the_comparisons_and_the_packing_run_on_archived_runs(tmp_path):
+    """`compare OUT RUN...` as the plan runs it, on three archived runs of one experiment (made by
+    support.runs); then `collect`, whatever the plan's state."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = script_env(tmp_path)
+    for seed, name in enumerate(("r1", "r2", "r3")):
+        run_dir = make_run(tmp_path / "results", name, seed=seed)
+        store = subprocess.run(["fabench", "archive", "store", str(run_dir), "--root", str(out / "archive")],
+                               capture_output=True, text=True, timeout=300, env=env)
+        assert store.returncode == 0, store.stderr
+        (out / f"entry-{name}.txt").write_text(store.stdout)
+    proc = subprocess.run(["bash", str(SCRIPT), "compare", str(out), "r1", "r2", "r3"], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.txt").read_text()
+    for a, b in (("r1", "r2"), ("r1", "r3"), ("r2", "r3")):
+        assert f"compare {a} {b}: exit 0" in summary, summary
+        assert "# " in (out / "compare" / f"{a}-vs-{b}.md").read_text()
+    assert "detector-check: exit 0" in summary and (out / "detector-check.md").is_file()
+
+    packed = subprocess.run(["bash", str(SCRIPT), "collect", str(out), str(tmp_path / "back")], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert packed.returncode == 0 and packed.stdout.strip().endswith("not running"), packed.stdout + packed.stderr
+    with tarfile.open(tmp_path / "back" / "lease.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"out/summary.txt", "out/status.txt", "out/detector-check.md", "out/compare/r1-vs-r2.md"} <= names
