@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fabench import cli
+from fabench.cli import common as cli  # the exit codes
+from fabench.cli import main
 from fabench.analysis import calibration
 from fabench.report.wall_clock import SETTINGS, largest_item
 from fabench.files import OutputPathError
@@ -173,7 +174,7 @@ def test_a_missing_calibrations_file_is_one_line(tmp_path, monkeypatch, capsys):
     try:
         with pytest.raises(calibration.CalibrationError, match="calibrations.yaml: cannot be read at"):
             calibration.calibrations()
-        code = cli.main(["compare", "--root", str(tmp_path / "archive"), "--out-md", os.devnull])
+        code = main(["compare", "--root", str(tmp_path / "archive"), "--out-md", os.devnull])
         err = capsys.readouterr().err
         assert code == cli.USAGE and "calibrations.yaml: cannot be read at" in err and "Traceback" not in err
     finally:

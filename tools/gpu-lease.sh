@@ -47,7 +47,8 @@ GPU_SHARED="tests/test_gpu_identity.py tests/test_kernel_time.py tests/test_tria
             tests/test_runner.py tests/test_timeline.py"
 ALONE_LIMIT_S=120
 SHARED_LIMIT_S=180
-MARKS="not slow and not docker and not slurm"
+# "slow" marks what is slow on a CPU host (tests/slow_tests.txt): on a GPU host those run too.
+MARKS="not docker and not slurm"
 
 usage() {
     sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
