@@ -83,6 +83,7 @@ NOT_OUTPUTS = {
     ("src/fabench/results/archive_store.py", "os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)"):
         "claims an id by exclusive create",
     ("src/fabench/results/archive_store.py", "os.rename(staging, entry_dir)"): "a whole entry's folder into place",
+    ("src/fabench/results/output_digests.py", "os.rename(path, aside)"): "an unreadable process file kept aside, renamed whole, never rewritten",
     ("src/fabench/results/archive_lock.py", "os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)"): "the writer lock",
     ("src/fabench/results/archive_lock.py", "os.open(Path(root) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)"):
         "the writer lock",
