@@ -21,7 +21,7 @@ Exit status: 0 done; 1 an integrity problem (a changed or missing archived file,
 out of a comparison, a run refused as incomplete) or an entry that could not be written (a full
 disk: nothing is left of it); 2 a usage error (bad option or --label, no such entry); 3 a
 regression that holds for the comparison as a whole (its p within alpha over the cells judged:
-fabench.results.compare.gate), with `compare --fail-on regression`, or an acceptance row that
+fabench.results.gates.gate), with `compare --fail-on regression`, or an acceptance row that
 fails, with `detector-check --fail-on acceptance`; 4 too few cells judged: the share of ok cells
 compared with the previous entry that got same or changed is below `compare --min-answered`
 (with `--fail-on regression` its default is what the cells' noise lets unchanged software reach,

@@ -40,8 +40,8 @@ def add_parser(commands) -> None:
 
 def cmd_compare(args) -> int:
     from fabench.results.archive_read import load_entry
-    from fabench.results.compare import CompareError, NothingToCompare, compare_entries, gate
-    from fabench.results.gates import no_evidence
+    from fabench.results.compare import CompareError, NothingToCompare, compare_entries
+    from fabench.results.gates import gate, no_evidence
     from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"

@@ -187,13 +187,6 @@ def pairs_judged(ids: list[str], baseline: str, rule: Rule, hardware: dict, host
     return out
 
 
-def pairs_line(pairs: list[dict]) -> str | None:
-    """One line: per pair of entries, its kind and the smallest change it can see, and whence."""
-    parts = [f"{p['new']} against {p['old']}: {p['kind']}, changes below {p['margin']:.2%} cannot be seen "
-             f"({p['source']})" for p in pairs if p["kind"] is not None]
-    return ("Kinds of pair: " + "; ".join(parts) + ".") if parts else None
-
-
 def _load(entries: Iterable[Entry], in_given_order: bool = False) -> tuple[list[tuple[Entry, list[dict]]], list[dict]]:
     """The usable entries in order, each with its results analysed again, and those left out."""
     used, left_out = [], []
@@ -285,32 +278,6 @@ def answers(rows: list[dict]) -> dict:
     return {"judged": n, "answered": answered, "share": answered / n if n else None,
             "expected": sum(chances) / n if n else None,
             "expected_sd": math.sqrt(sum(c * (1 - c) for c in chances)) / n if n else None}
-
-
-# The gate's floors: never fewer than this share answered (no evidence is no pass), nor more asked
-# than this (the acceptance's answered share).
-GATE_FLOOR, GATE_CEILING = 0.5, 0.9
-
-
-def gate(comparison: dict, rule: Rule, least: float | None = None) -> dict:
-    """What a CI gate on this comparison decides: {regressions (confirmed for the comparison as a
-    whole), least (the answered share asked), answered_ok}. A regression flag fails the gate where
-    it holds for the comparison as a whole, its p within the rule's alpha over the cells judged
-    (Bonferroni): a gate asks one question of many cells, and at the per-cell alpha unchanged
-    software of 45 cells would fail one run in fourteen (a 1.2% blip in one cell). The answered
-    share asked is `least` where given, else what the cells' noise lets unchanged software reach
-    (answers' expected less two of its standard deviations) within [GATE_FLOOR, GATE_CEILING]."""
-    found = comparison["answers"]
-    cells = max(found["judged"], 1)
-    confirmed = [f for f in comparison["flags"] if f["code"] == Code.REGRESSION
-                 and (f.get("p") is None or f["p"] <= rule.alpha / cells)]
-    if least is None:
-        expected = (found["expected"] or 0.0) - 2 * (found["expected_sd"] or 0.0)
-        least = min(GATE_CEILING, max(GATE_FLOOR, expected))
-    share = found["share"]
-    # Nothing judged is answered by fabench.results.gates.no_evidence (a first run alone passes).
-    return {"regressions": confirmed, "least": least,
-            "answered_ok": not found["judged"] or (share is not None and share >= least)}
 
 
 class experiment_differences:
