@@ -197,7 +197,9 @@ def test_the_report_says_workers_started_beside_the_compile_ahead_only_where_the
         collected["compile_ahead"] = {
             "format": "fabench-compile-ahead-run/1", "started_at": -40.0, "leased_at": -39.5, "ended_at": -5.0,
             "host": "h", "gpu": "0", "gpu_uuid": "GPU-a", "parallel": 8, "workers_started": workers,
-            "processes": [{"backends": {"flex": {"status": "compiled"}}}], "cached": []}
+            "processes": [{"variant": "default", "shape_id": "b4-s512-h8-d256", "spawned_at": -39.4,
+                               "exited_at": -6.0, "exit_code": 0, "backends": {"flex": {"status": "compiled"}}}],
+                "cached": []}
         text = render(collected, config, None, started_at=-41.0)
         assert "compiled ahead for 34.5 s (1 process, 8 at a time on one GPU" in text
         assert ("; the measuring workers started beside it), and the first job" in text) is said, workers
