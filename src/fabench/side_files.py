@@ -17,8 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from fabench.config import schema_error
-from fabench.files import FileReadError, JsonReadError, loads_json
+from fabench.files import FileReadError, JsonReadError, json_problem, loads_json
 from fabench.resources import SCHEMA_DIR
 
 # Far above any such file fabench writes (a compile ahead's record of a few hundred jobs: ~1 MB).
@@ -59,7 +58,22 @@ def read_side_file(path: str | os.PathLike, kind: str) -> dict:
 def side_value_problem(value: object, kind: str) -> str | None:
     """What is wrong with a side file's content (already decoded: one kept inside results.json,
     say), as "<key>: why", or None."""
-    return schema_error(value, side_schema(kind)) or _order_problem(value, kind)
+    return _schema_problem(value, side_schema(kind)) or _order_problem(value, kind)
+
+
+def _schema_problem(value: object, schema: dict) -> str | None:
+    """The most relevant schema violation as "<key>: why" (NaN and infinities refused first). Not
+    fabench.config's richer reader: the measure stage reads stamps, and config sits above it."""
+    import jsonschema
+
+    problem = json_problem(value)
+    if problem:
+        return problem.removeprefix("$.")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    return f"{where}: {error.message}"
 
 
 def side_file_or_note(path: str | os.PathLike, kind: str) -> tuple[dict | None, str | None]:
