@@ -29,7 +29,6 @@ judges; where the process part over-explains the changes, `scale` narrows it ins
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from itertools import combinations
 
@@ -178,14 +177,7 @@ def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05, ans
     multiplicities. Each class's margin: fitted_margin on its cells."""
     pairs = comparable_pairs(runs)
     run_ids = [run_id for run_id, _ in runs]
-    rng = random.Random(BOOTSTRAP_SEED)
-    draws = []
-    for _ in range(BOOTSTRAP_DRAWS):
-        drawn: dict[str, int] = {}
-        for _ in run_ids:
-            pick = rng.choice(run_ids)
-            drawn[pick] = drawn.get(pick, 0) + 1
-        draws.append(drawn)
+    draws = stats.run_draws(run_ids, BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
     ones = dict.fromkeys(run_ids, 1)
     out: dict = {}
     for kind in PairType:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -217,15 +216,7 @@ def _prepare(runs: list[tuple[str, list[dict]]]) -> dict:
 
 def _draws(run_ids: list[str]) -> list[dict[str, int]]:
     """Seeded bootstrap draws of the runs (multiplicities): the unit resampled is the run."""
-    rng = random.Random(BOOTSTRAP_SEED)
-    draws = []
-    for _ in range(BOOTSTRAP_DRAWS):
-        drawn: dict[str, int] = {}
-        for _ in run_ids:
-            pick = rng.choice(run_ids)
-            drawn[pick] = drawn.get(pick, 0) + 1
-        draws.append(drawn)
-    return draws
+    return stats.run_draws(run_ids, BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
 
 
 def _rate(pairs: list[dict], numerator, denominator, weights: dict[str, int] | None = None) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
 
 
@@ -151,3 +152,17 @@ def trigamma_inverse(y: float) -> float:
         if -step / x < 1e-8:
             break
     return x
+
+
+def run_draws(run_ids: list[str], draws: int, seed: int) -> list[dict[str, int]]:
+    """Seeded bootstrap draws of runs: each draw the runs resampled with replacement, as
+    {run id: multiplicity}. The run is the unit resampled: it carries the state all of its cells share."""
+    rng = random.Random(seed)
+    found = []
+    for _ in range(draws):
+        drawn: dict[str, int] = {}
+        for _ in run_ids:
+            pick = rng.choice(run_ids)
+            drawn[pick] = drawn.get(pick, 0) + 1
+        found.append(drawn)
+    return found
