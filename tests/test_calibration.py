@@ -176,15 +176,15 @@ STEADY = "pair_types.same card.steady"
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: d["fits"][d["fallback"]].pop("floor"), "fits.h200-h100-2026-11-28: 'floor' is a required property"),
-    (lambda d: same_card_margin(d, "1.35%"), f"fits.h200-h100-2026-11-28.{STEADY}.margin: '1.35%' is not of type 'number'"),
-    (lambda d: same_card_margin(d, 2), f"fits.h200-h100-2026-11-28.{STEADY}.margin: 2 is greater than or equal"),
+    (lambda d: d["fits"][d["fallback"]].pop("floor"), "fits.h200-h100-trimmed-mean-2026-11-28: 'floor' is a required property"),
+    (lambda d: same_card_margin(d, "1.35%"), f"fits.h200-h100-trimmed-mean-2026-11-28.{STEADY}.margin: '1.35%' is not of type 'number'"),
+    (lambda d: same_card_margin(d, 2), f"fits.h200-h100-trimmed-mean-2026-11-28.{STEADY}.margin: 2 is greater than or equal"),
     (lambda d: d["fits"][d["fallback"]]["pair_types"]["same card"]["steady"].update(noise=-0.01),
-     f"fits.h200-h100-2026-11-28.{STEADY}.noise: -0.01 is less than"),
-    (lambda d: d["fits"][d["fallback"]]["pair_types"].pop("same card"), f"fits.h200-h100-2026-11-28.pair_types: 'same card' is a required property"),
-    (lambda d: d["fits"][d["fallback"]]["pair_types"].update({"next door": {}}), "fits.h200-h100-2026-11-28.pair_types: 'next door' is not one of"),
-    (lambda d: d["fits"][d["fallback"]].update(runs=[]), "fits.h200-h100-2026-11-28.runs: [] should be non-empty"),
-    (lambda d: d["fits"][d["fallback"]].update(extra=1), "fits.h200-h100-2026-11-28: Additional properties"),
+     f"fits.h200-h100-trimmed-mean-2026-11-28.{STEADY}.noise: -0.01 is less than"),
+    (lambda d: d["fits"][d["fallback"]]["pair_types"].pop("same card"), f"fits.h200-h100-trimmed-mean-2026-11-28.pair_types: 'same card' is a required property"),
+    (lambda d: d["fits"][d["fallback"]]["pair_types"].update({"next door": {}}), "fits.h200-h100-trimmed-mean-2026-11-28.pair_types: 'next door' is not one of"),
+    (lambda d: d["fits"][d["fallback"]].update(runs=[]), "fits.h200-h100-trimmed-mean-2026-11-28.runs: [] should be non-empty"),
+    (lambda d: d["fits"][d["fallback"]].update(extra=1), "fits.h200-h100-trimmed-mean-2026-11-28: Additional properties"),
     (lambda d: d.update(fallback="nowhere"), "fallback: 'nowhere' is not a fit named under fits"),
     (lambda d: d["calibrations"][0].update(fit="nowhere"), "calibrations[0].fit: 'nowhere' is not a fit"),
     (lambda d: d["calibrations"][1]["hardware"].pop("arch"), "calibrations[1].hardware: 'arch' is a required property"),
@@ -211,7 +211,7 @@ def test_the_command_says_a_broken_calibration_file_in_one_line(tmp_path):
                            str(tmp_path / "c.md")], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
-        "fabench compare: error: calibrations.yaml: fits.h200-h100-2026-11-28: 'floor' is a required property"]
+        "fabench compare: error: calibrations.yaml: fits.h200-h100-trimmed-mean-2026-11-28: 'floor' is a required property"]
 
 
 def test_compare_states_each_pair_its_kind_and_the_smallest_change_it_can_see(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Refit one calibration's pair types from the runs it names, and print its `pair_types` block
 (calibrations.yaml), or write it in place with --write:
 
-    python tools/refit_calibration.py h200-h100-2026-11-28 [--write]
+    python tools/refit_calibration.py h200-h100-trimmed-mean-2026-11-28 [--write]
 
 The values are fabench.analysis.components.fit over the fit's `runs` with the default rule's
 equivalence alpha and the fit's `answered_target`; tests/test_detector.py checks that the file

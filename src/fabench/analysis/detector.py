@@ -49,6 +49,7 @@ BOOTSTRAP_DRAWS = 500
 BOOTSTRAP_SEED = 20261128
 ONE_CARD = (str(PairType.SAME_CARD),)
 ACROSS = (str(PairType.OTHER_CARD), str(PairType.OTHER_HOST), str(PairType.SEVERAL_CARDS))
+ALL_PAIRS = "all pairs"  # a row over every pair judged, whatever its kind
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class Row:
 
 # The rule's contract on runs it was not fitted on (issue 45): floors, not today's values.
 ACCEPTANCE = (
-    Row("false changes", "false_changes", ONE_CARD + ACROSS, "<=", 0.005,
+    # Over all pairs, as issue 45 states it: per kind, 0.5% of one lease's 120-160 judgements is
+    # less than one cell, and a rule at its stated level would fail some kind by chance alone.
+    Row("false changes", "false_changes", (ALL_PAIRS,), "<=", 0.005,
         "cells called changed between runs of unchanged software"),
     Row("answered", "answered", ONE_CARD + ACROSS, ">=", 0.90, "ok cells answered (same or changed)"),
     Row("+2% flagged", "+2%", ONE_CARD, ">=", 0.90, "ok cells flagged as a regression, +2% injected"),
@@ -281,7 +284,8 @@ def summary(pairs: list[dict]) -> dict:
 
 
 def acceptance(totals: dict, unstable: dict[str, float | None]) -> list[dict]:
-    """Each row of ACCEPTANCE per pair type present: {name, kind, value, low, high, floor, sense, holds}."""
+    """Each row of ACCEPTANCE per pair type present (totals[ALL_PAIRS]: over every pair): {name,
+    kind, value, low, high, floor, sense, holds}."""
     out = []
     for row in ACCEPTANCE:
         if row.figure == "unstable":
@@ -317,8 +321,12 @@ def _judge_pairs(prepared: dict, rule: Rule) -> dict:
     runs = {run_id for p in accepted_on for run_id in (p["old"], p["new"])}
     unstable = {run_id: unstable_share(results) for run_id, results in prepared["analysed"] if run_id in runs}
     totals = summary(accepted_on)
-    return {"pairs": pairs, "summary": totals, "acceptance_on": scope,
-            "acceptance": acceptance(totals, unstable)}
+    if accepted_on:
+        draws = _draws(sorted(runs))
+        totals = {**totals, ALL_PAIRS: {name: rate(accepted_on, *FIGURES[name], draws)
+                                        for name in ("false_changes", "pairs_with_a_false_change")}}
+    return {"pairs": pairs, "summary": {k: v for k, v in totals.items() if k != ALL_PAIRS}, "acceptance_on": scope,
+            "overall": totals.get(ALL_PAIRS), "acceptance": acceptance(totals, unstable)}
 
 
 def holds(check: dict) -> bool:
@@ -351,7 +359,7 @@ def trade_off_rules(rule: Rule) -> list[tuple[str, Rule]]:
     designs = [("fitted margins, with the unseen noise", Rule.of({"comparison": {**rule.as_dict(), "unseen_noise": True}})),
                ("fitted margins, the runs' own noise only",
                 Rule.of({"comparison": {**rule.as_dict(), "unseen_noise": False}}))]
-    for margin in (0.015, 0.02, 0.03):
+    for margin in (0.01, 0.02, 0.03):
         designs.append((f"margin {margin:.1%} for every pair type, with the unseen noise",
                         Rule.of({"comparison": {**rule.as_dict(), "margin": margin, "unseen_noise": True}})))
     return designs

@@ -175,8 +175,8 @@ def analyse_entry(entry: dict, result: dict) -> dict:
 
 
 def trial_figures(trials: list[dict]) -> str:
-    """Each trial's device figure (in place): the median of its kernel-time samples (the kernels'
-    own time per call, CUPTI), where the entry has them; in results measured before, the median of
+    """Each trial's device figure (in place): stats.trial_figure of its kernel-time samples (the
+    kernels' own time per call, CUPTI), where the entry has them; in results measured before, of
     the event pairs around each call. A trial without kernel samples in an entry that has them (its
     trace could not be read, the note says why) has no device figure: one figure is never a mix of
     two quantities. Trials recorded before any samples were kept carry the figure and keep it.
@@ -184,7 +184,7 @@ def trial_figures(trials: list[dict]) -> str:
     key = "kernel_samples_ms" if any(t.get("kernel_samples_ms") for t in trials) else "device_samples_ms"
     for trial in trials:
         if trial.get(key):
-            trial["device_ms"] = stats.median(trial[key])
+            trial["device_ms"] = stats.trial_figure(trial[key])
         elif key == "kernel_samples_ms":
             trial["device_ms"] = None
     return key

@@ -58,7 +58,7 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
     taken = [r for r in records if r.get("per_call_ms")]
     if not taken:
         return _no_verdict(f"graphs not taken: {records[0].get('error') or 'no record'}")
-    cupti = [stats.median(t["kernel_samples_ms"]) for t in trials if t.get("kernel_samples_ms")]
+    cupti = [stats.trial_figure(t["kernel_samples_ms"]) for t in trials if t.get("kernel_samples_ms")]
     if not cupti:
         return _no_verdict("no kernel-time samples to compare with")
     other = _other_kernels(taken, trials)

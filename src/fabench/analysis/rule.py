@@ -88,7 +88,7 @@ class Rule:
         for name in ("alpha", "equivalence_alpha", "published_margin") + (("margin",) if self.margin is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.015 for 1.5%)")
+                raise RuleError(f"{CONFIG_KEY}.{name}: {value!r}; expected a fraction between 0 and 1 (0.02 for 2%)")
         if not isinstance(self.unseen_noise, bool):
             raise RuleError(f"{CONFIG_KEY}.unseen_noise: {self.unseen_noise!r}; expected true or false")
         if isinstance(self.power, bool) or not isinstance(self.power, (int, float)) or not 0.5 <= self.power < 1:

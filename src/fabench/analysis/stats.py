@@ -27,6 +27,26 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+# The share of a trial's samples set aside at each end before their mean is taken (trial_figure).
+TRIM = 0.10
+
+
+def trial_figure(samples: list[float]) -> float:
+    """One trial's figure from its per-call samples: their mean with the TRIM share at each end set
+    aside. Not their median: short kernels' per-call times are often bimodal (cuDNN at
+    (4,1024,8,64) on an H200: modes 22.2 and 23.2 us, about half the calls in each, the median in
+    the gap between them), and a median then jumps between the modes from trial to trial (22.56 to
+    23.10 us, where the trials' means lay within 22.73-22.94), which the processes, two a cell,
+    cannot average out. A mean moves with the modes' shares smoothly; the trimming keeps a rare
+    long call (a kernel held up by another context) from moving it. On the committed H200 and
+    H100 runs (docs/archive.md) it took the false changes between unchanged runs from 2.5% to 0%
+    of cells on one card. nvbench's figure is the plain mean."""
+    ordered = sorted(samples)
+    cut = int(len(ordered) * TRIM)
+    kept = ordered[cut:len(ordered) - cut] if len(ordered) > 2 * cut else ordered
+    return statistics.fmean(kept)
+
+
 def spread(samples: list[float]) -> float:
     """max/min - 1: how far apart the samples lie (0 for one sample)."""
     low = min(samples)

@@ -171,7 +171,7 @@ class Cell:
         self.entry["trials"].append({
             "process": self.process, "index": index, **({} if position is None else {"position": position}),
             "iters": iters if wall is not None else None, "wall_mean_ms": wall,
-            # The trial's figure is the analysis stage's (the samples' median); the samples are the record.
+            # The trial's figure is the analysis stage's (fabench.analysis.stats.trial_figure); the samples are the record.
             "device_ms": None, "warmup_iters": warm["iters"] + (1 if first else 0), **checks, **(stream or {}),
             "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
             if self.gpu and (start or end) else None,
