@@ -124,7 +124,7 @@ def test_the_acceptance_holds_on_the_validation_runs_and_fails_for_a_rule_made_w
             assert row["low"] <= row["value"] <= row["high"]
     docs = (REPO / "docs" / "archive.md").read_text()
     text = md.read_text()
-    for title, end in (("| Row | Pairs |", "\n\n## Per kind of pair"), ("| Pair type | Margin", "\n\n## Noise"),
+    for title, end in (("| Row | Pairs |", "\n\n## Per kind of pair"), ("| Pair type | Margin", "\n\n## Per kind of pair, "),
                        ("| Design |", "\n\n## Pairs")):
         assert text[text.index(title):text.index(end)] in docs, title
     worse = run_cli(tmp_path, "detector-check", *(f"--root={root}" for root in roots), "--margin", "0.002",
@@ -180,3 +180,20 @@ def test_a_step_across_the_committed_runs_is_named_where_the_card_changed():
     assert step["before"].endswith("0002-7a004542") and step["after"].endswith("0003-25eb76a9")
     assert step["card_changed"] and 1.01 < step["ratio"] < 1.03 and step["runs"] == 3
     assert all(s["card_changed"] for s in steps.values())  # no step where only the software moved
+
+
+def test_the_docs_hold_the_figures_of_every_committed_archive_by_scope(tmp_path):
+    """docs/archive.md's table of every committed archive (every run a fit or a design decision
+    named), by scope, is what `fabench detector-check` writes on them; the fit's own pairs are in
+    it as `fitted`, and every kind of pair the archives hold is there."""
+    from fabench.analysis import calibration
+    from fabench.results.named_runs import archive_root
+
+    (fit,) = {f["name"]: f for f in calibration.calibrations().values()}.values()
+    roots = sorted({archive_root(run["archive"], REPO, tmp_path) for run in fit["runs"] + fit["validation"]}, key=str)
+    check, markdown = detector_check(tmp_path, *roots)
+    assert set(check["by_scope"]) == {"fitted", "validation"}
+    assert {"same card", "other card", "other host", "several cards", "several cards, other host"} <= set(
+        check["by_scope"]["fitted"])
+    table = markdown[markdown.index("| Scope: pair type |"):markdown.index("\n\n## Noise")]
+    assert table in (REPO / "docs" / "archive.md").read_text()

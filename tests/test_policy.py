@@ -213,13 +213,14 @@ def test_fabench_compare_without_options_gives_the_workflows_verdicts(tmp_path):
     assert flags.count("now_available") == 20  # aiter's Triton ran in 0003 only: 10 cells, vs previous and baseline
     # Judgements of cells measured stable in both runs (vs previous and vs baseline): those on one
     # card answer; 0003 ran on a card of another host, judged at that kind of pair's noise and
-    # margin (calibrations.yaml): the few it leaves unanswered are all against it, too noisy.
+    # margin (calibrations.yaml): any it leaves unanswered are against it, too noisy.
     judged = [c[kind] for row in cli["rows"] for c in row["cells"] for kind in ("vs_previous", "vs_baseline")
               if c.get(kind) and c[kind]["code"] not in ("unstable", "now_available", "not_ok")]
     answered = [v for v in judged if v["verdict"] in ("same", "changed")]
     missed = [v for v in judged if v not in answered]
-    assert missed and all("cuda-13.0/0003-25eb76a9" in v["values"]["runs"] for v in missed)  # every one against the other card
-    assert sorted({v["code"] for v in missed}) == ["noisy"]
+    assert len(answered) >= 0.95 * len(judged)
+    assert all("cuda-13.0/0003-25eb76a9" in v["values"]["runs"] for v in missed)  # every one against the other card
+    assert {v["code"] for v in missed} <= {"noisy"}
     assert all(v["values"]["pair"]["kind"] == "other host" for v in missed)
 
 
@@ -286,8 +287,8 @@ def test_a_ci_gate_fails_where_it_judged_too_few_cells(tmp_path):
     assert gated.stderr.strip().splitlines()[-1] == (
         f"fabench compare: 0 of {answers['judged']} ok cells compared got an answer (0%), fewer than --min-answered 50%")
     assert compare_cli(tmp_path, *pair).returncode == 0  # a report, no gate asked for
-    # The committed H200 runs: 108 of 110 ok cells answered vs previous (98%; 10 failed in both: not counted).
-    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "0.95").returncode == 0
-    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "99%").returncode == 4
+    # The committed H200 runs: 109 of 110 ok cells answered vs previous (99.1%; 10 failed in both: not counted).
+    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "0.99").returncode == 0
+    assert compare_cli(tmp_path, "--root", str(H200), "--min-answered", "99.5%").returncode == 4
     refused = compare_cli(tmp_path, "--root", str(H200), "--min-answered", "1.5")
     assert refused.returncode == 2 and "--min-answered: '1.5': give a share between 0 and 1" in refused.stderr

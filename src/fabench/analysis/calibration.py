@@ -34,8 +34,10 @@ PAIR_TYPES = tuple(str(kind) for kind in PairType)
 CLASSES = ("steady", "capped")
 # A pair type with no values of its own is judged by a wider one's: another card of one host by
 # another host's (which holds a card's effect and a host's), a run over several cards by another
-# host's; the same card has no wider type and must be fitted.
-FALLS_BACK = {str(PairType.OTHER_CARD): str(PairType.OTHER_HOST), str(PairType.SEVERAL_CARDS): str(PairType.OTHER_HOST)}
+# host's, over several cards of two hosts by several cards' (then another host's); the same card
+# has no wider type and must be fitted.
+FALLS_BACK = {str(PairType.OTHER_CARD): str(PairType.OTHER_HOST), str(PairType.SEVERAL_CARDS): str(PairType.OTHER_HOST),
+              str(PairType.SEVERAL_CARDS_OTHER_HOST): str(PairType.SEVERAL_CARDS)}
 
 _FRACTION = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 0.5}
 _COMPONENT = {"type": "number", "minimum": 0, "exclusiveMaximum": 0.5}
@@ -58,7 +60,10 @@ SCHEMA = {
         "fits": {"type": "object", "minProperties": 1, "additionalProperties": {
             "type": "object", "additionalProperties": False,
             "required": ["floor", "answered_target", "pair_types", "pooled", "fitted", "runs", "validation"],
-            "properties": {"floor": _COMPONENT, "answered_target": {"type": "number", "minimum": 0.5, "maximum": 0.999},
+            "properties": {"floor": _COMPONENT, "answered_target": {
+                               "type": "object", "required": list(PAIR_TYPES), "additionalProperties": False,
+                               "properties": {kind: {"type": "number", "minimum": 0.5, "maximum": 0.999}
+                                              for kind in PAIR_TYPES}},
                            "pair_types": {"type": "object", "required": [str(PairType.SAME_CARD)],
                                           "propertyNames": {"enum": list(PAIR_TYPES)},
                                           "additionalProperties": _PAIR_TYPE},

@@ -15,7 +15,7 @@ Model, in log space, of one process's median of one cell:
                    two H200 cards FlashAttention-4 at seq 512 read +1.8% while SDPA read -0.9%.
                    No run sees it by itself; its size depends on the kind of pair
                    (identity.PairType: the same card, another card of the host, another host, a run
-                   over several cards), and cells held at a power cap (stats.capped) have their own.
+                   over several cards of one host or of two), and cells held at a power cap (stats.capped) have their own.
 Two runs' change d = log(new / old) then has variance
     scale * (sigma_old^2 / P_old + sigma_new^2 / P_new) + unseen(pair type, class)
 (fabench.analysis.policy.change_noise). `fit` estimates unseen per pair type and class from repeats
@@ -106,6 +106,7 @@ MARGIN_STEP = 0.0005
 # The least share of the process part a fit may keep: below it the runs' own noise estimate would
 # be said to be four times too wide, which no fit of a few runs can tell from chance.
 MIN_SCALE = 0.25
+DEFAULT_ANSWERED = 0.85  # a fit's answered_target names its own per pair type (calibrations.yaml)
 
 
 def cell_class(*entries: dict) -> str:
@@ -162,7 +163,8 @@ def _means(pairs: list[dict], weights: dict[str, int], kind: str, klass: str) ->
     return (excess / count, process / count, int(count)) if count else (math.nan, math.nan, 0)
 
 
-def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05, answered_target: float = 0.85) -> dict:
+def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05,
+        answered_target: dict[str, float] | None = None) -> dict:
     """The noise two runs of each pair type differ by beyond their own, from every comparable pair of
     the runs: {type: {class: {noise (sd, log), df, scale, pairs, runs, cells}, margin per class}}.
 
@@ -174,7 +176,8 @@ def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05, ans
     verdicts take a wider type's values, calibration.FALLS_BACK), a class where no cell gives it.
     The degrees of freedom of the unseen noise from a seeded bootstrap over runs (BOOTSTRAP_DRAWS
     draws): the runs resampled with replacement, each pair of two distinct runs weighted by their
-    multiplicities. Each class's margin: fitted_margin on its cells."""
+    multiplicities. Each class's margin: fitted_margin on its cells, for the pair type's share of
+    them to be answered (`answered_target`, per pair type; DEFAULT_ANSWERED where it names none)."""
     pairs = comparable_pairs(runs)
     run_ids = [run_id for run_id, _ in runs]
     draws = stats.run_draws(run_ids, BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
@@ -197,7 +200,8 @@ def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05, ans
                      "scale": round(scale, 3), "pairs": len(of_kind),
                      "runs": len({r for p in of_kind for r in (p["old"], p["new"])}), "cells": cells}
             chosen = [cell for p in of_kind for _, c, cell in p["cells"].values() if c == klass]
-            found["margin"] = fitted_margin(chosen, found, equivalence_alpha, answered_target)
+            found["margin"] = fitted_margin(chosen, found, equivalence_alpha,
+                                            (answered_target or {}).get(str(kind), DEFAULT_ANSWERED))
             out.setdefault(str(kind), {})[klass] = found
     return out
 

@@ -48,7 +48,8 @@ SCOPES = ("test", "validation", "fitted")
 BOOTSTRAP_DRAWS = 500
 BOOTSTRAP_SEED = 20261128
 ONE_CARD = (str(PairType.SAME_CARD),)
-ACROSS = (str(PairType.OTHER_CARD), str(PairType.OTHER_HOST), str(PairType.SEVERAL_CARDS))
+ACROSS = (str(PairType.OTHER_CARD), str(PairType.OTHER_HOST), str(PairType.SEVERAL_CARDS),
+          str(PairType.SEVERAL_CARDS_OTHER_HOST))
 ALL_PAIRS = "all pairs"  # a row over every pair judged, whatever its kind
 
 
@@ -325,7 +326,9 @@ def _judge_pairs(prepared: dict, rule: Rule) -> dict:
         draws = _draws(sorted(runs))
         totals = {**totals, ALL_PAIRS: {name: rate(accepted_on, *FIGURES[name], draws)
                                         for name in ("false_changes", "pairs_with_a_false_change")}}
-    return {"pairs": pairs, "summary": {k: v for k, v in totals.items() if k != ALL_PAIRS}, "acceptance_on": scope,
+    by_scope = {s: summary([p for p in pairs if p["scope"] == s]) for s in SCOPES if any(p["scope"] == s for p in pairs)}
+    return {"pairs": pairs, "summary": {k: v for k, v in totals.items() if k != ALL_PAIRS}, "by_scope": by_scope,
+            "acceptance_on": scope,
             "overall": totals.get(ALL_PAIRS), "acceptance": acceptance(totals, unstable)}
 
 

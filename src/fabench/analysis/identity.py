@@ -126,7 +126,8 @@ class PairType(StrEnum):
     SAME_CARD = "same card"  # one card each, the same one (a CPU: the same host)
     OTHER_CARD = "other card"  # one card each, two cards of one host
     OTHER_HOST = "other host"  # one card each, cards of two hosts (or hosts that cannot be told apart)
-    SEVERAL_CARDS = "several cards"  # a run spread its processes over several cards
+    SEVERAL_CARDS = "several cards"  # a run spread its processes over several cards, every card of both runs on one host
+    SEVERAL_CARDS_OTHER_HOST = "several cards, other host"  # as above, the two runs' cards on two hosts (or not known)
 
 
 def hosts_of(identities: list[dict]) -> dict[str, frozenset]:
@@ -157,13 +158,16 @@ def pair_type(a: dict, b: dict, hosts: dict[str, frozenset] | None = None) -> Pa
     they are not, the pair counts as of two hosts, the wider noise."""
     if not same_hardware(a, b) or not a.get("cards") or not b.get("cards"):
         return None if not same_hardware(a, b) else PairType.OTHER_HOST
+    hosts = hosts if hosts is not None else hosts_of([a, b])
+    cards = set(a["cards"]) | set(b["cards"])
+    one_host = cards <= hosts.get(a["cards"][0], frozenset())
     if len(a["cards"]) > 1 or len(b["cards"]) > 1:
-        return PairType.SEVERAL_CARDS
+        # A two-card run against a run of another host holds both hosts' card effects and the
+        # hosts' own: on the committed H200s, 0.48% a cell beyond the processes against 0.33% on one host.
+        return PairType.SEVERAL_CARDS if one_host else PairType.SEVERAL_CARDS_OTHER_HOST
     if a["cards"] == b["cards"]:
         return PairType.SAME_CARD
-    hosts = hosts if hosts is not None else hosts_of([a, b])
-    one_host = hosts.get(a["cards"][0], frozenset()) & hosts.get(b["cards"][0], frozenset())
-    return PairType.OTHER_CARD if b["cards"][0] in one_host else PairType.OTHER_HOST
+    return PairType.OTHER_CARD if one_host else PairType.OTHER_HOST
 
 
 def matches_published_hardware(results: list[dict], published: dict) -> bool:

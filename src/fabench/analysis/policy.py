@@ -6,7 +6,7 @@ detector-check, the merge and tools/ all ask here.
 A cell's change is d = log(new median / old median). Its noise is the two runs' own (their pooled
 process noise, fabench.analysis.noise) and what no run sees by itself, which depends on what the
 two runs are to each other (identity.PairType: the same card, another card of the host, another
-host, a run over several cards) and on whether the cell was held at a power cap
+host, a run over several cards of one host or of two) and on whether the cell was held at a power cap
 (fabench.analysis.components): sd = sqrt(sigma_old^2 / P_old + sigma_new^2 / P_new + unseen), with
 the degrees of freedom of that sum (stats.welch_df: the unseen part counts the fit's, from a
 bootstrap over its runs). Each pair type has its margin, fitted with its noise (calibrations.yaml):

@@ -39,14 +39,27 @@ def acceptance_table(check: dict) -> list[str]:
 
 
 def summary_table(check: dict) -> list[str]:
+    return _summary_rows(check["summary"], "Pair type", lambda kind: kind)
+
+
+def scope_table(check: dict) -> list[str]:
+    """The per-kind figures of every scope's pairs (fitted, validation, test): in-sample beside out."""
+    lines = []
+    for scope, totals in check["by_scope"].items():
+        rows = _summary_rows(totals, "Scope: pair type", lambda kind, scope=scope: f"{scope}: {kind}")
+        lines += rows if not lines else rows[2:]
+    return lines
+
+
+def _summary_rows(totals: dict, title: str, label) -> list[str]:
     names = list(FIGURE_TEXT)
-    lines = ["| Pair type | Margin (fitted as) | " + " | ".join(FIGURE_TEXT[n] for n in names) +
+    lines = [f"| {title} | Margin (fitted as) | " + " | ".join(FIGURE_TEXT[n] for n in names) +
              " | False alarms per 100 cells: " + " / ".join(RULES) + " |", "|---|---|" + "---|" * (len(names) + 1)]
-    for kind, s in check["summary"].items():
+    for kind, s in totals.items():
         alarms = " / ".join("n/a" if s["peers_false_alarms"][r] is None else f"{100 * s['peers_false_alarms'][r]:.1f}"
                             for r in RULES)
         margin = f"{s['margin']['value']:.2%}" + ("" if s["margin"]["fitted_as"] == kind else f" ({s['margin']['fitted_as']})")
-        lines.append(f"| {kind} ({s['answered']['pairs']} pairs) | {margin} | " +
+        lines.append(f"| {label(kind)} ({s['answered']['pairs']} pairs) | {margin} | " +
                      " | ".join(with_interval(s[n], 2 if n == "false_changes" else 1) for n in names) +
                      f" | {alarms} |")
     return lines
@@ -89,7 +102,8 @@ def render(check: dict) -> str:
     margins = ", ".join(f"{kind} {margin:.2%}" for kind, margin in rule["margins"].items())
     lines = ["# Detector check", "",
              "How `fabench compare` behaves on these archived runs, by exactly the rule it applies (below), per kind "
-             "of pair (the same card, another card of one host, another host, a run over several cards): false "
+             "of pair (the same card, another card of one host, another host, a run over several cards of one host "
+             "or of two): false "
              "changes between runs of unchanged software, how often it answers, how often a change lies beyond its "
              "95% prediction (both ways), and the share of ok cells flagged when a known change is injected into one "
              "run of a pair (each run in turn: every trial's time scaled, the run analysed again). Every rate has "
@@ -106,6 +120,10 @@ def render(check: dict) -> str:
               "saw them) or `test` (every other run): the acceptance is measured on the pairs furthest from the fit.",
               "", *acceptance_table(check)]
     lines += ["", "## Per kind of pair", "", *summary_table(check)]
+    if len(check.get("by_scope") or {}) > 1:
+        lines += ["", "## Per kind of pair, every scope", "",
+                  "The same figures on the pairs of each scope: `fitted` pairs are in-sample (the fit was made on "
+                  "them), the others are not.", "", *scope_table(check)]
     lines += ["", "## Noise components, estimated from these runs", "",
               "What two runs of each kind of pair differ by in a cell beyond their processes' noise "
               "(fabench.analysis.components.fit: steady cells and cells held at a power cap apart; degrees of freedom "
