@@ -163,7 +163,7 @@ def pair_type(a: dict, b: dict, hosts: dict[str, frozenset] | None = None) -> Pa
     one_host = cards <= hosts.get(a["cards"][0], frozenset())
     if len(a["cards"]) > 1 or len(b["cards"]) > 1:
         # A two-card run against a run of another host holds both hosts' card effects and the
-        # hosts' own: on the committed H200s, 0.48% a cell beyond the processes against 0.33% on one host.
+        # hosts' own: a wider noise than one host's cards (calibrations.yaml fits each).
         return PairType.SEVERAL_CARDS if one_host else PairType.SEVERAL_CARDS_OTHER_HOST
     if a["cards"] == b["cards"]:
         return PairType.SAME_CARD

@@ -38,9 +38,8 @@ def trial_figure(samples: list[float]) -> float:
     the gap between them), and a median then jumps between the modes from trial to trial (22.56 to
     23.10 us, where the trials' means lay within 22.73-22.94), which the processes, two a cell,
     cannot average out. A mean moves with the modes' shares smoothly; the trimming keeps a rare
-    long call (a kernel held up by another context) from moving it. On the committed H200 and
-    H100 runs (docs/archive.md) it took the false changes between unchanged runs from 2.5% to 0%
-    of cells on one card. nvbench's figure is the plain mean."""
+    long call (a kernel held up by another context) from moving it (what it changed in the
+    verdicts: docs/archive.md). nvbench's figure is the plain mean."""
     ordered = sorted(samples)
     cut = int(len(ordered) * TRIM)
     kept = ordered[cut:len(ordered) - cut] if len(ordered) > 2 * cut else ordered
