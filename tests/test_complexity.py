@@ -29,10 +29,6 @@ PENDING = {
     ("cli/compare.py", "cmd_compare"),
     ("cli/detector_check.py", "cmd_detector_check"),
     ("results/archive_store.py", "make_record"),
-    ("results/merge.py", "merge_entry"),
-    ("analysis/kernel_check.py", "kernel_time_check"),
-    ("analysis/claims.py", "compare"),
-    ("analysis/policy.py", "judge"),
 }
 
 
