@@ -210,6 +210,23 @@ def method_of(result: dict) -> Mapping:
     return _mapping(result.get(METHOD))
 
 
+def cell_stats(entry: dict) -> CellStats | None:
+    """A backend entry's analysed stats (None for one not analysed: a failed cell, published numbers)."""
+    return CellStats.of(entry.get(STATS))
+
+
+def metric_median(entry: dict, metric: str) -> float | None:
+    """The median of an entry's analysed figure `metric`, None where it has none."""
+    stats = cell_stats(entry)
+    figure = stats.metric(metric) if stats else None
+    return figure.median if figure else None
+
+
+def provenance_of(result: dict) -> Mapping:
+    """A result's provenance as recorded (empty where it records none)."""
+    return _mapping(result.get(PROVENANCE))
+
+
 def process_index(result: dict, default: int = 0) -> int:
     """The index of the process that wrote a result, as its provenance records it, else `default`."""
     return result[PROVENANCE].get("process", default)
