@@ -18,11 +18,6 @@ PENDING = {
     ("analysis/components.py", "fit"),
     ("measure/cell.py", "Cell.trial"),
     ("measure/launch/precompile.py", "main"),
-    ("tune/pick.py", "model_check"),
-    ("report/wall_clock.py", "run_time_line"),
-    ("cli/compare.py", "cmd_compare"),
-    ("cli/detector_check.py", "cmd_detector_check"),
-    ("results/archive_store.py", "make_record"),
 }
 
 

@@ -50,7 +50,6 @@ NOT_YET_TYPED = {
     "report/sections/timing.py",
     "results/archive_layout.py",
     "results/archive_run_check.py",
-    "results/archive_store.py",
     "results/collect.py",
     "results/compare.py",
     "results/results_csv.py",
