@@ -29,11 +29,9 @@ NOT_YET_TYPED = {
     "analysis/pairs.py",
     "analysis/within_run.py",
     "analysis/legacy.py",
-    "config.py",
     "measure/launch/precompile.py",  # (measure)
     "measure/launch/runner.py",  # (measure)
     "report/compare_markdown.py",
-    "report/speedup_plot.py",
     "report/wall_clock.py",
     "report/sections/overview.py",
     "report/sections/precision.py",
@@ -46,9 +44,9 @@ NOT_YET_TYPED = {
     "tune/measure.py",
 }
 # Modules whose reads of these names are of another record than a result: the measure stage
-# writing its raw trials as it measures (measure/, owned by the measure wing's change), and the
-# paired test's evidence (`trials`: a count) in the verdict's words.
-OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "analysis/verdict_text.py"}
+# writing its raw trials as it measures (measure/, owned by the measure wing's change), the
+# paired test's evidence (`trials`: a count) in the verdict's words, and the config's `backends`.
+OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "analysis/verdict_text.py", "config.py"}
 LOOKUPS = ("get", "pop", "setdefault")
 
 

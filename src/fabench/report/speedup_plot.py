@@ -10,6 +10,7 @@ from matplotlib.patches import Patch
 
 from fabench.analysis import claims
 from fabench.analysis.policy import Rule, same_code
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.plot_common import (
     GREY, ROLE_COLORS, backend_label, device_of, families_of, family, family_words, legend_outside,
     message_figure, note_below, plt, png_bytes, timing, unstable, variants_of)
@@ -139,7 +140,7 @@ def one_code(cells: dict, seqs: list[int], variants: list[str], role: str) -> bo
 
 
 def role_entry(result: dict | None, role: str) -> dict | None:
-    return None if result is None else result["backends"].get(result["roles"][role])
+    return None if result is None else backend_dicts(result).get(result["roles"][role])
 
 
 def speedup(result: dict | None, role: str, within: claims.WithinRun) -> tuple[float | None, str | None, bool]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from fabench.analysis.result_types import backend_dicts, method_of
 from fabench.platforms import PlatformName
 
 # Phase -> the kind of work it is, in the order the report lists the kinds.
@@ -95,7 +96,7 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
     counts = dict.fromkeys(STOP_REASONS, 0)
     recorded = False
     for result in results:
-        for backend in result["backends"].values():
+        for backend in backend_dicts(result).values():
             if backend.get("measured_in"):  # a report's copy of a cell measured once per shape
                 continue
             for trial in backend.get("trials") or []:
@@ -111,8 +112,8 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
 def loops_at_minimum(results: list[dict]) -> bool:
     """Whether every trial ran only its job's least iterations (method.iters): no trial was
     lengthened to last min_trial_ms, so lowering that setting would shorten nothing."""
-    trials = [(t.get("iters"), r["method"].get("iters")) for r in results
-              for b in r["backends"].values() for t in b.get("trials") or []]
+    trials = [(t.get("iters"), method_of(r).get("iters")) for r in results
+              for b in backend_dicts(r).values() for t in b.get("trials") or []]
     return bool(trials) and all(ran is not None and ran == least for ran, least in trials)
 
 
@@ -138,7 +139,7 @@ def largest_item(groups: list[dict], cpu: bool, stops: dict | None, workers: int
 def job_processes(result: dict) -> list[dict]:
     """Each process of a job's result: its index, GPU, span and phases (none for results measured
     before time lines were recorded)."""
-    exits = {e["index"]: e for e in (result.get("method") or {}).get("process_exits") or []}
+    exits = {e["index"]: e for e in method_of(result).get("process_exits") or []}
     processes = []
     for timeline in result.get("timelines") or []:
         ended = exits.get(timeline.get("process"))
