@@ -5,6 +5,8 @@ Measuring processes (fabench.measure) record raw observations only: every trial'
 GPU's clocks around it, do_bench's and the profiler's timings of the same kernels, the kernels
 launched, and notes on what went wrong. Everything derived from them comes from here:
 
+    result_types  a result's parts as types (Result, BackendEntry, CellStats, Trial, ...), decoded
+               from its JSON: the one module that reads the result's core keys by name
     stats      order statistics, spreads, Student-t quantiles, the Mann-Whitney test
     figures    which figure a cell is judged on (device time, else wall-clock), TFLOP/s
     entry      one backend of one job: medians, spread, stability, the independent cross-checks

@@ -24,6 +24,7 @@ from fabench.analysis.identity import PairType, hardware_identity
 from fabench.analysis.figures import METRICS, cell_metric
 from fabench.analysis.pairs import Pair, PairNoise, steady
 from fabench.analysis.policy import Code, Rule, judge
+from fabench.analysis.result_types import BackendEntry, backend_dicts
 from fabench.analysis.verdict_text import ONE_PROCESS_WHY
 
 # Claims that name a faster cell: beyond the noise and the margin, or published figures as published.
@@ -33,11 +34,11 @@ SEPARATED = "separated"
 ONE_PROCESS = f"{ONE_PROCESS_WHY}, so the run cannot tell a difference from it"
 
 
-def _published_figure(entry: dict) -> float | None:
+def _published_figure(entry: BackendEntry) -> float | None:
     """The time of a cell that carries no analysis (published numbers), else None."""
-    if entry.get("stats") is not None:
+    if entry.stats is not None:
         return None
-    value = entry.get("wall_mean_ms")
+    value = entry.wall_mean_ms
     return value if isinstance(value, (int, float)) else None
 
 
@@ -52,13 +53,14 @@ def unsupported(entry: dict | None, metric: str = "wall_mean_ms") -> str | None:
     unstable trials, one process per job, or no noise estimate; None when it does."""
     if entry is None or entry.get("status") != "ok":
         return None
-    stats = entry.get("stats") or {}
-    noise = (stats.get(metric) or {}).get("noise")
-    if not stats.get("stable", True):
+    stats = BackendEntry.of(entry).stats
+    figure = stats.metric(metric) if stats else None
+    noise = figure.noise if figure else None
+    if stats and not stats.stable:
         return "unstable trials"
     if not noise:
         return "no noise estimate"
-    return ONE_PROCESS if noise.get("between") == "trials" else None
+    return ONE_PROCESS if noise.between == "trials" else None
 
 
 def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] = ("a", "b"),
@@ -79,7 +81,7 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     with the unstable exception at the process unit (within_run.processes_apart)."""
     if a is None or b is None or a.get("status") != "ok" or b.get("status") != "ok":
         return _claim("not measured", None, None, "not measured in both", code=Code.MISSING)
-    figures = _published_figure(a), _published_figure(b)
+    figures = _published_figure(BackendEntry.of(a)), _published_figure(BackendEntry.of(b))
     if published and None not in figures:
         low, high = sorted(figures)
         return _claim("as published", "a" if figures[0] <= figures[1] else "b", high / low if low else None,
@@ -90,11 +92,16 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
         verdict = within_run.paired(a, b, metric, rule, pair_noise, names=names, between_runs=between_runs)
     else:
         verdict = judge(a, b, rule, names=names)
-    metric, ratio, code = verdict["metric"], verdict["ratio"], verdict["code"]
     # The verdict's change reads "new against old" between runs; two cells of one run say it as a factor.
     reason = verdict_text.reason(verdict)
-    if ratio is None:
-        return _claim("cannot tell", None, None, reason, metric, code)
+    if verdict["ratio"] is None:
+        return _claim("cannot tell", None, None, reason, verdict["metric"], verdict["code"])
+    return checked(_worded(verdict, reason, a, b, rule, names, same_job), a, b, names)
+
+
+def _worded(verdict: dict, reason: str, a: dict, b: dict, rule: Rule, names: tuple[str, str], same_job: bool) -> dict:
+    """compare's claim from a verdict with a ratio: the faster cell and by what factor, in words."""
+    metric, ratio, code = verdict["metric"], verdict["ratio"], verdict["code"]
     faster, factor = ("b", 1 / ratio) if ratio < 1 else ("a", ratio)
     slower = names[0 if faster == "b" else 1]
     why = f"{slower} {factor:.2f}x slower in {METRICS[metric]}: {reason}"
@@ -110,7 +117,7 @@ def compare(a: dict | None, b: dict | None, rule: Rule, names: tuple[str, str] =
     # run shows without a test, and the summary says so.
     paired = verdict["values"].get("paired")
     found["paired"] = paired and {**paired, "side": faster}
-    return checked(found, a, b, names)
+    return found
 
 
 def checked(claim: dict, a: dict, b: dict, names: tuple[str, str]) -> dict:
@@ -118,17 +125,16 @@ def checked(claim: dict, a: dict, b: dict, names: tuple[str, str]) -> dict:
     fabench.analysis.kernel_check) says of its cells: `checked` "differs" where it disagrees on
     either (the claim's device figure is then in doubt by the check's difference, and `why` says
     so), "agrees" where it agrees on both, else None (not checked, or could not judge)."""
-    checks = [((e.get("cross_check") or {}).get("kernel_time") or {}) for e in (a, b)]
-    differs = [(name, c) for name, c in zip(names, checks) if c.get("agrees") is False]
+    checks = [BackendEntry.of(e).kernel_time() for e in (a, b)]
+    differs = [(name, c) for name, c in zip(names, checks) if c.agrees is False]
     if claim["metric"] != "device_ms":
         claim["checked"] = None
     elif differs:
         claim["checked"] = "differs"
         claim["why"] += "; the graphs' check of the kernels' own time differs for " + ", ".join(
-            f"{name} ({c['difference']:+.1%}, tolerance {c['tolerance']['low']:+.1%} to {c['tolerance']['high']:+.1%})"
-            for name, c in differs)
+            f"{name} ({c.difference:+.1%}, tolerance {c.low:+.1%} to {c.high:+.1%})" for name, c in differs)
     else:
-        claim["checked"] = "agrees" if all(c.get("agrees") for c in checks) else None
+        claim["checked"] = "agrees" if all(c.agrees for c in checks) else None
     return claim
 
 
@@ -142,7 +148,7 @@ class WithinRun:
 
     def __init__(self, results: list[dict], rule: Rule, published: bool = False):
         self.results, self.rule, self.published = results, rule, published
-        self._job = {id(entry): index for index, r in enumerate(results) for entry in r["backends"].values()}
+        self._job = {id(entry): index for index, r in enumerate(results) for entry in backend_dicts(r).values()}
         self._noise: dict[tuple[str, bool], PairNoise | None] = {}
         fit = None if published else calibration.calibration_for(hardware_identity(results))
         # Each of the two cells shifts by its own run effect: sd of one cell's, from the pair's variance.

@@ -36,6 +36,7 @@ import math
 import statistics
 
 from fabench.analysis import stats
+from fabench.analysis.result_types import Trial
 from fabench.measure.record import EVENT_RESOLUTION_MS, KERNEL_TIME_METHOD
 
 # The widest tolerance (either side, relative to the kernels' time) at which the check still judges:
@@ -45,7 +46,7 @@ JUDGE_BOUND = 0.05
 
 
 def graph_records(trials: list[dict]) -> list[dict]:
-    return [t["kernel_time_graph"] | {"process": t.get("process", 0)} for t in trials if t.get("kernel_time_graph")]
+    return [dict(t.kernel_time_graph) | {"process": t.process} for t in map(Trial.of, trials) if t.kernel_time_graph]
 
 
 def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | None:
@@ -55,25 +56,18 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
     records = graph_records(trials)
     if not records:
         return None
+    typed = [Trial.of(t) for t in trials]
     taken = [r for r in records if r.get("per_call_ms")]
-    if not taken:
-        return _no_verdict(f"graphs not taken: {records[0].get('error') or 'no record'}")
-    cupti = [stats.trial_figure(t["kernel_samples_ms"]) for t in trials if t.get("kernel_samples_ms")]
-    if not cupti:
-        return _no_verdict("no kernel-time samples to compare with")
-    other = _other_kernels(taken, trials)
-    if other:
-        return _no_verdict(f"under graph capture the call ran other kernels ({other}): the graphs timed other code")
+    cupti = [stats.trial_figure(t.kernel_samples_ms) for t in typed if t.kernel_samples_ms]
+    why = _not_comparable(records, taken, cupti, typed)
+    if why:
+        return _no_verdict(why)
     per_call = [v for r in taken for v in r["per_call_ms"]]
     figure, graph = stats.median(cupti), stats.median(per_call)
     if figure <= 0 or graph <= 0:
         return _no_verdict(f"graph figure {graph:.4f} ms is not a time (its replays differ by more than the call)")
-    by_process = [stats.median(r["per_call_ms"]) for r in taken]
-    graph_se = statistics.stdev(per_call) / math.sqrt(len(per_call)) if len(per_call) > 1 else 0.0
     calls = min(r["calls"] for r in taken)
-    noise = {"cupti": stats.spread(cupti) / 2,
-             "graph": 2 * graph_se / graph + (stats.spread(by_process) / 2 if len(by_process) > 1 else 0.0),
-             "resolution": 4 * EVENT_RESOLUTION_MS / calls / figure}
+    noise = _noise(taken, per_call, cupti, figure, graph, calls)
     gap_ms = stats.median([r["gap_ms"] for r in taken])
     kernels = max(r.get("kernels_per_call") or 1 for r in taken)
     gaps = kernels * gap_ms / figure
@@ -97,10 +91,33 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
     return out
 
 
-def _other_kernels(taken: list[dict], trials: list[dict]) -> str | None:
+def _not_comparable(records: list[dict], taken: list[dict], cupti: list[float], trials: list[Trial]) -> str | None:
+    """Why the graphs' figure cannot be set against CUPTI's: no graph taken, no kernel-time
+    samples, or other kernels under capture; None when it can."""
+    if not taken:
+        return f"graphs not taken: {records[0].get('error') or 'no record'}"
+    if not cupti:
+        return "no kernel-time samples to compare with"
+    other = _other_kernels(taken, trials)
+    if other:
+        return f"under graph capture the call ran other kernels ({other}): the graphs timed other code"
+    return None
+
+
+def _noise(taken: list[dict], per_call: list[float], cupti: list[float], figure: float, graph: float,
+           calls: int) -> dict[str, float]:
+    """Both methods' measured noise, part by part, relative to the kernels' time (the module's text)."""
+    by_process = [stats.median(r["per_call_ms"]) for r in taken]
+    graph_se = statistics.stdev(per_call) / math.sqrt(len(per_call)) if len(per_call) > 1 else 0.0
+    return {"cupti": stats.spread(cupti) / 2,
+            "graph": 2 * graph_se / graph + (stats.spread(by_process) / 2 if len(by_process) > 1 else 0.0),
+            "resolution": 4 * EVENT_RESOLUTION_MS / calls / figure}
+
+
+def _other_kernels(taken: list[dict], trials: list[Trial]) -> str | None:
     """The captured call's kernels that the eager call's profiled streams never ran (and the other
     way round), named; None where they are the same or either side was not read."""
-    eager = {k["name"] for t in trials for k in t.get("kernel_shares") or ()}
+    eager = {name for t in trials for name in t.kernel_names}
     for record in taken:
         captured = set(record.get("device_work") or ())
         if eager and captured and captured != eager:

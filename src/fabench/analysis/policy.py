@@ -39,6 +39,7 @@ import statistics
 
 from fabench.analysis import calibration, stats
 from fabench.analysis.figures import cell_metric
+from fabench.analysis.result_types import BackendEntry, MetricStats
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
     PairType, code_differences, code_identity, experiment_differences, experiment_identity, hardware_identity,
@@ -85,7 +86,7 @@ def detectable(sd: float, df: float, rule: Rule, margin: float | None = None) ->
 
 def status_of(entry: dict) -> dict:
     """A backend entry's status as a verdict's values carry it (for the words: status (kind): reason)."""
-    return {"status": entry["status"], "failure_kind": entry.get("failure_kind"), "reason": entry.get("reason")}
+    return BackendEntry.of(entry).status_record()
 
 
 def verdict_of(code: Code, names: tuple[str, str], **fields) -> dict:
@@ -111,43 +112,60 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
     `expect_same_code` says that the two are repeats (detector-check), so other code is no repeat."""
     if experiment:
         return verdict_of(Code.OTHER_EXPERIMENT, names, values={"differences": list(experiment)})
-    moved = _status_change(old, new, names, hardware)
+    entries = BackendEntry.of(old), BackendEntry.of(new)
+    moved = _status_change(*entries, names, hardware)
     if moved:
         return moved
-    if old["status"] != "ok":
-        return verdict_of(Code.NOT_OK, names, values={"old": status_of(old), "new": status_of(new)})
+    if not entries[0].ok:
+        return verdict_of(Code.NOT_OK, names, values={"old": entries[0].status_record(),
+                                                      "new": entries[1].status_record()})
     if expect_same_code and not same_code(old, new):
         return verdict_of(Code.OTHER_CODE, names, values={"differences": code_differences(old, new)})
     metric = cell_metric(old, new)
     if metric is None:
         return verdict_of(Code.NO_FIGURE, names)
-    a, b = old["stats"][metric], new["stats"][metric]
-    base = {"metric": metric, "ratio": b["median"] / a["median"]}
+    return _judge_figures(entries, metric, rule, names, hardware, kind)
+
+
+def _judge_figures(entries: tuple[BackendEntry, BackendEntry], metric: str, rule: Rule, names: tuple[str, str],
+                   hardware: tuple[dict, dict] | None, kind: str | None) -> dict:
+    """judge's verdict on two ok entries that both have `metric`'s figure."""
+    a, b = (e.stats.metric(metric) for e in entries)
+    base = {"metric": metric, "ratio": b.median / a.median}
     if hardware and not same_hardware(*hardware):
         return verdict_of(Code.OTHER_HARDWARE, names, **base, values={"hardware": [hardware_text(h) for h in hardware]})
-    unstable = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (old, new))
-                if not e["stats"].get("stable", True)}
-    if unstable:
-        return verdict_of(Code.UNSTABLE, names, **base, values={"unstable": unstable, "unstable_codes": {
-            i: e["stats"].get("unstable_codes") for i, e in zip(names, (old, new)) if i in unstable}})
-    one_process = [i for i, f in zip(names, (a, b)) if (f.get("noise") or {}).get("between") == "trials"]
-    if one_process:
-        return verdict_of(Code.ONE_PROCESS, names, **base, values={"one_process": one_process})
+    doubt = _doubt(entries, (a, b), names)
+    if doubt:
+        return verdict_of(doubt[0], names, **base, values=doubt[1])
     rule = rule.on(hardware[0] if hardware else None)  # the fitted values of the hardware judged
-    kind = kind or (pair_type(*hardware) if hardware else PairType.SAME_CARD)
-    pair = rule.for_pair(kind)
-    capped = any(e["stats"].get("capped") for e in (old, new)) and metric == "device_ms"
+    pair = rule.for_pair(kind or (pair_type(*hardware) if hardware else PairType.SAME_CARD))
+    capped = any(e.stats.capped for e in entries) and metric == "device_ms"
     judged_by = pair.of(capped)
-    noise = change_noise(a, b, judged_by)
+    noise = change_noise(a.raw, b.raw, judged_by)
     if noise is None:
         return verdict_of(Code.NO_INTERVAL, names, **base)
     # Whether the rule is the calibration of this hardware (fabench.analysis.calibration).
     calibrated = rule.calibrated_on(hardware[0]) if hardware else None
     sd, df = noise
     pair_values = {"pair": {"kind": pair.kind, "fitted_as": pair.fitted_as, "capped": capped}}
+    old, new = (e.raw for e in entries)
     verdict = two_tests(math.log(base["ratio"]), sd, df, rule, names, base, pair_values,
-                     lambda limit: clock_explains(old, new, metric, limit), margin=judged_by.margin)
+                        lambda limit: clock_explains(old, new, metric, limit), margin=judged_by.margin)
     return calibration.mark(verdict, hardware, calibrated)
+
+
+def _doubt(entries: tuple[BackendEntry, BackendEntry], figures: tuple[MetricStats, MetricStats],
+           names: tuple[str, str]) -> tuple[Code, dict] | None:
+    """Why two ok entries' figures cannot be judged by the two tests: an unstable entry, or a run of
+    one process (no noise between processes); None when they can."""
+    unstable = {i: e.stats.unstable_reason for i, e in zip(names, entries) if not e.stats.stable}
+    if unstable:
+        return Code.UNSTABLE, {"unstable": unstable, "unstable_codes": {
+            i: e.stats.unstable_codes for i, e in zip(names, entries) if i in unstable}}
+    one_process = [i for i, f in zip(names, figures) if f.noise and f.noise.between == "trials"]
+    if one_process:
+        return Code.ONE_PROCESS, {"one_process": one_process}
+    return None
 
 
 def two_tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str], base: dict, values: dict,
@@ -181,32 +199,32 @@ def two_tests(d: float, sd: float, df: float, rule: Rule, names: tuple[str, str]
     return verdict_of(Code.NOISY, names, **base, values={**values, "hides": math.expm1(abs(d) + reach)})
 
 
-def _status_change(old: dict, new: dict, names: tuple[str, str], hardware: tuple[dict, dict] | None) -> dict | None:
+def _status_change(old: BackendEntry, new: BackendEntry, names: tuple[str, str],
+                   hardware: tuple[dict, dict] | None) -> dict | None:
     """The verdict when the backend ran in one run only, None when its status did not change."""
-    old_ok, new_ok = old["status"] == "ok", new["status"] == "ok"
-    if old_ok == new_ok:
+    if old.ok == new.ok:
         return None
-    values = {"old": status_of(old), "new": status_of(new)}
+    values = {"old": old.status_record(), "new": new.status_record()}
     if hardware and not same_hardware(*hardware):
         # A backend that needs CUDA is unavailable on a CPU: another machine, not a software change.
         return verdict_of(Code.OTHER_HARDWARE, names, values={**values, "hardware": [hardware_text(h) for h in hardware]})
-    if old_ok:
+    if old.ok:
         return verdict_of(Code.REGRESSION, names, values=values)
     # Newly installed or supported: news, but no performance change to speak of.
-    return verdict_of(Code.NOW_AVAILABLE if old["status"] == "unavailable" else Code.IMPROVEMENT, names, values=values)
+    return verdict_of(Code.NOW_AVAILABLE if old.status == "unavailable" else Code.IMPROVEMENT, names, values=values)
 
 
 def clock_explains(old: dict, new: dict, metric: str, limit: float) -> dict | None:
     """When a change in device time is the clock's, being none in cycles (time x SM clock, as
     nvbench confirms a change: a power cap, or another card of the model, held the clock at another
     speed): {cycles_ratio, clock_mhz: [old, new]}. None when the cycles moved too, or a run read no clock."""
-    cycles = [(e["stats"].get("device_cycles") or {}) for e in (old, new)]
-    if metric != "device_ms" or not all(c.get("median") for c in cycles):
+    cycles = [BackendEntry.of(e).stats.metric("device_cycles") for e in (old, new)]
+    if metric != "device_ms" or not all(c and c.median for c in cycles):
         return None
-    ratio = cycles[1]["median"] / cycles[0]["median"]
+    ratio = cycles[1].median / cycles[0].median
     if abs(math.log(ratio)) > limit:
         return None
-    return {"cycles_ratio": ratio, "clock_mhz": [cycles[0]["clock_mhz"], cycles[1]["clock_mhz"]]}
+    return {"cycles_ratio": ratio, "clock_mhz": [cycles[0].get("clock_mhz"), cycles[1].get("clock_mhz")]}
 
 
 # ---------------------------------------------------------------- a series of runs

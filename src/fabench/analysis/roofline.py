@@ -17,6 +17,7 @@ from importlib.resources import files
 import yaml
 
 from fabench.analysis.figures import tflops
+from fabench.analysis.result_types import MetricStats, cell_stats, provenance_of
 from fabench.platforms import PlatformName
 
 PEAKS = files("fabench").joinpath("analysis", "peaks.yaml")
@@ -48,7 +49,7 @@ def peaks() -> tuple[dict, ...]:
 
 def result_device(result: dict) -> str | None:
     """The device name a result records: the GPU's own name, else the platform's device name."""
-    provenance = result.get("provenance") or {}
+    provenance = provenance_of(result)
     return (provenance.get("gpu") or {}).get("name") or provenance.get("device")
 
 
@@ -87,8 +88,9 @@ def cell_limits(result: dict, entry: dict, peak: dict) -> dict | None:
     """One cell against its GPU's limits, from its device time (the kernels' own): achieved TFLOP/s
     and TB/s with their 95% intervals (the time's interval, inverted), and each as a percent of the
     peak. None for a cell that did not run cleanly or has no device time."""
-    device = ((entry.get("stats") or {}).get("device_ms")) or {}
-    median = device.get("median")
+    stats = cell_stats(entry)
+    device = (stats.metric("device_ms") if stats else None) or MetricStats(None, None, {})
+    median = device.median
     if entry.get("status") != "ok" or not median:
         return None
     low_ms, high_ms = device.get("ci95") or (median, median)
@@ -100,7 +102,7 @@ def cell_limits(result: dict, entry: dict, peak: dict) -> dict | None:
     return {"tflops": achieved[0], "tflops_ci95": achieved[1:], "compute_pct": 100 * achieved[0] / peak["tflops"],
             "compute_pct_ci95": [100 * a / peak["tflops"] for a in achieved[1:]],
             "tb_s": rate[0], "tb_s_ci95": rate[1:], "bandwidth_pct": 100 * rate[0] / peak["tb_s"],
-            "intensity": flops / moved, "unstable": (entry.get("stats") or {}).get("stable") is False}
+            "intensity": flops / moved, "unstable": stats is not None and stats.stable is False}
 
 
 def run_peak(results: list[dict]) -> tuple[dict | None, str | None]:

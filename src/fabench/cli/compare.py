@@ -34,34 +34,17 @@ def add_parser(commands) -> None:
     compare.add_argument("--min-answered", type=share_type, metavar="SHARE",
                          help="exit with status 4 when fewer than this share of the ok cells compared with the previous "
                          "entry got an answer (same or changed) (default with --fail-on: what the cells' noise lets "
-                         "unchanged software reach, between 50% and 90%; else never; 0: never)")
+                         "unchanged software reach, between 50%% and 90%%; else never; 0: never)")
     add_rule_options(compare)
 
 
 def cmd_compare(args) -> int:
-    from fabench.results.archive_read import load_entry
     from fabench.results.compare import CompareError, NothingToCompare, compare_entries
-    from fabench.results.gates import gate, no_evidence
     from fabench.report.compare_outputs import ComparisonOutputs, result_line, write_comparison
 
     prog = "fabench compare"
     try:
-        published = None
-        if args.published:
-            from fabench.results.published import PublishedError, load_published
-
-            try:
-                published = load_published(args.published)
-            except PublishedError as err:
-                raise UsageError(f"--published {err}") from None
-        rule = comparison_rule(args)
-        entries = entries_from(args)
-        baseline = None
-        if args.baseline:
-            base = load_entry(resolve(args.baseline, args.root))
-            baseline = base.id
-            if base.id not in {e.id for e in entries}:
-                entries.append(base)
+        published, rule, entries, baseline = _inputs(args)
     except UsageError as err:
         return fail(prog, f"error: {err}", USAGE)
     try:
@@ -76,7 +59,6 @@ def cmd_compare(args) -> int:
     for item in comparison["left_out"]:
         print(f"{prog}: left out {item['id']}: {'; '.join(item['problems'])}", file=sys.stderr)
     flags = [f for f in comparison["flags"] if f["code"] == "regression"]
-    decided = gate(comparison, rule, args.min_answered)
     # The result in one line on standard error, a CI log's record of what was judged.
     page = written(args.out_md) or written(args.out_html)
     print(f"{prog}: {result_line(comparison)}" + (f"; see {page}" if page else ""), file=sys.stderr)
@@ -84,6 +66,39 @@ def cmd_compare(args) -> int:
         print(f"{prog}: {len(flags)} regression flag(s)" + (f"; see {page}" if page else ""), file=sys.stderr)
     if any(not e.ok for e in entries):
         return INTEGRITY
+    return _gate_status(prog, args, comparison, rule)
+
+
+def _inputs(args) -> tuple:
+    """(the published numbers or None, the comparison rule, the entries, the baseline's id or None)
+    the arguments name; UsageError on a bad one."""
+    from fabench.results.archive_read import load_entry
+
+    published = None
+    if args.published:
+        from fabench.results.published import PublishedError, load_published
+
+        try:
+            published = load_published(args.published)
+        except PublishedError as err:
+            raise UsageError(f"--published {err}") from None
+    rule = comparison_rule(args)
+    entries = entries_from(args)
+    baseline = None
+    if args.baseline:
+        base = load_entry(resolve(args.baseline, args.root))
+        baseline = base.id
+        if base.id not in {e.id for e in entries}:
+            entries.append(base)
+    return published, rule, entries, baseline
+
+
+def _gate_status(prog: str, args, comparison: dict, rule) -> int:
+    """The CI gate's exit status (results.gates): a regression that holds for the comparison as a
+    whole with --fail-on regression, too few answers for --min-answered, else 0; said on standard error."""
+    from fabench.results.gates import gate, no_evidence
+
+    decided = gate(comparison, rule, args.min_answered)
     if decided["regressions"] and args.fail_on == "regression":
         print(f"{prog}: failing on {len(decided['regressions'])} regression flag(s) that hold for the comparison "
               f"as a whole (--fail-on regression)", file=sys.stderr)

@@ -31,28 +31,15 @@ def add_parser(commands) -> None:
 
 def cmd_detector_check(args) -> int:
     from fabench.analysis.detector import detector_check, holds
-    from fabench.results.compare import usable_results
     from fabench.results.detector_markdown import render
 
     prog = "fabench detector-check"
-    roots = args.root or [Path("archive")]
     try:
         rule = comparison_rule(args)
-        if args.entries and len(roots) > 1:
-            raise UsageError("name entries with one --root only (several roots: every entry of each)")
-        entries = [e for root in roots for e in entries_from(argparse.Namespace(entries=args.entries, root=root))]
-        twice = sorted({e.id for e in entries if [x.id for x in entries].count(e.id) > 1})
-        if twice:
-            raise UsageError(f"entry {twice[0]} is in more than one --root: give each run once")
+        entries = _entries(args)
     except UsageError as err:
         return fail(prog, f"error: {err}", USAGE)
-    runs = []
-    for entry in sorted(entries, key=lambda e: e.sort_key):
-        results, problems = usable_results(entry)
-        if results is None:
-            print(f"{prog}: left out {entry.id}: {'; '.join(problems)}", file=sys.stderr)
-        else:
-            runs.append((entry.id, results))
+    runs = _usable_runs(prog, entries)
     if len(runs) < 2:
         return fail(prog, f"error: {len(runs)} usable entr{'y' if len(runs) == 1 else 'ies'}: the check needs "
                           f"two runs of one experiment on the same GPU model", USAGE)
@@ -66,3 +53,29 @@ def cmd_detector_check(args) -> int:
               (", ".join(failed) if failed else "no row could be measured"), file=sys.stderr)
         return REGRESSION
     return 0
+
+
+def _entries(args) -> list:
+    """The entries of every --root (or those named, under one root); UsageError on a run given twice."""
+    roots = args.root or [Path("archive")]
+    if args.entries and len(roots) > 1:
+        raise UsageError("name entries with one --root only (several roots: every entry of each)")
+    entries = [e for root in roots for e in entries_from(argparse.Namespace(entries=args.entries, root=root))]
+    twice = sorted({e.id for e in entries if [x.id for x in entries].count(e.id) > 1})
+    if twice:
+        raise UsageError(f"entry {twice[0]} is in more than one --root: give each run once")
+    return entries
+
+
+def _usable_runs(prog: str, entries: list) -> list[tuple[str, list[dict]]]:
+    """(id, results) of each entry whose results can be used, oldest first; each left out said on standard error."""
+    from fabench.results.compare import usable_results
+
+    runs = []
+    for entry in sorted(entries, key=lambda e: e.sort_key):
+        results, problems = usable_results(entry)
+        if results is None:
+            print(f"{prog}: left out {entry.id}: {'; '.join(problems)}", file=sys.stderr)
+        else:
+            runs.append((entry.id, results))
+    return runs

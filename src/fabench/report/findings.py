@@ -19,6 +19,7 @@ policy verdicts, in plain values (backend names as the results key them, shape i
 from __future__ import annotations
 
 from fabench.analysis.figures import run_metric
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.model import Run
 from fabench.report.sections import compare_summary as compared, published_claims, results, summary
 
@@ -43,7 +44,7 @@ def shape_finding(run: Run, result: dict, metric: str) -> dict:
     slower = leaders["beaten"] or ranked[1][0]  # untold: the next by the judged figure, not named slower
     ratio = leaders["ratio"]
     if ratio is None:
-        ratio = summary.table_ratio(result["backends"][slower], result["backends"][ranked[0][0]], metric)
+        ratio = summary.table_ratio(backend_dicts(result)[slower], backend_dicts(result)[ranked[0][0]], metric)
     return {**found, "leaders": leaders["leaders"], "verdict": verdict, "next": slower, "ratio": ratio,
             "reasons": list(dict.fromkeys(leaders["untold"])), "measured_in": leaders["measured_in"]}
 

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.compare_outputs import result_line
 
 COMPARISON = Path("compare")
@@ -55,7 +56,7 @@ def run_line(run_dir: Path) -> str:
     """The run in one line: its jobs, cells by status, its findings (from results.json's summary;
     for results written before it, the report's first summary answer) and its report's path."""
     collected = json.loads((run_dir / "results.json").read_text())
-    statuses = Counter(b["status"] for r in collected["results"] for b in r["backends"].values())
+    statuses = Counter(b["status"] for r in collected["results"] for b in backend_dicts(r).values())
     cells = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     summary = collected.get("summary")
     headline = (findings_words(summary) if summary else None) or first_summary_line((run_dir / "report.md").read_text())

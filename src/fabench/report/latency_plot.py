@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.plot_common import (
     backend_label, backend_order, colors_for, device_of, draw_unstable, error_bars, families_of, family,
     family_words, legend_outside, log_ms_axis, metric_words, note_below, plt, png_bytes, timing, unstable,
@@ -55,7 +56,7 @@ def draw_latency_line(ax, cells: list[dict], name: str, label: str, color: str, 
     """One backend's line in one panel (a gap where it did not run); its handle, None if it never ran.
     `found` gathers the metrics drawn, the failures (for the note) and the marks used (for the legend)."""
     metrics, missing, marks = found
-    points = [(r["shape"]["seq"], *timing(r["backends"].get(name)), r["backends"].get(name)) for r in cells]
+    points = [(r["shape"]["seq"], *timing(backend_dicts(r).get(name)), backend_dicts(r).get(name)) for r in cells]
     if not any(p[1] is not None for p in points):
         return None
     for seq, median, _, _, backend in points:

@@ -15,6 +15,7 @@ from typing import Iterator
 from fabench.analysis import claims
 from fabench.analysis.identity import hardware_identity
 from fabench.analysis.policy import Rule
+from fabench.analysis.result_types import backend_dicts, provenance_of
 from fabench.platforms import PlatformName
 from fabench.results.shared import measured_once, shown
 from fabench.side_files import COMPILE_AHEAD, side_value_problem
@@ -35,7 +36,7 @@ def measured_ms(backend: dict | None) -> float | None:
 
 
 def role_backend(result: dict, role: str) -> dict | None:
-    return result["backends"].get(result["roles"][role])
+    return backend_dicts(result).get(result["roles"][role])
 
 
 def role_ms(result: dict | None, role: str) -> float | None:
@@ -94,7 +95,7 @@ class Run:
         # the hardware the run measured (calibrations.yaml).
         self.rule = Rule.of(config, hardware_identity(collected["results"]))
         # A publication's numbers recast as a run (tests/support/published_run.py): no job of it ever started.
-        self.published = all(r["provenance"].get("started") is None for r in collected["results"])
+        self.published = all(provenance_of(r).get("started") is None for r in collected["results"])
         self.sweep = sweep  # the tuning sweep's record (fabench.tune.pick), or None
         # The kernels compiled ahead of the measuring processes (fabench.measure.launch.precompile), or None.
         # Checked again: a results.json read back (an archived run's) holds it as it was written.
@@ -167,7 +168,7 @@ class Run:
         return self.first["roles"][role]
 
     def provenance_values(self, key: str) -> list:
-        values = (r["provenance"].get(key) for r in self.results)
+        values = (provenance_of(r).get(key) for r in self.results)
         return [v for v in dict.fromkeys(values) if v is not None]
 
     @property
@@ -181,7 +182,7 @@ class Run:
     def backends(self) -> Iterator[tuple[dict, str, dict]]:
         """(result, backend name, backend) for every backend of every job."""
         for result in self.results:
-            for name, backend in result["backends"].items():
+            for name, backend in backend_dicts(result).items():
                 yield result, name, backend
 
     def ran_backends(self) -> Iterator[tuple[dict, str, dict]]:

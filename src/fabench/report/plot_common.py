@@ -21,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from fabench.analysis.result_types import backend_dicts, cell_stats, provenance_of  # noqa: E402
+
 ROLES = ("baseline", "vendor", "triton")
 ROLE_COLORS = {"baseline": "#555555", "vendor": "#d62728", "triton": "#1f77b4"}
 OTHER_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
@@ -36,12 +38,12 @@ def timing(backend: dict | None) -> tuple[float | None, tuple[float, float] | No
     """(median, 95% CI or None, metric) of an ok backend; (None, None, None) otherwise."""
     if not backend or backend.get("status") != "ok":
         return None, None, None
-    stats = backend.get("stats") or {}
+    stats = cell_stats(backend)
     for metric in ("device_ms", "wall_mean_ms"):
-        stat = stats.get(metric)
-        if stat and stat.get("median") is not None:
+        stat = stats.metric(metric) if stats else None
+        if stat and stat.median is not None:
             ci = stat.get("ci95")
-            return stat["median"], (tuple(ci) if ci else None), metric
+            return stat.median, (tuple(ci) if ci else None), metric
     if isinstance(backend.get("device_ms"), dict) and backend["device_ms"].get("median") is not None:
         return backend["device_ms"]["median"], None, "device_ms"
     if backend.get("wall_mean_ms") is not None:
@@ -52,7 +54,7 @@ def timing(backend: dict | None) -> tuple[float | None, tuple[float, float] | No
 
 def unstable(backend: dict | None) -> bool:
     """Whether an ok backend entry's trials are unstable (its interval is not drawn)."""
-    return bool(backend) and backend.get("status") == "ok" and (backend.get("stats") or {}).get("stable") is False
+    return bool(backend) and backend.get("status") == "ok" and getattr(cell_stats(backend), "stable", None) is False
 
 
 def unstable_proxy(color: str = GREY) -> Line2D:
@@ -90,12 +92,12 @@ def backend_order(results: list[dict]) -> list[str]:
     names = []
     for role in ROLES:
         names += [r["roles"][role] for r in results]
-    names += [name for r in results for name in r["backends"]]
+    names += [name for r in results for name in backend_dicts(r)]
     return list(dict.fromkeys(names))
 
 
 def backend_label(results: list[dict], name: str) -> str:
-    return next((r["backends"][name]["label"] for r in results if name in r["backends"]), name)
+    return next((backend_dicts(r)[name]["label"] for r in results if name in backend_dicts(r)), name)
 
 
 def colors_for(results: list[dict], names: Sequence[str]) -> dict[str, str]:
@@ -153,7 +155,7 @@ def message_figure(message: str):
 
 
 def device_of(results: list[dict]) -> str:
-    devices = list(dict.fromkeys(r["provenance"].get("device") or r["platform"] for r in results))
+    devices = list(dict.fromkeys(provenance_of(r).get("device") or r["platform"] for r in results))
     return ", ".join(devices)
 
 

@@ -9,6 +9,7 @@ report does not show it (fabench.report.sections.limits leaves its section out).
 from __future__ import annotations
 
 from fabench.analysis import roofline
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.plot_common import (
     backend_label, backend_order, colors_for, device_of, draw_unstable, legend_outside, message_figure, plt,
     png_bytes, unstable_proxy, variants_of)
@@ -76,7 +77,7 @@ def draw_backend(ax, results: list[dict], name: str, peak: dict, color: str, mar
     """One backend's cells of one variant; its handle, None when none ran cleanly with a device time."""
     points = []
     for result in results:
-        entry = result["backends"].get(name)
+        entry = backend_dicts(result).get(name)
         limits = roofline.cell_limits(result, entry, peak) if entry else None
         if limits is not None:
             points.append(limits)

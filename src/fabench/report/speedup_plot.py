@@ -10,6 +10,7 @@ from matplotlib.patches import Patch
 
 from fabench.analysis import claims
 from fabench.analysis.policy import Rule, same_code
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.plot_common import (
     GREY, ROLE_COLORS, backend_label, device_of, families_of, family, family_words, legend_outside,
     message_figure, note_below, plt, png_bytes, timing, unstable, variants_of)
@@ -55,24 +56,42 @@ def speedup_figure(collected: dict, rule: Rule):
                  f"{device_of(results)}", fontsize=11)
     legend_outside(fig, [handle for key, handle in handles.items() if key != "unstable"]
                    + ([handles["unstable"]] if "unstable" in handles else []))
-    drawn = {key for key in handles if key not in ("baseline", "unstable")}
-    shared = {(role, variant) for _, series in panels for role, variant, _ in series if variant == EVERY_VARIANT}
-    never = [f"{backend_label(results, results[0]['roles'][role])}, {variant}" for role in SPEEDUP_ROLES
-             for variant in variants if (role, variant) not in drawn and (role, EVERY_VARIANT) not in shared]
-    marks = sorted({mark for _, series in panels for *_, values in series for _, mark, _ in values if mark})
-    alike = [backend_label(results, results[0]["roles"][role]) for role in SPEEDUP_ROLES
-             if len(variants) > 1 and (role, EVERY_VARIANT) not in shared
-             and all(one_code(*group_cells(results, group), variants, role) for group in groups)]
-    once = [backend_label(results, results[0]["roles"][role]) for role in SPEEDUP_ROLES if (role, EVERY_VARIANT) in shared]
-    notes = (["Did not run in any shape: " + ", ".join(never)] if never else []) + (
-        [f"{' and '.join(once)}: measured once per shape, in the jobs of {variants[0]}, with the baseline; "
-         "one bar stands for every variant"] if once else []) + (
-        [f"{' and '.join(alike)} ran the same code in every variant: {'their' if len(alike) > 1 else 'its'} bars "
-         "differ by run-to-run noise only"] if alike else []) + [
-        {"~": "~ after a value: the comparison policy cannot tell it from the baseline (no claim)",
-         "=": "= after a value: the policy finds it the same as the baseline within its margin"}[m] for m in marks]
+    notes = _notes(results, variants, groups, panels, handles)
     note_below(fig, "", notes)
     return fig
+
+
+def _notes(results: list[dict], variants: list[str], groups: list[tuple], panels: list, handles: dict) -> list[str]:
+    """The figure's notes: what never ran, what was measured once per shape, what ran the same code
+    in every variant, and what each mark means."""
+    never, once, alike = _unshown(results, variants, groups, panels, handles)
+    marks = sorted({mark for _, series in panels for *_, values in series for _, mark, _ in values if mark})
+    notes = ["Did not run in any shape: " + ", ".join(never)] if never else []
+    if once:
+        notes.append(f"{' and '.join(once)}: measured once per shape, in the jobs of {variants[0]}, with the "
+                     "baseline; one bar stands for every variant")
+    if alike:
+        notes.append(f"{' and '.join(alike)} ran the same code in every variant: "
+                     f"{'their' if len(alike) > 1 else 'its'} bars differ by run-to-run noise only")
+    return notes + [MARK_NOTES[m] for m in marks]
+
+
+MARK_NOTES = {"~": "~ after a value: the comparison policy cannot tell it from the baseline (no claim)",
+              "=": "= after a value: the policy finds it the same as the baseline within its margin"}
+
+
+def _unshown(results: list[dict], variants: list[str], groups: list[tuple], panels: list,
+             handles: dict) -> tuple[list[str], list[str], list[str]]:
+    """(the role and variant series never drawn, the roles measured once per shape and drawn as one
+    series, the roles that ran the same code in every variant), each by its label."""
+    label = lambda role: backend_label(results, results[0]["roles"][role])  # noqa: E731
+    drawn = {key for key in handles if key not in ("baseline", "unstable")}
+    shared = {role for _, series in panels for role, variant, _ in series if variant == EVERY_VARIANT}
+    never = [f"{label(role)}, {variant}" for role in SPEEDUP_ROLES
+             for variant in variants if (role, variant) not in drawn and role not in shared]
+    alike = [label(role) for role in SPEEDUP_ROLES if len(variants) > 1 and role not in shared
+             and all(one_code(*group_cells(results, group), variants, role) for group in groups)]
+    return never, [label(role) for role in SPEEDUP_ROLES if role in shared], alike
 
 
 # The series name of a role whose cells were measured once per shape and shown in every variant.
@@ -121,7 +140,7 @@ def one_code(cells: dict, seqs: list[int], variants: list[str], role: str) -> bo
 
 
 def role_entry(result: dict | None, role: str) -> dict | None:
-    return None if result is None else result["backends"].get(result["roles"][role])
+    return None if result is None else backend_dicts(result).get(result["roles"][role])
 
 
 def speedup(result: dict | None, role: str, within: claims.WithinRun) -> tuple[float | None, str | None, bool]:

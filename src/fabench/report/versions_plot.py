@@ -46,14 +46,7 @@ def versions_figure(comparison: dict, variant: str):
             style = {"color": palette[r["backend"]], "offset": offset}
             if draw_version_line(ax, r, entries, style, flagged, metrics, marks):
                 drawn.setdefault(r["backend"], r["label"])
-        shape = shapes[sid]
-        ax.set_title(f"seq {shape['seq']}, head_dim {shape['head_dim']} (batch {shape['batch']}, "
-                     f"heads {shape['heads']})", fontsize=9)
-        ax.set_xticks(range(len(entries)), [entry_tick(e) for e in entries], fontsize=8,
-                      rotation=90 if upright else 0)
-        ax.set_xlim(-0.5, len(entries) - 0.5)
-        log_ms_axis(ax)
-        ax.set_ylabel("ms (log scale)")
+        _shape_axes(ax, shapes[sid], entries, upright)
     for ax in list(axes.flat)[len(shape_ids):]:
         ax.axis("off")
     title = (f"Variant {variant} across archived versions: {metric_words(metrics)}, median with 95% CI "
@@ -65,6 +58,17 @@ def versions_figure(comparison: dict, variant: str):
                                             "missing") if m in marks]
     legend_outside(fig, handles)
     return fig
+
+
+def _shape_axes(ax, shape: dict, entries: list[str], upright: bool) -> None:
+    """A shape's panel: its title, the entries along x (upright where they do not fit), ms on a log scale."""
+    ax.set_title(f"seq {shape['seq']}, head_dim {shape['head_dim']} (batch {shape['batch']}, "
+                 f"heads {shape['heads']})", fontsize=9)
+    ax.set_xticks(range(len(entries)), [entry_tick(e) for e in entries], fontsize=8,
+                  rotation=90 if upright else 0)
+    ax.set_xlim(-0.5, len(entries) - 0.5)
+    log_ms_axis(ax)
+    ax.set_ylabel("ms (log scale)")
 
 
 # The versions figure fits a report page: at most this wide (pixels at DPI), the legend's column included;

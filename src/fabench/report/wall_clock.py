@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from fabench.analysis.result_types import backend_dicts, method_of
 from fabench.platforms import PlatformName
 
 # Phase -> the kind of work it is, in the order the report lists the kinds.
@@ -95,7 +96,7 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
     counts = dict.fromkeys(STOP_REASONS, 0)
     recorded = False
     for result in results:
-        for backend in result["backends"].values():
+        for backend in backend_dicts(result).values():
             if backend.get("measured_in"):  # a report's copy of a cell measured once per shape
                 continue
             for trial in backend.get("trials") or []:
@@ -111,8 +112,8 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
 def loops_at_minimum(results: list[dict]) -> bool:
     """Whether every trial ran only its job's least iterations (method.iters): no trial was
     lengthened to last min_trial_ms, so lowering that setting would shorten nothing."""
-    trials = [(t.get("iters"), r["method"].get("iters")) for r in results
-              for b in r["backends"].values() for t in b.get("trials") or []]
+    trials = [(t.get("iters"), method_of(r).get("iters")) for r in results
+              for b in backend_dicts(r).values() for t in b.get("trials") or []]
     return bool(trials) and all(ran is not None and ran == least for ran, least in trials)
 
 
@@ -138,7 +139,7 @@ def largest_item(groups: list[dict], cpu: bool, stops: dict | None, workers: int
 def job_processes(result: dict) -> list[dict]:
     """Each process of a job's result: its index, GPU, span and phases (none for results measured
     before time lines were recorded)."""
-    exits = {e["index"]: e for e in (result.get("method") or {}).get("process_exits") or []}
+    exits = {e["index"]: e for e in method_of(result).get("process_exits") or []}
     processes = []
     for timeline in result.get("timelines") or []:
         ended = exits.get(timeline.get("process"))
@@ -183,9 +184,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
     waiting = sum(p["waiting_s"] for p in processes)
     in_processes = sum(p["end"] - p["start"] for p in processes) - waiting
     first, last = min(p["start"] for p in processes), max(p["end"] for p in processes)
-    # Only this workflow's compile ahead: one recorded by an earlier Snakemake is not in its span.
-    ahead = compile_ahead if compile_ahead and not (
-        workflow_started_at and compile_ahead.get("started_at", 0) < workflow_started_at) else None
+    ahead = _this_workflows(compile_ahead, workflow_started_at)
     # The measuring workers it started import beside it: the jobs' span begins when it ended.
     first_job = max(first, ahead["ended_at"]) if ahead else first
     groups = group_shares(by_group, in_processes)
@@ -202,9 +201,7 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "phases": dict(sorted(by_phase.items(), key=lambda item: -item[1])),
         "measure_span_s": last - first_job,
         **workflow_spans(processes, first, last, workflow_started_at, report_at),
-        # With a compile ahead: Snakemake before it, and from its end to the first job on a device.
-        "before_compile_ahead_s": (ahead["started_at"] - workflow_started_at) if ahead and workflow_started_at else None,
-        "after_compile_ahead_s": (min(_on_gpu_from(p) for p in processes) - ahead["ended_at"]) if ahead else None,
+        **_compile_ahead_spans(ahead, processes, workflow_started_at),
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
         "workers": workers,
         "in_workers": sum(1 for p in processes if p["worker"]),
@@ -213,6 +210,21 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "between_jobs": between_jobs(processes),
         "trial_stops": stops,
         "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
+    }
+
+
+def _this_workflows(compile_ahead: dict | None, workflow_started_at: float | None) -> dict | None:
+    """Only this workflow's compile ahead: one recorded by an earlier Snakemake is not in its span."""
+    if compile_ahead and not (workflow_started_at and compile_ahead.get("started_at", 0) < workflow_started_at):
+        return compile_ahead
+    return None
+
+
+def _compile_ahead_spans(ahead: dict | None, processes: list[dict], workflow_started_at: float | None) -> dict:
+    """With a compile ahead: Snakemake's time before it, and from its end to the first job on a device."""
+    return {
+        "before_compile_ahead_s": (ahead["started_at"] - workflow_started_at) if ahead and workflow_started_at else None,
+        "after_compile_ahead_s": (min(_on_gpu_from(p) for p in processes) - ahead["ended_at"]) if ahead else None,
     }
 
 

@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 
 from fabench import files
+from fabench.analysis.result_types import method_of
 from fabench.config import consistency_error, schema_error
 from fabench.resources import SCHEMA_DIR
 from fabench.files import JsonReadError
@@ -131,7 +132,7 @@ def lost_processes(collected: dict) -> list[str]:
     """A job one of whose measuring processes wrote no result (killed, crashed, timed out) is not
     finished: the workflow's next run measures that process again (fabench.results.merge.times_lost)."""
     lost = [f"{r['variant']}/{r['shape_id']} process {e.get('index')}" for r in collected["results"]
-            for e in (r["method"].get("process_exits") or []) if isinstance(e, dict) and e.get("wrote_result") is False]
+            for e in (method_of(r).get("process_exits") or []) if isinstance(e, dict) and e.get("wrote_result") is False]
     if not lost:
         return []
     return [f"{len(lost)} measuring process(es) lost, their cells failed: {', '.join(lost)} (the next snakemake "

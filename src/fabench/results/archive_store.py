@@ -29,6 +29,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping
 
+from fabench.analysis.result_types import provenance_of
 from fabench.files import DataPathError, FileReadError, confined_path, read_regular, write_atomic, write_json
 from fabench.platforms import PlatformName
 from fabench.results.archive_layout import (IDS_DIR, LABEL_MAX, LABEL_PATTERN, RECORD, RECORD_FORMAT,
@@ -68,8 +69,8 @@ def platform_version(results: list[dict]) -> str:
     platform = PlatformName.parse(platforms.pop())
     key, prefix = {PlatformName.ROCM: ("hip", "rocm-"), PlatformName.CUDA: ("cuda", "cuda-"),
                    PlatformName.CPU: ("torch", "cpu-torch")}[platform]
-    versions = {r["provenance"].get("rocm") or r["provenance"].get(key) if platform == PlatformName.ROCM
-                else r["provenance"].get(key) for r in results}
+    versions = {provenance_of(r).get("rocm") or provenance_of(r).get(key) if platform == PlatformName.ROCM
+                else provenance_of(r).get(key) for r in results}
     if None in versions or "" in versions:
         raise ArchiveError(f"provenance.{key} is not recorded: cannot name the {platform} version; name a label")
     if len(versions) != 1:
@@ -144,8 +145,6 @@ def _utc_now() -> str:
 def make_record(collected: dict, label: str, run_id: str, content_digest: str, identity: str,
                 files: Mapping[str, bytes], archived_at: str | None = None) -> dict:
     results = collected["results"]
-    prov = [r["provenance"] for r in results]
-    times = lambda key: sorted(p[key] for p in prov if p.get(key))  # noqa: E731
     return {
         "format": RECORD_FORMAT,
         "label": label,
@@ -156,6 +155,21 @@ def make_record(collected: dict, label: str, run_id: str, content_digest: str, i
         "run": collected["run"],
         "archived_at": archived_at or _utc_now(),
         "archived_on": socket.gethostname(),
+        **_measured_where(results),
+        "schema_versions": sorted({r["schema_version"] for r in results}),
+        "variants": list(dict.fromkeys(r["variant"] for r in results)),
+        "shapes": list(dict.fromkeys(r["shape_id"] for r in results)),
+        "jobs": len(results),
+        "files": {name: {"bytes": len(files[name]), "sha256": sha256_hex(files[name])} for name in sorted(files)},
+    }
+
+
+def _measured_where(results: list[dict]) -> dict:
+    """The record's fields from the results' provenance: the span of the run, and the platform,
+    host, device, card, arch, versions, config and commit every job shares (_common)."""
+    prov = [provenance_of(r) for r in results]
+    times = lambda key: sorted(p[key] for p in prov if p.get(key))  # noqa: E731
+    return {
         "started": (times("started") or [None])[0],
         "finished": (times("finished") or [None])[-1],
         "platform": _common(r["platform"] for r in results),
@@ -168,11 +182,6 @@ def make_record(collected: dict, label: str, run_id: str, content_digest: str, i
         "versions": {key: _common(p.get(key) for p in prov) for key in VERSION_KEYS if any(key in p for p in prov)},
         "config_sha256": _common(p.get("config_sha256") for p in prov),
         "project_commit": _common(p.get("project_commit") for p in prov),
-        "schema_versions": sorted({r["schema_version"] for r in results}),
-        "variants": list(dict.fromkeys(r["variant"] for r in results)),
-        "shapes": list(dict.fromkeys(r["shape_id"] for r in results)),
-        "jobs": len(results),
-        "files": {name: {"bytes": len(files[name]), "sha256": sha256_hex(files[name])} for name in sorted(files)},
     }
 
 

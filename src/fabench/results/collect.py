@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 import jsonschema
 
 from fabench.analysis import analyse_run
+from fabench.analysis.result_types import BackendEntry, backend_dicts, method_of, provenance_of
 from fabench.files import JsonReadError, json_problem, loads_json, read_json, read_regular
 from fabench.platforms import PlatformName
 from fabench.results.bounds import bounds_problem
@@ -94,17 +95,17 @@ def contract_problems(result: dict) -> list[str]:
     if result["shape_id"] != expected:
         return [f"$.shape_id: {result['shape_id']!r} does not match $.shape (expected {expected!r})"]
     problems = [f"$.backends.{name}: status ok although its correctness check failed"
-                for name, backend in result["backends"].items()
+                for name, backend in backend_dicts(result).items()
                 if backend["status"] == "ok" and (backend.get("correctness") or {}).get("passed") is False]
-    for name, entry in result["backends"].items():
-        if "trials" in entry:  # schema 1 results (archived) have none
+    for name, entry in backend_dicts(result).items():
+        if BackendEntry.of(entry).trials:  # schema 1 results (archived) have none
             problems += [f"$.backends.{name}.{problem}" for problem in trial_problems(entry)]
     return problems
 
 
 def trial_problems(entry: dict) -> list[str]:
     """Each trial once: a (process, index) recorded twice means files were merged twice."""
-    seen = [(t["process"], t["index"]) for t in entry["trials"]]
+    seen = [(t["process"], t["index"]) for t in BackendEntry.of(entry).trials]
     return ["trials: a (process, index) appears twice"] if len(set(seen)) != len(seen) else []
 
 
@@ -118,12 +119,12 @@ def expectation_problems(result: dict, expected: dict) -> list[str]:
     if result["run"] != expected["run"]:
         problems.append(f"$.run: {result['run']!r}, the config's run is {expected['run']!r}")
     iterations = expected["iterations"]["gpu" if PlatformName.parse(result["platform"]).is_gpu else "cpu"]
-    ran = {key: result["method"][key] for key in ("warmup", "iters")}
+    ran = {key: method_of(result)[key] for key in ("warmup", "iters")}
     if ran != {key: iterations[key] for key in ("warmup", "iters")}:
         problems.append(f"$.method: ran {ran}, the config asks for {iterations}")
-    if result["provenance"].get("config_sha256") != expected["settings_sha256"]:
+    if provenance_of(result).get("config_sha256") != expected["settings_sha256"]:
         problems.append("$.provenance.config_sha256: the job ran with other settings than the config's "
-                        f"({result['provenance'].get('config_sha256')} != {expected['settings_sha256']})")
+                        f"({provenance_of(result).get('config_sha256')} != {expected['settings_sha256']})")
     values = (result.get("kernel_config") or {}).get("values") or {}
     wrong = {k: v for k, v in expected["jobs"][job].items() if values.get(k) != v}
     if wrong:

@@ -24,6 +24,7 @@ from typing import Iterable
 from fabench.analysis import analyse_run, calibration, policy, verdict_text
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import Code, Rule
+from fabench.analysis.result_types import backend_dicts
 from fabench.results.archive_read import Entry, EntryChanged
 from fabench.results.published import published_rows
 from fabench.shapes import main_head_dim, shape_key
@@ -112,7 +113,7 @@ def _row_order(results_by_entry: list[list[dict]]) -> list[tuple]:
             shapes.setdefault(r["shape_id"], r["shape"])
             for i, role in enumerate(ROLE_ORDER):
                 roles.setdefault(r["roles"][role], i)
-            for name in r["backends"]:
+            for name in backend_dicts(r):
                 backends.setdefault(name, None)
     main = main_head_dim(shapes.values())
     shape_order = sorted(shapes, key=lambda s: (shapes[s]["head_dim"] != main, shapes[s]["head_dim"],
@@ -221,12 +222,12 @@ def _rows(used: list[tuple[Entry, list[dict]]], baseline: str, verdict) -> tuple
         cells = []
         for entry, _ in used:
             result = tables[entry.id].get((variant, sid))
-            cell = cell_of(result["backends"].get(backend)) if result else None
+            cell = cell_of(backend_dicts(result).get(backend)) if result else None
             cells.append({"entry": entry.id, **(cell or {"status": None})})
         if not any(c["status"] == "ok" for c in cells):
             continue  # never measured in any entry (another platform's backend)
-        label = next(r["backends"][backend]["label"] for _, results in used for r in results
-                     if r["variant"] == variant and r["shape_id"] == sid and backend in r["backends"])
+        label = next(backend_dicts(r)[backend]["label"] for _, results in used for r in results
+                     if r["variant"] == variant and r["shape_id"] == sid and backend in backend_dicts(r))
         row = {"variant": variant, "shape_id": sid, "shape": shape, "backend": backend, "label": label,
                "cells": cells}
         _judge_row(cells, baseline, verdict)
@@ -353,7 +354,7 @@ def published_flags(results: list[dict], published: dict, rule: Rule) -> list[di
                 continue
             item = {"variant": row["variant"], "shape": row["shape"], "shape_id": result and result["shape_id"],
                     "backend": backend, "published_ms": pub, "median": None, "ci95": None, "ratio": None}
-            item.update(published_flag(cell_of(result["backends"].get(backend)) if result else None, pub, rule))
+            item.update(published_flag(cell_of(backend_dicts(result).get(backend)) if result else None, pub, rule))
             out.append(item)
     return out
 

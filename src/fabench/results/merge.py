@@ -27,6 +27,9 @@ from pathlib import Path
 
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.identity import launched_kernels
+from fabench.analysis.result_types import (BackendEntry, Result, backend_names, drop_backends, method_of,
+                                           process_index, shared_backends,
+                                           with_backends, with_method, with_provenance, with_trials)
 from fabench.measure import observations
 from fabench.files import FileReadError, json_problem, output_file_arg, read_regular, write_json
 from fabench.results.bounds import bounds_problem
@@ -38,25 +41,25 @@ def merge(results: list[dict], processes: list[dict], lost: list[dict] = ()) -> 
     """The job's result from its processes' results (in process order) and how each process ended.
     `lost`: the records of the job's processes that wrote no result (fabench.measure.launch.launcher's
     no_result); each backend measured ok by the others is failed with why (lost_reason)."""
-    merged = copy.deepcopy(results[0])
-    method = merged["method"]
-    ids = [r["provenance"].get("process", i) for i, r in enumerate(results)]
-    for name in merged["backends"]:
-        merged["backends"][name] = merge_entry([r["backends"][name] for r in results], merged, ids)
-        if lost and merged["backends"][name]["status"] == "ok":
-            merged["backends"][name].update(status="failed", failure_kind="error", reason=lost_reason(lost, ids))
-    method["process_exits"] = [dict(p, **_where(results, p["index"])) for p in processes]
-    method["device_fallbacks"] = _fallbacks(results)
-    failed_reference = next((r["reference"] for r in results if r["reference"]["status"] != "ok"), None)
+    typed = [Result.of(r) for r in results]
+    ids = [r.provenance.process_or(i) for i, r in enumerate(typed)]
+    backends = {}
+    for name in backend_names(results[0]):
+        backends[name] = merge_entry([r.backends[name].raw for r in typed], results[0], ids)
+        if lost and backends[name]["status"] == "ok":
+            backends[name].update(status="failed", failure_kind="error", reason=lost_reason(lost, ids))
+    merged = with_method(with_backends(copy.deepcopy(results[0]), backends),
+                         process_exits=[dict(p, **_where(typed, p["index"])) for p in processes],
+                         device_fallbacks=_fallbacks(typed))
+    failed_reference = next((r.reference for r in typed if r.reference["status"] != "ok"), None)
     if failed_reference:
-        merged["reference"] = failed_reference
+        merged["reference"] = copy.deepcopy(dict(failed_reference))
     # The last process to end, not the last by index: one process may be measured again later.
     # The times are the runner's UTC ISO strings to the second, so their order is the text's.
-    merged["provenance"]["finished"] = max(r["provenance"]["finished"] for r in results)
+    merged = with_provenance(merged, finished=max(r.provenance.finished for r in typed))
     merged.pop("timeline", None)
     merged["timelines"] = [dict(r["timeline"], process=i) for i, r in zip(ids, results) if r.get("timeline")]
-    merged["provenance"].pop("process", None)
-    return analyse_result(merged)
+    return analyse_result(with_provenance(merged, drop=("process",)))
 
 
 def lost_reason(lost: list[dict], measured: list[int]) -> str:
@@ -70,16 +73,14 @@ def lost_reason(lost: list[dict], measured: list[int]) -> str:
             "(the next run measures the lost one again)")
 
 
-def _where(results: list[dict], index: int) -> dict:
+def _where(results: list[Result], index: int) -> dict:
     """Where and when process `index` measured (its processes may run on different hosts or GPUs
     when the workflow runs them as jobs of their own); nothing for a process without a result."""
     for i, result in enumerate(results):
-        prov = result["provenance"]
-        if prov.get("process", i) == index:
-            gpu = prov.get("gpu") or {}
-            lease = prov.get("device_lease") or {}
-            return {"host": prov.get("host"), "gpu_uuid": gpu.get("uuid"), "gpu_lease": lease.get("gpu"),
-                    "started": prov.get("started"), "finished": prov.get("finished")}
+        prov = result.provenance
+        if prov.process_or(i) == index:
+            return {"host": prov.host, "gpu_uuid": prov.gpu_uuid, "gpu_lease": prov.gpu_lease,
+                    "started": prov.started, "finished": prov.finished}
     return {}
 
 
@@ -92,7 +93,7 @@ def times_lost(process_file: Path) -> int:
     the run after does not (once per loss, not forever). 0 for no file or one the merge refuses."""
     try:
         record = json.loads(Path(process_file).read_bytes())
-        count = int(record["method"]["process_exits"][0].get("measured_again", 0))
+        count = int(method_of(record)["process_exits"][0].get("measured_again", 0))
         return count + (1 if record.get(PROCESS_FAILED_KEY) else 0)
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return 0
@@ -145,12 +146,12 @@ def merge_files(paths: list[Path]) -> dict:
     """The job's result from its process files (written by `python -m fabench.measure --process N`)."""
     loaded = {Path(path): read_process_file(path) for path in paths}
     results = sorted((r for r in loaded.values() if SKIPPED_KEY not in r),
-                     key=lambda r: r["provenance"].get("process", 0))
+                     key=process_index)
     if not results:
         raise ProcessFileError(f"no process file among {', '.join(map(str, paths))} holds a measurement")
     _without_shared(results)
     _same_job(loaded)
-    exits = sorted((e for r in results for e in r["method"].get("process_exits", [])), key=lambda e: e["index"])
+    exits = sorted((e for r in results for e in method_of(r).get("process_exits", [])), key=lambda e: e["index"])
     measured = [r for r in results if not r.get(PROCESS_FAILED_KEY)]
     lost = [r for r in results if r.get(PROCESS_FAILED_KEY)]
     if measured:
@@ -160,9 +161,8 @@ def merge_files(paths: list[Path]) -> dict:
             names = ", ".join(str(p) for p, r in loaded.items() if SKIPPED_KEY not in r)
             raise ProcessFileError(f"the process files {names} do not merge ({type(err).__name__}: {err}): one "
                                    f"of them is not as its process wrote it; {REDO}") from None
-    failed = copy.deepcopy(results[0])
+    failed = with_method(copy.deepcopy(results[0]), process_exits=exits)
     failed.pop(PROCESS_FAILED_KEY)
-    failed["method"]["process_exits"] = exits
     return failed
 
 
@@ -170,11 +170,10 @@ def _without_shared(results: list[dict]) -> None:
     """A lost process's record (the launcher's, which cannot know what its job leaves to another)
     names every configured backend; the backends its job's measured processes left to the job
     that measures them (SHARED_KEY) are not this job's, and are dropped from it."""
-    shared = {name for r in results if not r.get(PROCESS_FAILED_KEY)
-              for name in ((r.get(SHARED_KEY) or {}).get("backends") or [])}
+    shared = {name for r in results if not r.get(PROCESS_FAILED_KEY) for name in shared_backends(r)}
     for result in results:
         if result.get(PROCESS_FAILED_KEY) and shared:
-            result["backends"] = {k: v for k, v in result["backends"].items() if k not in shared}
+            drop_backends(result, shared)
 
 
 def _same_job(loaded: dict[Path, dict]) -> None:
@@ -187,9 +186,9 @@ def _same_job(loaded: dict[Path, dict]) -> None:
             if result[key] != first[key]:
                 raise ProcessFileError(f"{path}: {key} {result[key]!r} differs from {first[key]!r} of {first_path} "
                                        f"(a process file of another job?); {REDO}")
-        if set(result["backends"]) != set(first["backends"]):
-            raise ProcessFileError(f"{path}: backends {sorted(result['backends'])} differ from "
-                                   f"{sorted(first['backends'])} of {first_path}; {REDO}")
+        if set(backend_names(result)) != set(backend_names(first)):
+            raise ProcessFileError(f"{path}: backends {sorted(backend_names(result))} differ from "
+                                   f"{sorted(backend_names(first))} of {first_path}; {REDO}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,22 +209,34 @@ def main(argv: list[str] | None = None) -> int:
 def merge_entry(entries: list[dict], result: dict, ids: list[int]) -> dict:
     """One backend over the processes: failed if it failed in any (that process's reason), ok if
     ok in all; all trials and observations, the kernels and compile time of the first that has them."""
-    entries = copy.deepcopy(entries)
-    failed = [i for i, e in enumerate(entries) if e["status"] == "failed"]
-    ok = [i for i, e in enumerate(entries) if e["status"] == "ok"]
-    first = failed[0] if failed else (ok[0] if ok else 0)
-    merged = entries[first]
-    if failed and len(entries) > 1 and not merged["reason"].startswith("process "):
+    typed = [BackendEntry.of(e) for e in entries]
+    first = _telling(typed)
+    merged = with_trials(copy.deepcopy(entries[first]), [copy.deepcopy(t) for e in typed for t in e.trials])
+    if typed[first].status == "failed" and len(entries) > 1 and not merged["reason"].startswith("process "):
         merged["reason"] = f"process {ids[first]}: {merged['reason']}"
-    merged["trials"] = [trial for entry in entries for trial in entry["trials"]]
-    recorded = [e["kernels"] for e in entries if e["kernels"]]
-    merged["kernels"] = next((k for k in recorded if k.get("names") is not None), recorded[0] if recorded else None)
-    merged["compile_s"] = next((e["compile_s"] for e in entries if e["compile_s"] is not None), None)
-    observed = [e.get("observations") or {} for e in entries]
-    merged["observations"] = {
-        "notes": [note for o in observed for note in o.get("notes", [])] + kernel_differences(entries, ids),
-        "do_bench_reason": next((o["do_bench_reason"] for o in observed if o.get("do_bench_reason")), None)}
+    recorded = [e.kernels for e in typed if e.kernels]
+    kernels = next((k for k in recorded if k.get("names") is not None), recorded[0] if recorded else None)
+    merged["kernels"] = copy.deepcopy(kernels)
+    merged["compile_s"] = next((e.compile_s for e in typed if e.compile_s is not None), None)
+    # The kernels are told apart as merged: the entry merged from holds the kernels chosen above.
+    compared = [{**e, "kernels": kernels} if i == first else e for i, e in enumerate(entries)]
+    merged["observations"] = _observations(typed, kernel_differences(compared, ids))
     return merged
+
+
+def _observations(entries: list[BackendEntry], differences: list[dict]) -> dict:
+    """The processes' observations of one backend as one: every note, then the kernels' differences;
+    the first reason do_bench was not used."""
+    observed = [e.observations for e in entries]
+    return {"notes": [copy.deepcopy(note) for o in observed for note in o.get("notes", [])] + differences,
+            "do_bench_reason": next((o["do_bench_reason"] for o in observed if o.get("do_bench_reason")), None)}
+
+
+def _telling(entries: list[BackendEntry]) -> int:
+    """The process whose entry the merged one starts from: the first that failed, else the first ok."""
+    failed = [i for i, e in enumerate(entries) if e.status == "failed"]
+    ok = [i for i, e in enumerate(entries) if e.ok]
+    return failed[0] if failed else (ok[0] if ok else 0)
 
 
 def kernel_differences(entries: list[dict], ids: list[int]) -> list[dict]:
@@ -233,7 +244,8 @@ def kernel_differences(entries: list[dict], ids: list[int]) -> list[dict]:
     different kernels (fabench.analysis.policy's identity: names, source digest, launch settings).
     Only a job's first process profiles its kernels; the digest of what Inductor generated depends
     on the compile caches' state, not the kernel, and is no evidence either way."""
-    profiled = [(i, e["kernels"]) for i, e in zip(ids, entries) if (e["kernels"] or {}).get("names") is not None]
+    profiled = [(i, e.kernels) for i, e in zip(ids, map(BackendEntry.of, entries))
+                if (e.kernels or {}).get("names") is not None]
     launched = {json.dumps(launched_kernels(k), sort_keys=True) for _, k in profiled}
     if len(launched) <= 1:
         return []
@@ -241,10 +253,10 @@ def kernel_differences(entries: list[dict], ids: list[int]) -> list[dict]:
                                           "source_sha256": k.get("source_sha256")} for i, k in profiled])]
 
 
-def _fallbacks(results: list[dict]) -> dict:
+def _fallbacks(results: list[Result]) -> dict:
     fallbacks: dict = {}
     for result in results:
-        for name, reason in (result["method"].get("device_fallbacks") or {}).items():
+        for name, reason in (result.method.get("device_fallbacks") or {}).items():
             fallbacks.setdefault(name, reason)
     return fallbacks
 

@@ -14,6 +14,7 @@ import io
 
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.noise import interval_name
+from fabench.analysis.result_types import backend_dicts, provenance_of
 from fabench.results.bounds import bounds_problem
 from fabench.results.shared import shown
 
@@ -39,8 +40,8 @@ def cell_row(result: dict, name: str, entry: dict) -> dict:
             "spread": figure.get("spread"), "stable": stats.get("stable") if stats else None,
             "unstable_reason": stats.get("unstable_reason"), "tflops_device": tflops.get("device_median"),
             "tflops_wall": tflops.get("wall"), "max_abs_err": correctness.get("max_abs_err"),
-            "cosine": correctness.get("cosine"), "gpu_uuid": (result["provenance"].get("gpu") or {}).get("uuid"),
-            "device": result["provenance"].get("device"), "measured_in": entry.get("measured_in")}
+            "cosine": correctness.get("cosine"), "gpu_uuid": (provenance_of(result).get("gpu") or {}).get("uuid"),
+            "device": provenance_of(result).get("device"), "measured_in": entry.get("measured_in")}
 
 
 def results_csv(collected: dict) -> str:
@@ -53,5 +54,5 @@ def results_csv(collected: dict) -> str:
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for result in shown(collected)["results"]:
-        writer.writerows(cell_row(result, name, entry) for name, entry in result["backends"].items())
+        writer.writerows(cell_row(result, name, entry) for name, entry in backend_dicts(result).items())
     return buffer.getvalue()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from fabench.analysis.result_types import provenance_of
 from fabench.files import JsonReadError, read_json
 from fabench.results.archive_layout import RECORD, ArchiveError
 from fabench.results.archive_read import RESULTS, entry_dirs, measurements_of
@@ -95,7 +96,7 @@ def docker_run(run_dir: Path) -> bool:
     ran with, which knows the image."""
     try:
         results = read_json(run_dir / RESULTS)["results"]
-        return any((result.get("provenance") or {}).get("runtime") == "docker" for result in results)
+        return any(provenance_of(result).get("runtime") == "docker" for result in results)
     except (OSError, JsonReadError, KeyError, TypeError, AttributeError):
         return False
 

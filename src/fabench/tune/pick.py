@@ -74,22 +74,31 @@ def model_check(jobs: list[dict]) -> dict:
     refused = [(s, r) for s, r in records if r["status"] != "pruned" and r["failure_kind"] == "out_of_resources"]
     used = [(s, r) for s, r in records if r["kernel_shared_memory"]]
     ratios = [r["kernel_shared_memory"] / r["memory"]["bytes"] for _, r in used]
-
-    def row(shape_id: str, record: dict, required: int | None) -> dict:
-        return {"id": record["id"], "shape_id": shape_id, "model_bytes": record["memory"]["bytes"],
-                "required_bytes": required, "reason": (record["pruned_check"] or {}).get("reason") or record["reason"]}
-
     return {
         "limit": jobs[0]["memory_limit"], "pruned": len(pruned), "checked": len(checked),
-        "confirmed": sum(1 for _, r in checked if r["pruned_check"]["failure_kind"] == "out_of_resources"),
-        "compiled_anyway": [row(s, r, None) for s, r in checked if r["pruned_check"]["compiled"]],
-        "failed_otherwise": [row(s, r, r["pruned_check"]["required_bytes"]) for s, r in checked
-                             if not r["pruned_check"]["compiled"]
-                             and r["pruned_check"]["failure_kind"] != "out_of_resources"],
-        "refused_within_model": [row(s, r, r["required_bytes"]) for s, r in refused if r["memory"]["fits"]],
-        "ran_over_model": [row(s, r, None) for s, r in records if r["status"] == "ok" and not r["memory"]["fits"]],
+        **_pruned_checks(checked),
+        "refused_within_model": [_row(s, r, r["required_bytes"]) for s, r in refused if r["memory"]["fits"]],
+        "ran_over_model": [_row(s, r, None) for s, r in records if r["status"] == "ok" and not r["memory"]["fits"]],
         "kernels_measured": len(used),
         "kernel_over_model": [min(ratios), max(ratios)] if ratios else None,
+    }
+
+
+def _row(shape_id: str, record: dict, required: int | None) -> dict:
+    """A candidate in model_check's lists: the model's bytes against those the device required."""
+    return {"id": record["id"], "shape_id": shape_id, "model_bytes": record["memory"]["bytes"],
+            "required_bytes": required, "reason": (record["pruned_check"] or {}).get("reason") or record["reason"]}
+
+
+def _pruned_checks(checked: list[tuple[str, dict]]) -> dict:
+    """What compiling the pruned candidates showed: refused as the model said (confirmed), compiled
+    anyway, or failed for another reason."""
+    return {
+        "confirmed": sum(1 for _, r in checked if r["pruned_check"]["failure_kind"] == "out_of_resources"),
+        "compiled_anyway": [_row(s, r, None) for s, r in checked if r["pruned_check"]["compiled"]],
+        "failed_otherwise": [_row(s, r, r["pruned_check"]["required_bytes"]) for s, r in checked
+                             if not r["pruned_check"]["compiled"]
+                             and r["pruned_check"]["failure_kind"] != "out_of_resources"],
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fabench.analysis import claims
 from fabench.analysis.policy import matches_published_hardware
+from fabench.analysis.result_types import provenance_of
 from fabench.report.format import fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import ROLES, Run, role_backend, role_ms
 from fabench.results.published import find_published
@@ -76,7 +77,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "rows": [r["cells"] for r in rows],
         "untold": untold_reasons(run),
         # Jobs measured on other hardware than published: their Difference is a factor, not a %.
-        "other_devices": [md_text(d) for d in dict.fromkeys(r["provenance"].get("device") for r in other) if d],
+        "other_devices": [md_text(d) for d in dict.fromkeys(provenance_of(r).get("device") for r in other) if d],
         "other_hardware": bool(other),
         "all_other": len(other) == len(run.results),
         "swapped": [(md_text(a), md_text(b)) for a, b in swapped],

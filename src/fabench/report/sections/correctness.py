@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.format import backend_name, fmt, md_code, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run
 
@@ -29,12 +30,12 @@ def unavailable(run: Run) -> list[dict]:
     """
     counts: Counter = Counter()
     for result in run.results:
-        for name, backend in result["backends"].items():
+        for name, backend in backend_dicts(result).items():
             if backend["status"] not in RAN:
                 counts[backend_name(name, backend), md_text(backend["reason"]) if backend["reason"] else None, False] += 1
         for role in ROLES:
             name = result["roles"][role]
-            if name not in result["backends"]:
+            if name not in backend_dicts(result):
                 counts[md_code(name), None, True] += 1
     return [{"backend": who, "reason": reason, "missing": missing, "jobs": n, "total": len(run.results)}
             for (who, reason, missing), n in counts.items()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fabench.analysis import roofline
 from fabench.analysis.figures import run_metric
+from fabench.analysis.result_types import backend_dicts, metric_median
 from fabench.report.format import backend_name, fmt, md_text
 from fabench.report.model import Run
 from fabench.results.contract import FLOP_CONVENTION
@@ -27,15 +28,15 @@ def percent_text(limits: dict | None) -> str:
 def measured_backends(run: Run) -> list[str]:
     """The backends with a device time in some cell, in the results' order."""
     return list(dict.fromkeys(name for result, name, entry in run.backends()
-                              if entry["status"] == "ok" and ((entry.get("stats") or {}).get("device_ms") or {}).get("median")))
+                              if entry["status"] == "ok" and metric_median(entry, "device_ms")))
 
 
 def variant_table(run: Run, variant: str, names: list[str], peak: dict) -> dict:
     """One variant's table: a row per shape, a column per backend."""
     rows = []
     for result in run.of(variant):
-        cells = [percent_text(roofline.cell_limits(result, result["backends"][n], peak)
-                              if n in result["backends"] else None) for n in names]
+        cells = [percent_text(roofline.cell_limits(result, backend_dicts(result)[n], peak)
+                              if n in backend_dicts(result) else None) for n in names]
         rows.append([md_text(run.shape_name(result["shape"])), fmt(roofline.intensity(result), ".0f"), *cells])
     return {"title": md_text(run.title(variant)), "rows": rows}
 

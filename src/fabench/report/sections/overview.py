@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fabench.analysis import claims
 from fabench.analysis.identity import hardware_identity
+from fabench.analysis.result_types import backend_dicts, method_of, provenance_of
 from fabench.platforms import PlatformName
 from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
@@ -28,7 +29,7 @@ def values(run: Run, key: str) -> list:
     """A provenance field's distinct recorded values; "gpu.uuid" is the uuid in provenance.gpu."""
     if not key.startswith("gpu."):
         return run.provenance_values(key)
-    found = ((r["provenance"].get("gpu") or {}).get(key[4:]) for r in run.results)
+    found = ((provenance_of(r).get("gpu") or {}).get(key[4:]) for r in run.results)
     return [v for v in dict.fromkeys(found) if v is not None]
 
 
@@ -46,12 +47,12 @@ def fields(run: Run, names) -> list[dict]:
 def reduced(run: Run, published: dict | None) -> dict | None:
     """Jobs that ran fewer iterations than asked (the runner's CPU counts), and the counts they
     fell short of: the published method's when there is one, else the config's."""
-    jobs = [r for r in run.results if r["method"].get("reduced")]
+    jobs = [r for r in run.results if method_of(r).get("reduced")]
     if not jobs:
         return None
     reference = published["method"] if published else run.config
     return {"jobs": len(jobs), "total": len(run.results),
-            "used": list(dict.fromkeys((r["method"]["warmup"], r["method"]["iters"]) for r in jobs)),
+            "used": list(dict.fromkeys((method_of(r)["warmup"], method_of(r)["iters"]) for r in jobs)),
             "warmup": reference.get("warmup"), "iters": reference.get("iters")}
 
 
@@ -93,14 +94,14 @@ def configuration(run: Run) -> dict:
 
 def ran_values(run: Run, key: str) -> str | None:
     """The method's `key` as the jobs recorded it: one value, or each distinct one ("1 or 10")."""
-    values = list(dict.fromkeys(r["method"].get(key) for r in run.results if r["method"].get(key) is not None))
+    values = list(dict.fromkeys(method_of(r).get(key) for r in run.results if method_of(r).get(key) is not None))
     return " or ".join(str(v) for v in values) if values else None
 
 
 def iterations_ran(run: Run) -> str | None:
     """The iterations the trials ran ("1 to 2"), where any trial ran more than its job's least
     (method.iters: a trial runs on until min_trial_ms); None where every trial ran just that."""
-    ran = [(t.get("iters"), r["method"].get("iters")) for r in run.results for b in r["backends"].values()
+    ran = [(t.get("iters"), method_of(r).get("iters")) for r in run.results for b in backend_dicts(r).values()
            for t in b.get("trials") or [] if t.get("iters") is not None]
     if not ran or all(n == least for n, least in ran):
         return None
@@ -110,14 +111,14 @@ def iterations_ran(run: Run) -> str | None:
 
 def backends_that_ran(run: Run) -> list[str]:
     """Backends measured (ok) in at least one job, in the results' order."""
-    return [md_text(name) for name in dict.fromkeys(n for r in run.results for n, b in r["backends"].items()
+    return [md_text(name) for name in dict.fromkeys(n for r in run.results for n, b in backend_dicts(r).items()
                                                     if b["status"] == "ok")]
 
 
 def backends_not_run(run: Run) -> list[str]:
     """Backends configured but measured in no job (the Correctness section says why)."""
     ran = set(backends_that_ran(run))
-    return [md_text(n) for n in dict.fromkeys(n for r in run.results for n in r["backends"]) if md_text(n) not in ran]
+    return [md_text(n) for n in dict.fromkeys(n for r in run.results for n in backend_dicts(r)) if md_text(n) not in ran]
 
 
 def columns(run: Run) -> list[list[str]]:
@@ -127,7 +128,7 @@ def columns(run: Run) -> list[list[str]]:
     """
     rows = []
     for role, name in run.first["roles"].items():
-        seen = [r["backends"][name].get("implementation") for r in run.results if name in r["backends"]]
+        seen = [backend_dicts(r)[name].get("implementation") for r in run.results if name in backend_dicts(r)]
         ways = [dict(t) for t in dict.fromkeys(tuple(sorted(i.items())) for i in seen if i)]
         for way in ways or [None]:
             rows.append([md_text(run.label(role)), md_code(name),
@@ -148,7 +149,7 @@ def triton_config_reads(run: Run) -> list[dict]:
                       for r, rec in zip(run.of(variant), records) if rec and rec.get("read_back") is not None)
         not_applied = {}
         for result in run.of(variant):
-            triton = result["backends"].get(result["roles"].get("triton", ""), {})
+            triton = backend_dicts(result).get(result["roles"].get("triton", ""), {})
             not_applied.update((triton.get("kernel_config") or {}).get("not_applied") or {})
         if loaded or not_applied:
             reads.append({"variant": md_text(variant), "jobs": len(loaded), "total": len(records),
@@ -165,7 +166,7 @@ TITLE_ROLES = ("vendor", "triton", "baseline")
 def title_columns(run: Run) -> list[str]:
     """The labels of the backends that ran in at least one job, each once (one backend may fill two
     roles: "SDPA vs Native", not "SDPA vs SDPA vs Native"): the title names no other."""
-    ran = {n for r in run.results for n, b in r["backends"].items() if b["status"] == "ok"}
+    ran = {n for r in run.results for n, b in backend_dicts(r).items() if b["status"] == "ok"}
     roles = {}
     for role in TITLE_ROLES:
         roles.setdefault(run.first["roles"].get(role), role)
@@ -175,10 +176,10 @@ def title_columns(run: Run) -> list[str]:
 def ran_differently(run: Run, name: str) -> bool:
     """Whether backend `name` ran other code in some variant than in the first, at a shape both ran."""
     for result in run.of(run.variants[0]):
-        first = result["backends"].get(name)
+        first = backend_dicts(result).get(name)
         for variant in run.variants[1:]:
             other = run.find(variant, result["shape"])
-            entry = other["backends"].get(name) if other else None
+            entry = backend_dicts(other).get(name) if other else None
             if first and entry and "ok" == first["status"] == entry["status"] and not claims.same_code(first, entry):
                 return True
     return False
@@ -190,7 +191,7 @@ def variants_alike(run: Run) -> dict | None:
     the one that reads the variant's config, is among them, and which were measured once per shape
     (`once`: {variant, backends}, one figure shown in every table) or in every variant's jobs
     (`again`: their tables differ by the run's noise). None when a variant changed code."""
-    ran = dict((n, b["label"]) for r in run.results for n, b in r["backends"].items() if b["status"] == "ok")
+    ran = dict((n, b["label"]) for r in run.results for n, b in backend_dicts(r).items() if b["status"] == "ok")
     if len(run.variants) < 2 or not ran or any(ran_differently(run, name) for name in ran):
         return None
     triton = run.first["roles"].get("triton")

@@ -4,6 +4,7 @@ Everything comes from the trials each result recorded; nothing is estimated here
 
 from __future__ import annotations
 
+from fabench.analysis.result_types import method_of
 from fabench.report.format import backend_name, md_text, shape_text
 from fabench.report.model import Run
 from fabench.analysis import stats
@@ -52,7 +53,7 @@ def cross_checks(run: Run) -> dict | None:
 
 
 def trial_counts(run: Run) -> dict:
-    methods = [r["method"] for r in run.results]
+    methods = [method_of(r) for r in run.results]
     return {"trials": sorted({m.get("trials") for m in methods if m.get("trials")}),
             "repeats": sorted({m.get("repeats") for m in methods if m.get("repeats")}),
             "ci_methods": list(dict.fromkeys(b["stats"].get("ci_method") for *_, b in measured_cells(run)
@@ -78,7 +79,7 @@ def noise_components(run: Run) -> dict:
         return None if value is None else f"{value:.2%}"
     # One process a job has no second process to spread from: the components' figure there is the
     # trials' own spread again, not one between processes.
-    one_process = all((r["method"].get("repeats") or 1) == 1 for r in run.results)
+    one_process = all((method_of(r).get("repeats") or 1) == 1 for r in run.results)
     return {"within": pct(own["within_process"]), "between": None if one_process else pct(own["between_process"]),
             "cards": pct(own["between_card_in_run"]),
             "margins": ", ".join(f"{kind} {pct(margin)}" for kind, margin in run.rule.margins().items()),

@@ -17,6 +17,7 @@ from __future__ import annotations
 from fabench.analysis import claims
 from fabench.analysis.figures import METRICS
 from fabench.analysis.policy import Code
+from fabench.analysis.result_types import metric_median
 from fabench.report.format import fmt_ms, md_text, value_text
 from fabench.report.model import Run, role_backend
 from fabench.results.published import claim_cells
@@ -76,7 +77,7 @@ def outcome(claim: dict, verdict: dict) -> str:
 def host_bound(name: str, entry: dict) -> str | None:
     """Why the wall clock is host-bound for this cell (host time per call above the kernel's), else None."""
     host = entry.get("host_overhead_ms")
-    device = ((entry.get("stats") or {}).get("device_ms") or {}).get("median")
+    device = metric_median(entry, "device_ms")
     if host is None or not device or host <= device:
         return None
     return f"{name}: host {fmt_ms(host)} ms per call, kernel {fmt_ms(device)} ms"
@@ -103,7 +104,7 @@ def roles_filled(run: Run, published: dict, claim: dict, entries: list[dict | No
 def figures_text(names: list[str], entries: list[dict], metric: str | None) -> str:
     if metric is None:
         return "n/a"
-    medians = [((e.get("stats") or {}).get(metric) or {}).get("median") for e in entries]
+    medians = [metric_median(e, metric) for e in entries]
     return " vs ".join(f"{name} {fmt_ms(m)} ms" for name, m in zip(names, medians))
 
 
@@ -117,15 +118,25 @@ def retest(run: Run, published: dict, claim: dict) -> dict:
            "judged_on": "n/a", "cause": None}
     missing = list(dict.fromkeys(why for _, why, _ in found if why))
     if missing:
-        # A backend this host cannot run makes the claim untestable here, whatever else is missing.
-        causes = {cause for _, _, cause in found if cause}
-        return {**row, "outcome": "cannot tell", "why": md_text("; ".join(missing)),
-                "cause": "untestable here" if "untestable here" in causes else "not measured",
-                "unavailable": [md_text(e.get("label") or "") for e in entries if (e or {}).get("status") == "unavailable"]}
+        return _untestable(row, found, entries, missing)
     differs = config_differences(run, published, claim)
     if differs:
         return {**row, "outcome": "cannot tell", "cause": "other config",
                 "why": md_text("this run's config is not the published one: " + ", ".join(differs))}
+    return _judged(run, claim, entries, row)
+
+
+def _untestable(row: dict, found: list[tuple], entries: list[dict | None], missing: list[str]) -> dict:
+    """retest's row for a claim with a cell this run lacks: "cannot tell", and why."""
+    # A backend this host cannot run makes the claim untestable here, whatever else is missing.
+    causes = {cause for _, _, cause in found if cause}
+    return {**row, "outcome": "cannot tell", "why": md_text("; ".join(missing)),
+            "cause": "untestable here" if "untestable here" in causes else "not measured",
+            "unavailable": [md_text(e.get("label") or "") for e in entries if (e or {}).get("status") == "unavailable"]}
+
+
+def _judged(run: Run, claim: dict, entries: list[dict | None], row: dict) -> dict:
+    """retest's row for a claim whose cells this run measured: the policy's claim on them."""
     # The policy's claim on (a, b): for "faster" claims b is the cell claimed faster.
     names = cell_names(run, claim, entries)
     a, b = (1, 0) if "faster" in claim else (0, 1)
@@ -144,15 +155,24 @@ def context(run: Run, published: dict | None) -> dict | None:
     if not published or not published.get("claims") or run.published:
         return None  # nothing to re-test, or the publication's own numbers recast as a run
     rows = [retest(run, published, claim) for claim in published["claims"]]
+    tally = _tally(rows)
     devices = run.provenance_values("device")
     return {
         "hardware": md_text(", ".join(devices) or run.first["platform"]),
         "published_on": md_text(published["source"]["hardware"]["device"]),
         "rows": rows,
+        "counts": tally["counts"], "causes": tally["causes"],
+        "shapes": sorted({shape_key(c["shape"]) for c in published["claims"]}),
+        "untestable": tally["untestable"], "roles": tally["roles"],
+    }
+
+
+def _tally(rows: list[dict]) -> dict:
+    """The rows counted by outcome and by cause; the backends no claim could run, said once; the roles filled."""
+    return {
         "counts": {name: sum(1 for r in rows if r["outcome"] == name) for name in OUTCOMES},
         "causes": {cause: sum(1 for r in rows if r["cause"] == cause) for cause in CAUSES
                    if any(r["cause"] == cause for r in rows)},
-        "shapes": sorted({shape_key(c["shape"]) for c in published["claims"]}),
         # Every claim needs a backend this host cannot run (a CPU): said once, instead of per claim.
         "untestable": list(dict.fromkeys(label for r in rows for label in r.get("unavailable", [])))
         if all(r["cause"] == "untestable here" for r in rows) else None,

@@ -15,6 +15,7 @@ Triton-role cells ran the same code get no improvement claims.
 
 from __future__ import annotations
 
+from fabench.analysis.result_types import backend_dicts
 from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_code, md_text, shape_text,
                                    status_text, value_text)
 from fabench.analysis import claims
@@ -148,7 +149,7 @@ def ignored_keys(run: Run) -> list[dict]:
     groups: dict[tuple, dict] = {}
     for result in run.results:
         name = result["roles"]["triton"]
-        backend = result["backends"].get(name) or {}
+        backend = backend_dicts(result).get(name) or {}
         recorded = backend.get("kernel_config")
         if not isinstance(recorded, dict) or "ignored" not in recorded:
             continue
@@ -303,13 +304,13 @@ def same_code_backends(run: Run) -> list[str]:
     names = {}
     for result in run.of(run.variants[0]):
         others = [run.find(v, result["shape"]) for v in run.variants[1:]]
-        for name, entry in result["backends"].items():
+        for name, entry in backend_dicts(result).items():
             same = entry["status"] == "ok" and (code_identity(entry) or {}).get("implementation") is not None and all(
-                o is not None and same_code(entry, o["backends"].get(name)) for o in others)
+                o is not None and same_code(entry, backend_dicts(o).get(name)) for o in others)
             names[name] = names.get(name, True) and same
     once = {name for names in run.measured_once.values() for name in names}
-    return [backend_name(name, run.first["backends"][name]) for name, same in names.items()
-            if same and name in run.first["backends"] and name not in once]
+    return [backend_name(name, backend_dicts(run.first)[name]) for name, same in names.items()
+            if same and name in backend_dicts(run.first) and name not in once]
 
 
 def measured_once(run: Run) -> list[dict]:
@@ -317,8 +318,8 @@ def measured_once(run: Run) -> list[dict]:
     variant's table (fabench.results.shared): the report says so under the tables."""
     said = []
     for variant, names in run.measured_once.items():
-        ran = [backend_name(name, run.first["backends"][name]) for name in names
-               if (run.first["backends"].get(name) or {}).get("status") in RAN]  # unavailable: listed apart
+        ran = [backend_name(name, backend_dicts(run.first)[name]) for name in names
+               if (backend_dicts(run.first).get(name) or {}).get("status") in RAN]  # unavailable: listed apart
         if ran:
             said.append({"variant": md_text(run.variant_label(variant)), "backends": ran})
     return said

@@ -28,6 +28,7 @@ from datetime import datetime
 
 from fabench.analysis import stats
 from fabench.analysis.figures import METRICS, run_metric, shown_figure
+from fabench.analysis.result_types import backend_dicts, cell_stats, method_of, provenance_of
 from fabench.report.format import heading_anchor as anchor, md_text
 from fabench.report.model import Run
 from fabench.report.sections import published_claims, results
@@ -51,7 +52,7 @@ JUDGED_EXAMPLE = {"command": "fabench compare --root examples/h200/archive", "re
 def ranked_backends(result: dict, metric: str) -> list[tuple[str, dict, float]]:
     """(name, entry, median) of the result's backends that ran cleanly, fastest first."""
     found = []
-    for name, entry in result["backends"].items():
+    for name, entry in backend_dicts(result).items():
         # Results recorded before trials have no analysed figure: their wall mean is ranked, and
         # the policy, finding no noise estimate, tells none of them apart.
         figure = shown_figure(entry, metric).get("median") or (entry.get("wall_mean_ms") if metric == "wall_mean_ms" else None)
@@ -121,7 +122,7 @@ def one_process_lead(run: Run, shapes: list[tuple[dict, dict]]) -> dict | None:
     leads = [s["trials_lead"] for _, s in shapes]
     if not leads or not all(leads) or len({lead["leader"] for lead in leads}) > 1:
         return None
-    label = md_text(run.first["backends"].get(leads[0]["leader"], {}).get("label") or leads[0]["leader"])
+    label = _labeller(run)(leads[0]["leader"])
     return {"leader": label, "least": min(lead["least"] for lead in leads),
             "ratios": [min(lead["ratio"] for lead in leads), max(lead["ratio"] for lead in leads)]}
 
@@ -138,19 +139,14 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     clear winner`, with the leaders per shape (`split`)."""
     shapes = [(r, shape_leaders(run, r, metric)) for r in group]
     shapes = [(r, s) for r, s in shapes if s is not None]
-    label = lambda name: md_text(run.first["backends"].get(name, {}).get("label") or name)  # noqa: E731
+    label = _labeller(run)
     line = {"head_dim": head_dim, "shapes": len(group), "metric": METRICS[metric], "code": "no clear winner",
             "figure": TABLE_FIGURES[metric][0], "leaders": [], "ratios": None, "beaten": [], "untold": [],
             "reasons": [], "split": [], "trials_lead": None, "setting": None,
             "measured_in": measured_words(run, [s["measured_in"] for _, s in shapes], label)}
     if not shapes:
         return {**line, "code": "not measured"}
-    untold = [(r, s) for r, s in shapes if s["untold"]]
-    line.update(untold=[md_text(run.shape_name(r["shape"])) for r, _ in untold],
-                reasons=[md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
-                    f for _, s in untold for f in s["untold"])],
-                # One process a job tests no pair: the setting that gives the paired test its second process.
-                setting=repeats_setting(run) if any("one_process" in s["untold"] for _, s in untold) else None)
+    line.update(_untold(run, shapes))
     if all(s["beaten"] is None for _, s in shapes):
         # The policy puts no backend behind another anywhere; one process a job may still show one
         # ahead in every paired trial, untested: the line says so, and which setting tests it.
@@ -162,6 +158,23 @@ def group_line(run: Run, head_dim: int, group: list[dict], metric: str) -> dict:
     return {**line, "code": "winner", "leaders": [label(n) for n in shapes[0][1]["leaders"]],
             "ratios": [min(ratios), max(ratios)],
             "beaten": [label(n) for n in dict.fromkeys(s["beaten"] for _, s in shapes)]}
+
+
+def _labeller(run: Run):
+    """A backend's name -> its label as the run's first result gives it (the name where it has none), escaped."""
+    first = backend_dicts(run.first)
+    return lambda name: md_text(first.get(name, {}).get("label") or name)
+
+
+def _untold(run: Run, shapes: list[tuple[dict, dict]]) -> dict:
+    """group_line's fields on the shapes where the policy told no leader apart: where, why, and the
+    setting that would test them."""
+    untold = [(r, s) for r, s in shapes if s["untold"]]
+    return {"untold": [md_text(run.shape_name(r["shape"])) for r, _ in untold],
+            "reasons": [md_text(results.UNTOLD_WORDS.get(f, f)) for f in dict.fromkeys(
+                f for _, s in untold for f in s["untold"])],
+            # One process a job tests no pair: the setting that gives the paired test its second process.
+            "setting": repeats_setting(run) if any("one_process" in s["untold"] for _, s in untold) else None}
 
 
 def measured_words(run: Run, found: list[dict[str, list[str]]], label) -> dict:
@@ -238,21 +251,26 @@ def precision(run: Run) -> dict | None:
     """The run's precision in one figure: the median over its ok cells of their 95% CI's half
     width relative to the median; or that its intervals are within one process."""
     metric = run_metric(run.results)
-    cells = [b for _, _, b in run.ran_backends() if b["status"] == "ok" and b.get("stats")]
+    cells = [b for _, _, b in run.ran_backends() if b["status"] == "ok" and cell_stats(b)]
     if not cells:
         return None
     figures = [shown_figure(b, metric) for b in cells]
     widths = [(f["ci95"][1] - f["ci95"][0]) / 2 / f["median"] for f in figures if f.get("ci95") and f.get("median")]
     one_process = sum(1 for f in figures if (f.get("noise") or {}).get("between") == "trials")
-    unstable = sum(1 for b in cells if not b["stats"].get("stable", True))
-    # The kernels' own time check per cell (fabench.analysis.kernel_check): agrees, differs, or could not judge.
+    unstable = sum(1 for b in cells if not cell_stats(b).stable)
+    return {"code": "one process" if one_process == len(cells) else "intervals", "cells": len(cells),
+            "checked": kernel_checks(cells),
+            "half_width": stats.median(widths) if widths else None, "one_process": one_process,
+            "unstable": unstable, "metric": METRICS[metric], "anchor": anchor("How precise is this run")}
+
+
+def kernel_checks(cells: list[dict]) -> dict | None:
+    """The kernels' own time check per cell (fabench.analysis.kernel_check) counted: agrees,
+    differs, or could not judge; None where no cell was checked."""
     checks = [((b.get("cross_check") or {}).get("kernel_time") or {}) for b in cells]
     checked = {word: sum(1 for c in checks if c and c.get("agrees") is value)
                for word, value in (("agree", True), ("differ", False), ("could not judge", None))}
-    return {"code": "one process" if one_process == len(cells) else "intervals", "cells": len(cells),
-            "checked": checked if any(checks) else None,
-            "half_width": stats.median(widths) if widths else None, "one_process": one_process,
-            "unstable": unstable, "metric": METRICS[metric], "anchor": anchor("How precise is this run")}
+    return checked if any(checks) else None
 
 
 def wall_time(run: Run) -> dict | None:
@@ -265,12 +283,12 @@ def wall_time(run: Run) -> dict | None:
         return {"span_s": line["measure_span_s"], "workflow_s": line["workflow_s"], "jobs": line["jobs"],
                 "processes": line["processes"], "workers": line["workers"], "longest": longest,
                 "anchor": anchor_to}
-    started = [r["provenance"].get("started") for r in run.results]
-    finished = [r["provenance"].get("finished") for r in run.results]
+    started = [provenance_of(r).get("started") for r in run.results]
+    finished = [provenance_of(r).get("finished") for r in run.results]
     if None in started or None in finished:
         return None
     span = (datetime.fromisoformat(max(finished)) - datetime.fromisoformat(min(started))).total_seconds()
-    processes = sum(len(r["method"].get("process_exits") or []) for r in run.results)
+    processes = sum(len(method_of(r).get("process_exits") or []) for r in run.results)
     # No time line section to link to: the configuration names the trials and processes per job.
     return {"span_s": span, "workflow_s": None, "jobs": len(run.results), "processes": processes, "workers": 0,
             "longest": longest, "anchor": anchor("Benchmark Configuration")}
@@ -278,7 +296,7 @@ def wall_time(run: Run) -> dict | None:
 
 def job_seconds(result: dict) -> float | None:
     """A job's span from its recorded start to its finish; None where either is unrecorded."""
-    started, finished = result["provenance"].get("started"), result["provenance"].get("finished")
+    started, finished = provenance_of(result).get("started"), provenance_of(result).get("finished")
     if not started or not finished:
         return None
     return (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fabench.analysis.figures import run_metric, shown_figure
 from fabench.analysis.kernel_check import JUDGE_BOUND
 from fabench.analysis.noise import interval_name
+from fabench.analysis.result_types import method_of
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
 from fabench.results.contract import FLOP_CONVENTION
@@ -147,16 +148,16 @@ def context(run: Run, published: dict | None) -> dict:
         # "95% CI" only where every interval is one over processes; otherwise named in the text.
         "interval_header": "95% CI (ms)" if names and all("processes" in n for n in names) else "Interval (ms)",
         "device": device,
-        "device_timer": joined(r["method"].get("device_timer") for r in run.results),
+        "device_timer": joined(method_of(r).get("device_timer") for r in run.results),
         # What the device figure and the period are, in the measuring code's words (absent in results
         # from before the kernels' own time was the figure: the device figure was the event pairs then).
-        "device_figure": joined(r["method"].get("device_figure") for r in run.results),
-        "period": joined(r["method"].get("period") for r in run.results),
-        "stopping": joined(stopping_text(r["method"].get("stopping")) for r in run.results),
-        "clear_l2": joined("cleared before every call" if r["method"].get("clear_l2") else "not cleared"
+        "device_figure": joined(method_of(r).get("device_figure") for r in run.results),
+        "period": joined(method_of(r).get("period") for r in run.results),
+        "stopping": joined(stopping_text(method_of(r).get("stopping")) for r in run.results),
+        "clear_l2": joined("cleared before every call" if method_of(r).get("clear_l2") else "not cleared"
                            for r in run.results),
         "platforms": joined(run.platforms()),
-        "wall_method": joined(r["method"]["wall"] for r in run.results),
+        "wall_method": joined(method_of(r)["wall"] for r in run.results),
         # Published numbers recast as results record no convention: the runner's is the contract's.
         "flop_convention": joined(r.get("flop_convention") for r in run.results) or md_text(FLOP_CONVENTION),
         "second_method": check_counts(run, "second_method") if device else None,
