@@ -181,29 +181,41 @@ def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05,
     pairs = comparable_pairs(runs)
     run_ids = [run_id for run_id, _ in runs]
     draws = stats.run_draws(run_ids, BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
-    ones = dict.fromkeys(run_ids, 1)
     out: dict = {}
     for kind in PairType:
         if len({r for p in pairs if p["type"] == kind for r in (p["old"], p["new"])}) < MIN_RUNS:
             continue
+        target = (answered_target or {}).get(str(kind), DEFAULT_ANSWERED)
         for klass in CLASSES:
-            excess, process, cells = _means(pairs, ones, kind, klass)
-            if not cells:
-                continue
-            of_kind = [p for p in pairs if p["type"] == kind and any(c == klass for _, c, _ in p["cells"].values())]
-            again = [m for m in (_means(pairs, w, kind, klass)[0] for w in draws) if not math.isnan(m)]
-            se = statistics.pstdev(again) if len(again) > 1 else math.inf
-            unseen = max(excess, 0.0)
-            scale = 1.0 if excess >= 0 else max(MIN_SCALE, (excess + process) / process)
-            df = min(MAX_DF, 2 * unseen ** 2 / se ** 2) if unseen and se else (MAX_DF if unseen else 0.0)
-            found = {"noise": math.sqrt(unseen), "df": round(max(df, 1.0), 1) if unseen else None,
-                     "scale": round(scale, 3), "pairs": len(of_kind),
-                     "runs": len({r for p in of_kind for r in (p["old"], p["new"])}), "cells": cells}
-            chosen = [cell for p in of_kind for _, c, cell in p["cells"].values() if c == klass]
-            found["margin"] = fitted_margin(chosen, found, equivalence_alpha,
-                                            (answered_target or {}).get(str(kind), DEFAULT_ANSWERED))
-            out.setdefault(str(kind), {})[klass] = found
+            found = _fit_class(pairs, draws, kind, klass, equivalence_alpha, target)
+            if found is not None:
+                out.setdefault(str(kind), {})[klass] = found
     return out
+
+
+def _fit_class(pairs: list[dict], draws: list[dict[str, int]], kind: PairType, klass: str,
+               equivalence_alpha: float, answered_target: float) -> dict | None:
+    """One pair type's and class's fitted values (see fit); None where no cell gives them."""
+    ones = dict.fromkeys({r for p in pairs for r in (p["old"], p["new"])}, 1)
+    excess, process, cells = _means(pairs, ones, kind, klass)
+    if not cells:
+        return None
+    of_kind = [p for p in pairs if p["type"] == kind and any(c == klass for _, c, _ in p["cells"].values())]
+    again = [m for m in (_means(pairs, w, kind, klass)[0] for w in draws) if not math.isnan(m)]
+    found = {**_unseen(excess, process, statistics.pstdev(again) if len(again) > 1 else math.inf),
+             "pairs": len(of_kind), "runs": len({r for p in of_kind for r in (p["old"], p["new"])}), "cells": cells}
+    chosen = [cell for p in of_kind for _, c, cell in p["cells"].values() if c == klass]
+    found["margin"] = fitted_margin(chosen, found, equivalence_alpha, answered_target)
+    return found
+
+
+def _unseen(excess: float, process: float, se: float) -> dict:
+    """{noise, df, scale} from a mean excess, the mean process part and the excess's standard error
+    over bootstrap draws of the runs (chi-square degrees of freedom: 2 U^2 / se^2)."""
+    unseen = max(excess, 0.0)
+    scale = 1.0 if excess >= 0 else max(MIN_SCALE, (excess + process) / process)
+    df = min(MAX_DF, 2 * unseen ** 2 / se ** 2) if unseen and se else (MAX_DF if unseen else 0.0)
+    return {"noise": math.sqrt(unseen), "df": round(max(df, 1.0), 1) if unseen else None, "scale": round(scale, 3)}
 
 
 def fitted_margin(cells: list[tuple[float, int]], fitted: dict, equivalence_alpha: float,
