@@ -92,6 +92,10 @@ pytest_counts() {  # log: pytest's last summary line (counts and time)
     grep -E '^=+ .*(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' "$1" | tail -1 | tr -d '='
 }
 
+pytest_failures() {  # log: each failed or erroring test as pytest's short summary names it (-rfE), one line each
+    grep -E '^(FAILED|ERROR) ' "$1" | cut -c1-300 || true
+}
+
 cache_env() {  # folder: the measuring processes' compile-cache variables (fabench.measure.invocation.CACHE_ENV) under it
     python3 -c 'import sys
 from fabench.measure.invocation import CACHE_ENV
@@ -108,9 +112,14 @@ pytest_step() {  # name, card, limit s, pytest arguments...: one pytest, its log
     # SIGINT at the limit: pytest stops as on Ctrl-C and still prints its failures, counts and
     # durations (a plain kill left a log without them); killed 30 s later if not.
     on_cards "$name" "$card" "${cache[@]}" timeout -s INT -k 30 "$limit" \
-        python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" > "$out/$name.log" 2>&1
+        python3 -m pytest -v -p no:cacheprovider -rfEs --durations=25 "$@" > "$out/$name.log" 2>&1
     rc=$?
     note "$name: exit $rc, $(seconds_since "$start") s; $(pytest_counts "$out/$name.log")"
+    # Which tests failed, in the summary itself: a lease taken back before its logs came home
+    # still says them in the last lines a device call printed.
+    [ -z "$DRY" ] && [ -f "$out/$name.log" ] && pytest_failures "$out/$name.log" | while IFS= read -r line; do
+        note "$name: $line"
+    done
     return $rc
 }
 
