@@ -24,7 +24,7 @@
 #           then `fabench compare` of every pair of default runs and `fabench detector-check` on
 #           their archive.
 #   tests:  the GPU tests on card 1 alone.
-# Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts),
+# Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
 # FABENCH_LEASE_DRY_RUN=1: nothing is run or installed; each command is written, with its
 # environment, to OUT/commands.txt (and `start` runs its plan in the foreground). This is how a CPU
