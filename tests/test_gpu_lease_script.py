@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -169,3 +170,23 @@ def test_the_summary_names_each_failed_test(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.splitlines() == ["FAILED test_two.py::test_fails - assert 1 == 2"], proc
     assert "-rfEs" in SCRIPT.read_text().split("\npytest_step() {", 1)[1].split("\n}\n", 1)[0]
+
+
+def test_the_summary_carries_each_runs_time_by_kind_of_work(tmp_path):
+    """The plan notes a run's time by kind of work from its report (work_kinds): the rows the report
+    renders (fabench.report.wall_clock, on a run as test_timeline builds it), one line. Blind side:
+    that a real run's report has the section is the GPU lease's to show."""
+    from fabench.report.render import render
+    from test_timeline import timed_gpu_run
+
+    collected, config = timed_gpu_run()
+    report = tmp_path / "results" / "w1" / "report.md"
+    report.parent.mkdir(parents=True)
+    report.write_text(render(collected, config, None))
+    function = SCRIPT.read_text().split("\nwork_kinds() {", 1)[1].split("\n}\n", 1)[0]
+    proc = subprocess.run(["bash", "-c", f"work_kinds() {{{function}\n}}\nwork_kinds w1", "-"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    kinds = {kind: float(seconds) for kind, seconds in re.findall(r"([a-z][^;]*?) ([0-9.]+) s \(\d+%\)", proc.stdout)}
+    assert len(kinds) == len(proc.stdout.split("; ")) >= 4, proc.stdout
+    assert kinds["inputs and fp32 reference"] == 40.0, proc.stdout  # 2.0 s in each of 20 processes

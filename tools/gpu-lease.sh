@@ -149,12 +149,22 @@ report_time() {  # run: "N s" from the report's own time line (Snakemake's start
     grep -oE '\([0-9.]+ s from its start\)' "results/$1/report.md" 2>/dev/null | grep -oE '[0-9.]+ s' | head -1
 }
 
+work_kinds() {  # run: the report's time by kind of work ("Where the run's time went"), on one line
+    sed -n "/^### Where the run's time went/,/^---/p" "results/$1/report.md" 2>/dev/null \
+        | awk -F'|' '/^\| [a-z]/ && $3 ~ /[0-9]/ {gsub(/^ +| +$/, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4);
+                     printf "%s%s %s s (%s)", sep, $2, $3, $4; sep = "; "}'
+}
+
 experiment() {  # name, cards, archive root, snakemake options...: one run timed to its report, then archived
     local name=$1 cards=$2 root=$3 rc
     shift 3
     timed "$name" on_cards "$name" "$cards" python3 -m snakemake report --config "run=$name" "$@"
     rc=$?
     [ -z "$DRY" ] && note "$name: to the report by its time line: $(report_time "$name")"
+    # Its time by kind of work in the summary, and its report beside it: a preview is archived
+    # nowhere that keeps its time line, and a lease taken back early leaves only the summary.
+    [ -z "$DRY" ] && note "$name: by kind of work: $(work_kinds "$name")"
+    [ -z "$DRY" ] && cp "results/$name/report.md" "$out/report-$name.md" 2>/dev/null
     # The entry's folder (stdout of archive store) names it in the comparisons.
     run_cmd fabench archive store "results/$name" --root "$root" > "$out/entry-$name.txt" 2> "$out/archive-$name.log"
     note "$name: archived, exit $? ($(cat "$out/entry-$name.txt" 2>/dev/null))"
