@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -114,7 +115,7 @@ def test_the_gpu_test_steps_select_each_gpu_test_once(accept_plan):
     """What each step runs, as pytest selects it: the backends' tests alone, the whole-workflow
     tests in their own pytest, every other test of the GPU files in the shared one."""
     steps = [command[command.index("pytest") + 1:] for _, command in accept_plan if "pytest" in command]
-    steps = [[a for a in step if a not in ("-v", "-rs") and not a.startswith("--durations")] for step in steps]
+    steps = [[a for a in step if a not in ("-v", "-rs", "-rfEs") and not a.startswith("--durations")] for step in steps]
     alone, *others = [collected(step) for step in steps]
     [workflow] = [ids for ids in others if all("test_worker.py::test_the_workflow" in i or "killing_the_worker" in i
                                                for i in ids)]
@@ -154,3 +155,38 @@ def test_the_comparisons_and_the_packing_run_on_archived_runs(tmp_path):
     with tarfile.open(tmp_path / "back" / "lease.tgz") as tar:
         names = set(tar.getnames())
     assert {"out/summary.txt", "out/status.txt", "out/detector-check.md", "out/compare/r1-vs-r2.md"} <= names
+
+
+def test_the_summary_names_each_failed_test(tmp_path):
+    """A lease taken back before its logs came home left only its summary lines: a step's failures
+    are named there, as pytest's short summary (-rfE, which the steps pass) gives them."""
+    (tmp_path / "test_two.py").write_text("def test_passes():\n    pass\n\n\ndef test_fails():\n    assert 1 == 2\n")
+    log = tmp_path / "step.log"
+    with log.open("w") as out:
+        subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfEs", "test_two.py"],
+                       cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    function = SCRIPT.read_text().split("\npytest_failures() {", 1)[1].split("\n}\n", 1)[0]
+    proc = subprocess.run(["bash", "-c", f"pytest_failures() {{{function}\n}}\npytest_failures \"$1\"", "-", str(log)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == ["FAILED test_two.py::test_fails - assert 1 == 2"], proc
+    assert "-rfEs" in SCRIPT.read_text().split("\npytest_step() {", 1)[1].split("\n}\n", 1)[0]
+
+
+def test_the_summary_carries_each_runs_time_by_kind_of_work(tmp_path):
+    """The plan notes a run's time by kind of work from its report (work_kinds): the rows the report
+    renders (fabench.report.wall_clock, on a run as test_timeline builds it), one line. Blind side:
+    that a real run's report has the section is the GPU lease's to show."""
+    from fabench.report.render import render
+    from test_timeline import timed_gpu_run
+
+    collected, config = timed_gpu_run()
+    report = tmp_path / "results" / "w1" / "report.md"
+    report.parent.mkdir(parents=True)
+    report.write_text(render(collected, config, None))
+    function = SCRIPT.read_text().split("\nwork_kinds() {", 1)[1].split("\n}\n", 1)[0]
+    proc = subprocess.run(["bash", "-c", f"work_kinds() {{{function}\n}}\nwork_kinds w1", "-"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    kinds = {kind: float(seconds) for kind, seconds in re.findall(r"([a-z][^;]*?) ([0-9.]+) s \(\d+%\)", proc.stdout)}
+    assert len(kinds) == len(proc.stdout.split("; ")) >= 4, proc.stdout
+    assert kinds["inputs and fp32 reference"] == 40.0, proc.stdout  # 2.0 s in each of 20 processes

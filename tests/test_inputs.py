@@ -32,3 +32,19 @@ def test_the_kept_inputs_stay_within_their_bound_the_least_recent_dropped(monkey
     inputs.make_inputs(shape, torch.float32, 2, "cpu")  # used again: now the most recent
     inputs.make_inputs(shape, torch.float32, 4, "cpu")
     assert [key[-1] for key in inputs._CPU_INPUTS] == [2, 4]
+
+
+def test_inputs_drawn_ahead_are_the_ones_the_jobs_then_get_as_many_as_are_kept(monkeypatch):
+    """A worker draws its jobs' inputs in its start-up (draw_ahead): each key once, in the jobs'
+    order, only as many as the bound keeps (one more would drop the first a job asks for); a job
+    then gets the kept draw's values, not a new draw. Blind side: the time it saves is a GPU host's."""
+    monkeypatch.setattr(inputs, "_CPU_INPUTS", {})
+    monkeypatch.setattr(inputs, "INPUT_CACHE_BYTES", 2 * 3 * 4096 * 4)  # two draws of the shape below
+    shape = Shape(batch=1, seq=64, heads=2, head_dim=32)
+    assert inputs.draw_ahead([(shape, torch.float32, 1), (shape, torch.float32, 1), (shape, torch.float32, 2),
+                              (shape, torch.float32, 3)]) == 2
+    assert [key[-1] for key in inputs._CPU_INPUTS] == [1, 2]
+    kept = inputs._CPU_INPUTS[(1, 64, 2, 32, "torch.float32", 1)]
+    assert inputs.cpu_inputs(shape, torch.float32, 1) is kept  # no new draw
+    gen = torch.Generator().manual_seed(1)
+    assert all(torch.equal(a, torch.randn((1, 64, 2, 32), generator=gen)) for a in inputs.make_inputs(shape, torch.float32, 1, "cpu"))

@@ -141,7 +141,9 @@ def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_it
     # same GPU (held, that job would wait for it: on an H200 the test hung so).
     with device_lease.acquire(env={k: v for k, v in os.environ.items() if not k.startswith("FABENCH_GPU")}) as lease:
         began = time.monotonic()
-        [name] = worker_client.start_ahead(lease, [1], idle_s=IDLE_S, start_up=("fa4", "native"))
+        # The inputs of two jobs of one shape and of one other: two draws, made in its start-up.
+        wanted = [[1, 64, 2, 32, "float16", 0], [1, 64, 2, 32, "float16", 0], [1, 32, 2, 16, "bfloat16", 3]]
+        [name] = worker_client.start_ahead(lease, [1], idle_s=IDLE_S, start_up=("fa4", "native"), inputs=wanted)
         assert time.monotonic() - began < 5, "start_ahead waited"  # not waited for: its imports take seconds
         deadline = time.monotonic() + 120
         while not live_workers(worker_dir, round_=1):
@@ -153,6 +155,7 @@ def test_a_job_starts_its_other_rounds_workers_ahead_and_the_next_round_finds_it
     [record] = [json.loads(r.read_text()) for r in worker_dir.glob("w-*.json")]
     expected = "imported" if fa4_kernel.installed_version() else "not imported: ImportError"
     assert list(record["started_up"]) == ["fa4"] and record["started_up"]["fa4"].startswith(expected), record
+    assert record["inputs_drawn"] == 2, record
     assert not live_workers(worker_dir, round_=0), "a worker of round 0 came up"
 
     proc, out = launch(tmp_path, worker_dir, "round-1", process=1, repeats=2)

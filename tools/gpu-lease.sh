@@ -24,7 +24,7 @@
 #           then `fabench compare` of every pair of default runs and `fabench detector-check` on
 #           their archive.
 #   tests:  the GPU tests on card 1 alone.
-# Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts),
+# Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
 # FABENCH_LEASE_DRY_RUN=1: nothing is run or installed; each command is written, with its
 # environment, to OUT/commands.txt (and `start` runs its plan in the foreground). This is how a CPU
@@ -92,6 +92,10 @@ pytest_counts() {  # log: pytest's last summary line (counts and time)
     grep -E '^=+ .*(passed|failed|error|skipped|deselected|no tests ran).* in [0-9.]+s' "$1" | tail -1 | tr -d '='
 }
 
+pytest_failures() {  # log: each failed or erroring test as pytest's short summary names it (-rfE), one line each
+    grep -E '^(FAILED|ERROR) ' "$1" | cut -c1-300 || true
+}
+
 cache_env() {  # folder: the measuring processes' compile-cache variables (fabench.measure.invocation.CACHE_ENV) under it
     python3 -c 'import sys
 from fabench.measure.invocation import CACHE_ENV
@@ -108,9 +112,14 @@ pytest_step() {  # name, card, limit s, pytest arguments...: one pytest, its log
     # SIGINT at the limit: pytest stops as on Ctrl-C and still prints its failures, counts and
     # durations (a plain kill left a log without them); killed 30 s later if not.
     on_cards "$name" "$card" "${cache[@]}" timeout -s INT -k 30 "$limit" \
-        python3 -m pytest -v -p no:cacheprovider -rs --durations=25 "$@" > "$out/$name.log" 2>&1
+        python3 -m pytest -v -p no:cacheprovider -rfEs --durations=25 "$@" > "$out/$name.log" 2>&1
     rc=$?
     note "$name: exit $rc, $(seconds_since "$start") s; $(pytest_counts "$out/$name.log")"
+    # Which tests failed, in the summary itself: a lease taken back before its logs came home
+    # still says them in the last lines a device call printed.
+    [ -z "$DRY" ] && [ -f "$out/$name.log" ] && pytest_failures "$out/$name.log" | while IFS= read -r line; do
+        note "$name: $line"
+    done
     return $rc
 }
 
@@ -140,12 +149,22 @@ report_time() {  # run: "N s" from the report's own time line (Snakemake's start
     grep -oE '\([0-9.]+ s from its start\)' "results/$1/report.md" 2>/dev/null | grep -oE '[0-9.]+ s' | head -1
 }
 
+work_kinds() {  # run: the report's time by kind of work ("Where the run's time went"), on one line
+    sed -n "/^### Where the run's time went/,/^---/p" "results/$1/report.md" 2>/dev/null \
+        | awk -F'|' '/^\| [a-z]/ && $3 ~ /[0-9]/ {gsub(/^ +| +$/, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4);
+                     printf "%s%s %s s (%s)", sep, $2, $3, $4; sep = "; "}'
+}
+
 experiment() {  # name, cards, archive root, snakemake options...: one run timed to its report, then archived
     local name=$1 cards=$2 root=$3 rc
     shift 3
     timed "$name" on_cards "$name" "$cards" python3 -m snakemake report --config "run=$name" "$@"
     rc=$?
     [ -z "$DRY" ] && note "$name: to the report by its time line: $(report_time "$name")"
+    # Its time by kind of work in the summary, and its report beside it: a preview is archived
+    # nowhere that keeps its time line, and a lease taken back early leaves only the summary.
+    [ -z "$DRY" ] && note "$name: by kind of work: $(work_kinds "$name")"
+    [ -z "$DRY" ] && cp "results/$name/report.md" "$out/report-$name.md" 2>/dev/null
     # The entry's folder (stdout of archive store) names it in the comparisons.
     run_cmd fabench archive store "results/$name" --root "$root" > "$out/entry-$name.txt" 2> "$out/archive-$name.log"
     note "$name: archived, exit $? ($(cat "$out/entry-$name.txt" 2>/dev/null))"

@@ -207,7 +207,10 @@ def config_schema() -> dict:
 
     from fabench.resources import SCHEMA_DIR
 
-    return yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    # libyaml's loader where PyYAML has it: the schema is read by every job's launcher before its
+    # lease (the spec's check), 28 ms by the pure-Python loader against 3 ms on the CPU host.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load((SCHEMA_DIR / "config.schema.yaml").read_text(), Loader=loader)
 
 
 def block_errors(config: dict, keys: tuple[str, ...]) -> str | None:

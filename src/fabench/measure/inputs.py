@@ -29,6 +29,12 @@ INPUT_CACHE_BYTES = 1 << 30
 
 def make_inputs(shape: Shape, dtype: torch.dtype, seed: int, device: str) -> tuple[torch.Tensor, ...]:
     """q, k, v in (batch, seq, heads, head_dim); drawn on the CPU so every platform gets the same."""
+    return tuple(t.to(device, copy=True) for t in cpu_inputs(shape, dtype, seed))
+
+
+def cpu_inputs(shape: Shape, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    """q, k, v on the CPU, drawn by `seed` or kept from an earlier draw of the key (the most recent
+    kept last); never handed out to be written into (make_inputs copies them to the device)."""
     key = (shape.batch, shape.seq, shape.heads, shape.head_dim, str(dtype), seed)
     drawn = _CPU_INPUTS.pop(key, None)
     if drawn is None:
@@ -38,7 +44,21 @@ def make_inputs(shape: Shape, dtype: torch.dtype, seed: int, device: str) -> tup
     _CPU_INPUTS[key] = drawn  # the most recent last
     while sum(t.numel() * t.element_size() for ts in _CPU_INPUTS.values() for t in ts) > INPUT_CACHE_BYTES:
         del _CPU_INPUTS[next(iter(_CPU_INPUTS))]
-    return tuple(t.to(device, copy=True) for t in drawn)
+    return drawn
+
+
+def draw_ahead(wanted: list[tuple[Shape, torch.dtype, int]]) -> int:
+    """Draw the CPU inputs of `wanted` (shape, dtype, seed), in the order the jobs will ask for them,
+    as many as the kept inputs' bound holds (one more would drop the first wanted); how many were
+    drawn. CPU work alone: a measuring worker does it in its start-up (fabench.measure.launch.worker)."""
+    drawn, size = 0, 0
+    for shape, dtype, seed in dict.fromkeys(wanted):
+        size += 3 * shape.batch * shape.seq * shape.heads * shape.head_dim * torch.empty((), dtype=dtype).element_size()
+        if size > INPUT_CACHE_BYTES:
+            break
+        cpu_inputs(shape, dtype, seed)
+        drawn += 1
+    return drawn
 
 
 def reference_output(q, k, v, causal: bool) -> torch.Tensor:

@@ -33,7 +33,7 @@ from fabench.measure import metrics, provenance, timeline
 from fabench.measure.device import accelerator as plat
 from fabench.measure.backends.registry import BACKENDS, Backend, Problem, process_configs_dir
 from fabench.measure.cell import Cell, trial_order
-from fabench.measure.inputs import kernel_config_record, make_inputs, reference_output
+from fabench.measure.inputs import draw_ahead, kernel_config_record, make_inputs, reference_output
 from fabench.measure.backends.failures import classify_failure
 from fabench.measure.device.gpu_state import GpuState
 from fabench.measure.invocation import (CACHE_ENV, MEASURING_ENV, USAGE, job_arguments, process_index,
@@ -168,6 +168,13 @@ def _inputs_and_reference(shape: Shape, settings: Settings, platform: str) -> tu
         here.empty_cache()  # what the failed allocation left cached
         return None, {"status": "failed", "failure_kind": kind, "reason": f"the {stage} could not be made: {why}"}
     return (q, k, v, reference), {"status": "ok", "failure_kind": None, "reason": None}
+
+
+def draw_inputs_ahead(wanted: list[tuple]) -> int:
+    """The CPU inputs of jobs to come, each [batch, seq, heads, head_dim, dtype, seed], drawn now
+    (fabench.measure.inputs.draw_ahead: as many as are kept; how many): a measuring worker's
+    start-up, so that its jobs copy them to the device instead of drawing them."""
+    return draw_ahead([(Shape(b, s, h, d), getattr(torch, dtype), seed) for b, s, h, d, dtype, seed in wanted])
 
 
 def _fail_all(cells: dict, platform: str, reference_status: dict) -> None:

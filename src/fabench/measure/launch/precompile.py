@@ -53,7 +53,7 @@ from fabench.measure.launch import lease as device_lease
 from fabench.measure.launch.devices import DeviceError
 from fabench.measure.launch.launcher import TIMEOUT_KEY, exit_text, kill, timeout_reason
 from fabench.measure.launch.runner import MODES, process_started_at, rounds_ahead
-from fabench.measure.launch.worker_client import start_ahead
+from fabench.measure.launch.worker_client import inputs_of, start_ahead
 from fabench.measure.timeline import SPAWNED_AT_ENV
 from fabench.side_files import STAMP, SideFileError, read_side_file, stamp_path_problem
 from fabench.watchdog import watch_workflow
@@ -140,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     with lease:
         workers = []
         if args.mode == "worker" and args.worker_idle_s is not None:
+            # Each draws the inputs of every job of the run, in the jobs' order (as many as it keeps).
             workers = start_ahead(lease, list(rounds_ahead(args.spec[0], lease)), args.worker_idle_s,
-                                  args.spec[0].settings.backends)
+                                  args.spec[0].settings.backends, inputs_of(args.spec))
         env = measuring_environment(lease)
         code = code_fingerprint()
         stamps = {index: stamp_path(stamp_facts(spec, lease, env, code)) for index, spec in enumerate(args.spec)}

@@ -47,7 +47,7 @@ from fabench.measure.invocation import (USAGE, config_bounded, job_arguments, me
                                         report_failure)
 from fabench.measure.launch.launcher import no_result, supervise, timeout_reason
 from fabench.measure.timeline import SPAWNED_AT_ENV
-from fabench.measure.launch.worker_client import run_in_worker, start_ahead
+from fabench.measure.launch.worker_client import inputs_of, run_in_worker, start_ahead
 from fabench.measure.record import SKIPPED_KEY
 from fabench.places import remove_orphaned_scratch
 from fabench.platforms import PlatformName
@@ -133,7 +133,8 @@ def start_workers_before_lease(args: argparse.Namespace) -> list[str]:
     if predicted is None:
         return []
     rounds = list(rounds_ahead(args.spec, predicted))
-    return start_ahead(predicted, rounds, args.worker_idle_s, args.spec.settings.backends) if rounds else []
+    return start_ahead(predicted, rounds, args.worker_idle_s, args.spec.settings.backends,
+                       inputs_of([args.spec])) if rounds else []
 
 
 def process_started_at() -> float | None:
@@ -190,7 +191,7 @@ def in_worker(args: argparse.Namespace, commit: str | None, index: int, out: Pat
     ahead = rounds_ahead(args.spec, args.lease)
     return run_in_worker(request, args.lease, index, args.worker_idle_s, args.timeout_s, rounds_ahead=ahead,
                          start_up=args.spec.settings.backends if ahead else (),
-                         started_here=tuple(args.workers_started))
+                         started_here=tuple(args.workers_started), inputs=inputs_of([args.spec]) if ahead else [])
 
 
 def rounds_ahead(spec, lease) -> range:

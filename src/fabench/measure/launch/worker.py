@@ -28,6 +28,7 @@ import os
 import random
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from fabench.files import write_json
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-up", default="", metavar="NAMES",
                         help="backends (comma-separated) whose start-up imports to make before any job "
                              "(fabench.measure.backends.registry.Backend.start_up)")
+    parser.add_argument("--inputs", type=inputs_arg, default=[], metavar="JSON",
+                        help="the CPU inputs its jobs will ask for, drawn in its start-up: a JSON list of "
+                             "[batch, seq, heads, head_dim, dtype, seed] (fabench.measure.inputs.draw_ahead)")
     args = parser.parse_args(argv)
     where = Address(args.name, private_dir(args.folder, WORKER_DIR_ENV))
     if take_lock(where.lock) is None:
@@ -59,8 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     server.bind(str(where.socket))
     server.listen(8)
     watch_workflow()
-    Worker(where, args.identity, args.idle_s, [n for n in args.start_up.split(",") if n]).serve(server)
+    Worker(where, args.identity, args.idle_s, [n for n in args.start_up.split(",") if n], args.inputs).serve(server)
     return 0
+
+
+def inputs_arg(text: str) -> list[tuple]:
+    """argparse type of --inputs: [[batch, seq, heads, head_dim, dtype, seed], ...], checked."""
+    try:
+        value = json.loads(text)
+        if not isinstance(value, list):
+            raise TypeError(f"{type(value).__name__}, not a list")
+        wanted = [(int(b), int(s), int(h), int(d), str(dtype), int(seed)) for b, s, h, d, dtype, seed in value]
+    except (ValueError, TypeError) as err:
+        raise argparse.ArgumentTypeError(f"not a list of [batch, seq, heads, head_dim, dtype, seed]: {err}") from None
+    bad = [w for w in wanted if min(w[:4]) < 1 or w[4] not in ("float16", "bfloat16", "float32")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not inputs a job draws: {bad[0]}")
+    return wanted
 
 
 def take_lock(path: Path) -> int | None:
@@ -83,11 +102,20 @@ def take_lock(path: Path) -> int | None:
 
 
 class Worker:
-    def __init__(self, where: Address, facts: dict, idle_s: float, start_up: list[str] = ()) -> None:
+    def __init__(self, where: Address, facts: dict, idle_s: float, start_up: list[str] = (),
+                 inputs: list[tuple] = ()) -> None:
         from fabench.measure import job  # torch and the measuring code: the start-up paid once
         from fabench.measure.backends.registry import start_up as backends_start_up
 
         self.job = job
+        # The CPU inputs of the jobs to come drawn beside the imports below: drawing them was most of
+        # a job's "inputs and fp32 reference" (0.3-0.55 s a shape on an H200 host, 3.1 s of a
+        # one-card run, 5.6 s on two cards, where a worker sees fewer of a shape's jobs). torch's
+        # kernels let the interpreter go, so they overlap Dynamo's import (Python, ~7 s); CPU work
+        # alone, on no device. Done before the first job is taken (joined below).
+        drawn: dict = {}
+        drawing = threading.Thread(target=draw_inputs_ahead, args=(inputs, drawn), daemon=True)
+        drawing.start()
         # The compiler reset every hand-over makes (reset_between_jobs), made once here: its first
         # call imports Dynamo and what its reset hooks need (on an H200 4-6 s and 3-4 s more:
         # examples/h200-probe-2026-11-27), and made the first hand-over the longest part of a
@@ -99,6 +127,8 @@ class Worker:
         torch.compiler.reset()
         # The jobs' backends' own imports (FlashAttention-4's), which touch no device either.
         self.started_up = backends_start_up(start_up)
+        drawing.join()
+        self.inputs_drawn = drawn.get("inputs_drawn", 0)
 
         # What the imports made lives as long as the worker: frozen out of the collector, so the
         # collections between jobs (reset_between_jobs, each cell's release) walk only what the jobs
@@ -112,9 +142,10 @@ class Worker:
         self.jobs_run = 0
         self.pid = os.getpid()
         write_json(where.record, {"identity": facts, "pid": self.pid, "started_at": IMPORTS_BEGAN,
-                                  "log": str(where.log), "started_up": self.started_up})
+                                  "log": str(where.log), "started_up": self.started_up,
+                                  "inputs_drawn": self.inputs_drawn})
         print(f"[fabench worker] {where.name} (pid {self.pid}) ready after "
-              f"{self.imports[1] - self.imports[0]:.1f} s of imports"
+              f"{self.imports[1] - self.imports[0]:.1f} s of imports; {self.inputs_drawn} shape(s)' inputs drawn"
               + "".join(f"; {name} {outcome}" for name, outcome in self.started_up.items()), flush=True)
 
     def serve(self, server: socket.socket) -> None:
@@ -200,6 +231,17 @@ def output_to(conn: socket.socket):
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+
+
+def draw_inputs_ahead(wanted: list[tuple], into: dict) -> None:
+    """fabench.measure.job.draw_inputs_ahead on `wanted` ([batch, seq, heads, head_dim, dtype, seed]);
+    into["inputs_drawn"]: how many, or why none (a draw that fails costs only speed: the job draws)."""
+    from fabench.measure.job import draw_inputs_ahead as draw
+
+    try:
+        into["inputs_drawn"] = draw(wanted)
+    except Exception as err:  # any failure: the jobs draw their own
+        into["inputs_drawn"] = f"none ({type(err).__name__}: {err})"
 
 
 def reset_between_jobs(seed: int) -> None:

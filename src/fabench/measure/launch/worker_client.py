@@ -103,12 +103,12 @@ def address(facts: dict, env: dict | None = None) -> Address:
 
 def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: float | None,
                   out=None, rounds_ahead: range = range(0), start_up: tuple[str, ...] = (),
-                  started_here: tuple[str, ...] = ()) -> dict:
+                  started_here: tuple[str, ...] = (), inputs: list = ()) -> dict:
     """Measure one job in the worker of (lease's GPU, round `process`), starting one when none
     answers; the workers of `rounds_ahead` (the job's other rounds) are started too, not waited
     for (start_ahead). A worker started here makes the start-up imports of the backends `start_up`
-    names; `started_here` names the workers this job's launcher started before its lease, which the
-    record counts as this job's. Returns how it ended: exit_code (None when the worker died or was
+    names, and draws the CPU inputs `inputs` names (inputs_of); `started_here` names the workers
+    this job's launcher started before its lease, which the record counts as this job's. Returns how it ended: exit_code (None when the worker died or was
     killed), spawned_at and exited_at (epoch seconds), the worker's hello, and a reason when no exit
     code came."""
     out = out or sys.stdout.buffer
@@ -116,9 +116,9 @@ def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: 
     where = address(facts)
     began = time.time()
     for attempt in range(3):  # a worker that goes away before answering (idle end, lost start race)
-        conn, started = connect_or_start(where, facts, lease, idle_s, began, start_up)
+        conn, started = connect_or_start(where, facts, lease, idle_s, began, start_up, inputs)
         if attempt == 0:
-            start_ahead(lease, [r for r in rounds_ahead if r != process], idle_s, start_up)
+            start_ahead(lease, [r for r in rounds_ahead if r != process], idle_s, start_up, inputs)
         try:
             return exchange(conn, dict(request, sent_at=time.time()), lease, timeout_s, out, began,
                             started or where.name in started_here)
@@ -128,6 +128,14 @@ def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: 
         finally:
             conn.close()
     raise AssertionError("unreachable")
+
+
+def inputs_of(specs) -> list[list]:
+    """The CPU inputs the jobs of `specs` draw (fabench.measure.inputs.cpu_inputs' keys), in their
+    order, each once: what a worker started for them draws in its start-up (worker.draw_inputs_ahead)."""
+    wanted = [[s.shape.batch, s.shape.seq, s.shape.heads, s.shape.head_dim, s.settings.dtype, s.settings.seed]
+              for s in specs]
+    return [list(w) for w in dict.fromkeys(tuple(w) for w in wanted)]
 
 
 def connect(where: Address) -> socket.socket | None:
@@ -140,7 +148,8 @@ def connect(where: Address) -> socket.socket | None:
     return conn
 
 
-def start_ahead(lease, rounds: list[int], idle_s: float, start_up: tuple[str, ...] = ()) -> list[str]:
+def start_ahead(lease, rounds: list[int], idle_s: float, start_up: tuple[str, ...] = (),
+                inputs: list = ()) -> list[str]:
     """Start the workers of the lease's GPU for `rounds` where none answers, and return at once
     (their names). On a GPU a job's round-N process otherwise starts its worker when it comes, and
     waits through its start-up (on an H200: 5 s of imports, then Dynamo's and the compilers' first
@@ -156,21 +165,22 @@ def start_ahead(lease, rounds: list[int], idle_s: float, start_up: tuple[str, ..
         if conn is not None:
             conn.close()  # its worker serves the next request of its own; an empty one is no job
             continue
-        spawn(where, facts, lease, idle_s, time.time(), start_up)
+        spawn(where, facts, lease, idle_s, time.time(), start_up, inputs)
         started.append(where.name)
     return started
 
 
 def spawn(where: Address, facts: dict, lease, idle_s: float, began: float,
-          start_up: tuple[str, ...] = ()) -> subprocess.Popen:
+          start_up: tuple[str, ...] = (), inputs: list = ()) -> subprocess.Popen:
     """A worker started for `where` (detached: it outlives this launcher, bound to the lease's GPU
     through its visibility variables); one that finds another of its name running ends at once.
-    `start_up`: the backends whose start-up imports it makes before its first job."""
+    `start_up`: the backends whose start-up imports it makes before its first job; `inputs`: the
+    CPU inputs it draws meanwhile (inputs_of)."""
     env = measuring_environment(lease)
     env[SPAWNED_AT_ENV] = repr(began)
     cmd = [sys.executable, "-m", WORKER_MODULE, "--folder", str(where.folder), "--name", where.name,
            "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True),
-           "--start-up", ",".join(start_up)]
+           "--start-up", ",".join(start_up), "--inputs", json.dumps(list(inputs))]
     log = open_file(where.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, WORKER_DIR_ENV)
     try:
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -180,12 +190,12 @@ def spawn(where: Address, facts: dict, lease, idle_s: float, began: float,
 
 
 def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: float,
-                     start_up: tuple[str, ...] = ()) -> tuple[socket.socket, bool]:
+                     start_up: tuple[str, ...] = (), inputs: list = ()) -> tuple[socket.socket, bool]:
     """A connection to the worker: the running one, or a fresh one started here (spawn)."""
     conn = connect(where)
     if conn is not None:
         return conn, False
-    worker = spawn(where, facts, lease, idle_s, began, start_up)
+    worker = spawn(where, facts, lease, idle_s, began, start_up, inputs)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         conn = connect(where)
