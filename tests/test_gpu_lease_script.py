@@ -21,7 +21,7 @@ from support.runs import make_run
 from workflow_util import REPO
 
 SCRIPT = REPO / "tools" / "gpu-lease.sh"
-DEFAULT_RUNS = {"c1", "w1", "w2", "k1", "m1"}
+DEFAULT_RUNS = {"c1", "w1", "w2", "k1", "m1", "w3", "k2"}
 
 
 def script_env(tmp_path: Path, **extra: str) -> dict:
@@ -73,7 +73,7 @@ def test_the_lease_runs_each_measurement_on_its_cards_with_a_lease_and_workers_o
     runs = runs_of(accept_plan)
     assert set(runs) == DEFAULT_RUNS | {"pv"}
     cards = {name: env["CUDA_VISIBLE_DEVICES"] for name, (env, _) in runs.items()}
-    assert cards == {"c1": "0", "w1": "0", "w2": "0", "k1": "1", "m1": "0,1", "pv": "0"}
+    assert cards == {"c1": "0", "w1": "0", "w2": "0", "k1": "1", "m1": "0,1", "w3": "0", "k2": "1", "pv": "0"}
     assert runs["m1"][1][-4:] == ["--profile", "profiles/multi-gpu", "--resources", "gpu=2"]
     assert runs["pv"][1][-2:] == ["--configfile", "config/preview.yaml"]
     measuring = [env for env, _ in accept_plan if env]  # the runs and the GPU tests' steps

@@ -18,10 +18,10 @@
 # Plans:
 #   accept: the GPU tests on card 1 beside a cold default run on card 0 (c1); then warm on card 0
 #           alone (w1); warm on card 0 (w2) beside one on card 1 (k1); both cards (m1, the multi-gpu
-#           profile); the preview on card 0 (pv). Each run timed to its report (Snakemake's
-#           `report` target; its report's own time line is quoted too), then archived with
-#           `fabench archive store` (the preview into an archive of its own: another experiment);
-#           then `fabench compare` of every pair of default runs and `fabench detector-check` on
+#           profile); a second round, warm on card 0 (w3) beside warm on card 1 (k2); the preview
+#           on card 0 (pv). Each run timed to its report (Snakemake's `report` target; its report's
+#           own time line is quoted too), then archived with `fabench archive store` (the preview
+#           into an archive of its own: another experiment); then `fabench compare` of every pair of default runs and `fabench detector-check` on
 #           their archive.
 #   tests:  the GPU tests on card 1 alone.
 # Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
@@ -207,8 +207,12 @@ plan_accept() {
     default_run w2 0 --cores 1          # ... beside warm on card 0
     wait "$tests"
     default_run m1 0,1 --profile profiles/multi-gpu --resources gpu=2
+    default_run k2 1 --cores 1 &        # a second round on both cards: more pairs of each kind
+    tests=$!
+    default_run w3 0 --cores 1
+    wait "$tests"
     experiment pv 0 "$out/archive-preview" --cores 1 --configfile config/preview.yaml
-    compare_all c1 w1 w2 k1 m1
+    compare_all c1 w1 w2 k1 m1 w3 k2
 }
 
 plan() {  # plan: run it here, in the foreground
