@@ -59,24 +59,27 @@ def effects(rng: random.Random, cards: list[str], sd: float) -> dict:
 
 
 def test_the_fit_recovers_the_noise_each_kind_of_pair_adds():
-    """Runs on two cards of one host and on a card of another: per cell, a run effect of 0.4% and a
-    card effect of 0.6% (each card its own per kernel). Same-card pairs add 2 x 0.4^2, other-card and
-    other-host pairs 2 x (0.4^2 + 0.6^2): the fit finds each within 30%."""
+    """Runs on three cards of one host and on a card of another: per cell, a run effect of 0.4% and
+    a card effect of 0.6% (each card its own per kernel). Same-card pairs add 2 x 0.4^2, other-card
+    and other-host pairs 2 x (0.4^2 + 0.6^2): the fit finds each within 30%. With two cards on the
+    host, its other-card pairs are one draw of the cards' effects: that type is not fitted."""
     rng = random.Random(7)
-    card_effects = effects(rng, ["GPU-a", "GPU-b", "GPU-c"], 0.006)
-    host = {"GPU-a": ["GPU-a", "GPU-b"], "GPU-b": ["GPU-a", "GPU-b"], "GPU-c": ["GPU-c"]}
+    card_effects = effects(rng, ["GPU-a", "GPU-b", "GPU-c", "GPU-d"], 0.006)
+    host = {card: ["GPU-a", "GPU-b", "GPU-c"] for card in ("GPU-a", "GPU-b", "GPU-c")} | {"GPU-d": ["GPU-d"]}
     runs = [(f"sim/{i:04d}-0000000{i % 10}", simulated_run(rng, i, [card], 0.004, card_effects, host_cards=host[card]))
-            for i, card in enumerate(["GPU-a"] * 4 + ["GPU-b"] * 4 + ["GPU-c"] * 4)]
+            for i, card in enumerate(["GPU-a"] * 3 + ["GPU-b"] * 3 + ["GPU-c"] * 3 + ["GPU-d"] * 3)]
     found = fit(runs)
-    assert found[str(PairType.SAME_CARD)]["steady"]["pairs"] == 18
-    assert found[str(PairType.OTHER_CARD)]["steady"]["pairs"] == 16
-    assert found[str(PairType.OTHER_HOST)]["steady"]["pairs"] == 32
+    assert found[str(PairType.SAME_CARD)]["steady"]["pairs"] == 12
+    assert found[str(PairType.OTHER_CARD)]["steady"]["pairs"] == 27
+    assert found[str(PairType.OTHER_HOST)]["steady"]["pairs"] == 27
     assert found[str(PairType.SAME_CARD)]["steady"]["noise"] == pytest.approx(math.sqrt(2) * 0.004, rel=0.3)
     across = math.sqrt(2 * (0.004 ** 2 + 0.006 ** 2))
     assert found[str(PairType.OTHER_CARD)]["steady"]["noise"] == pytest.approx(across, rel=0.3)
     assert found[str(PairType.OTHER_HOST)]["steady"]["noise"] == pytest.approx(across, rel=0.3)
     # The wider noise asks a wider margin: the smallest change such a pair can see.
     assert found[str(PairType.OTHER_HOST)]["steady"]["margin"] > found[str(PairType.SAME_CARD)]["steady"]["margin"]
+    two_cards = [run for run in runs if "GPU-c" not in json.dumps(run[1][0]["provenance"]["gpu"])]
+    assert str(PairType.OTHER_CARD) not in fit(two_cards) and components.MIN_CARD_SETS == 3
 
 
 def test_few_runs_give_few_degrees_of_freedom_and_too_few_give_no_fit():

@@ -102,6 +102,11 @@ MAX_DF = 1000
 # A pair type is fitted from at least this many runs: a bootstrap over fewer cannot see how much
 # one pair's shift weighs (two runs make one pair, resampled into itself).
 MIN_RUNS = 3
+# ... and from at least this many sets of cards (the cards of a pair's two runs): across cards, the
+# noise a type adds is the cards' effects on each kernel, and one pair of cards is one draw of them
+# however many runs it holds (two H200 hosts' pairs of cards differed several-fold:
+# examples/h200-x2-acceptance-2026-11-28).
+MIN_CARD_SETS = 3
 MARGIN_STEP = 0.0005
 # The least share of the process part a fit may keep: below it the runs' own noise estimate would
 # be said to be four times too wide, which no fit of a few runs can tell from chance.
@@ -134,8 +139,9 @@ def cell_excess(a: list[dict], b: list[dict]) -> dict[tuple, tuple[float, str, t
 
 
 def comparable_pairs(runs: list[tuple[str, list[dict]]]) -> list[dict]:
-    """Every pair of the runs of one GPU model and one experiment: {old, new, type, cells: {cell:
-    (excess, class)}}; the pair types told with the hosts of all the runs given (identity.hosts_of)."""
+    """Every pair of the runs of one GPU model and one experiment: {old, new, type, cards (both runs'
+    cards), cells: {cell: (excess, class)}}; the pair types told with the hosts of all the runs
+    given (identity.hosts_of)."""
     identity = {run_id: hardware_identity(results) for run_id, results in runs}
     hosts = hosts_of(list(identity.values()))
     found = []
@@ -143,7 +149,8 @@ def comparable_pairs(runs: list[tuple[str, list[dict]]]) -> list[dict]:
         kind = pair_type(identity[i], identity[j], hosts)
         if kind is None or experiment_differences(a, b):
             continue
-        found.append({"old": i, "new": j, "type": kind, "cells": cell_excess(a, b)})
+        found.append({"old": i, "new": j, "type": kind, "cards": frozenset(identity[i]["cards"] + identity[j]["cards"]),
+                      "cells": cell_excess(a, b)})
     return found
 
 
@@ -172,8 +179,9 @@ def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05,
     the pooled process noise is an upper estimate, its floor and the order-statistic bound widen it),
     the unseen noise is 0 and `scale` (below 1, at least MIN_SCALE) is the share of the process part
     the changes show: the prediction is made that much narrower, so it is right both ways; else
-    `scale` is 1. A type is absent where fewer than MIN_RUNS runs give it (too few to resample: its
-    verdicts take a wider type's values, calibration.FALLS_BACK), a class where no cell gives it.
+    `scale` is 1. A type is absent where fewer than MIN_RUNS runs give it (too few to resample), or,
+    across cards, fewer than MIN_CARD_SETS sets of cards (its verdicts take a wider type's values,
+    calibration.FALLS_BACK); a class is absent where no cell gives it.
     The degrees of freedom of the unseen noise from a seeded bootstrap over runs (BOOTSTRAP_DRAWS
     draws): the runs resampled with replacement, each pair of two distinct runs weighted by their
     multiplicities. Each class's margin: fitted_margin on its cells, for the pair type's share of
@@ -183,7 +191,9 @@ def fit(runs: list[tuple[str, list[dict]]], equivalence_alpha: float = 0.05,
     draws = stats.run_draws(run_ids, BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
     out: dict = {}
     for kind in PairType:
-        if len({r for p in pairs if p["type"] == kind for r in (p["old"], p["new"])}) < MIN_RUNS:
+        of_kind = [p for p in pairs if p["type"] == kind]
+        if len({r for p in of_kind for r in (p["old"], p["new"])}) < MIN_RUNS or (
+                kind != PairType.SAME_CARD and len({p["cards"] for p in of_kind}) < MIN_CARD_SETS):
             continue
         target = (answered_target or {}).get(str(kind), DEFAULT_ANSWERED)
         for klass in CLASSES:
