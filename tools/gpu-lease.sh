@@ -7,8 +7,8 @@
 # From the checkout's root on the GPU host (docs/testing.md, "On a GPU host", gives the device calls):
 #   tools/gpu-lease.sh start OUT [PLAN]  install the carried wheels (.whl/, or WHEELS) and this
 #                                        checkout, copy it to STAGE, and run PLAN there detached
-#                                        (setsid nohup), its log OUT/lease.log; PLAN: accept (default)
-#                                        or tests
+#                                        (setsid nohup), its log OUT/lease.log; PLAN: accept (default),
+#                                        verdicts or tests
 #   tools/gpu-lease.sh status OUT        the summary so far, and whether the plan still runs
 #   tools/gpu-lease.sh collect OUT DEST  OUT packed as DEST/lease.tgz (whether or not the plan ended)
 #   tools/gpu-lease.sh tests OUT [CARD]  the GPU tests on CARD (default 0), in the foreground
@@ -23,6 +23,8 @@
 #           own time line is quoted too), then archived with `fabench archive store` (the preview
 #           into an archive of its own: another experiment); then `fabench compare` of every pair of default runs and `fabench detector-check` on
 #           their archive.
+#   verdicts: the accept plan's warm runs only (w1; w2 beside k1; w3 beside k2; m1), compared:
+#           fresh runs for the comparison rule's acceptance, in half the device time.
 #   tests:  the GPU tests on card 1 alone.
 # Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
@@ -215,11 +217,27 @@ plan_accept() {
     compare_all c1 w1 w2 k1 m1 w3 k2
 }
 
+plan_verdicts() {  # the runs of the verdicts' acceptance alone: no GPU tests, no cold run, no preview
+    local other
+    default_run w1 0 --cores 1
+    default_run k1 1 --cores 1 &
+    other=$!
+    default_run w2 0 --cores 1
+    wait "$other"
+    default_run k2 1 --cores 1 &
+    other=$!
+    default_run w3 0 --cores 1
+    wait "$other"
+    default_run m1 0,1 --profile profiles/multi-gpu --resources gpu=2
+    compare_all w1 w2 k1 w3 k2 m1
+}
+
 plan() {  # plan: run it here, in the foreground
     case $1 in
     accept) plan_accept ;;
+    verdicts) plan_verdicts ;;
     tests) gpu_tests 1 ;;
-    *) note "no such plan: $1 (accept or tests)"; return 2 ;;
+    *) note "no such plan: $1 (accept, verdicts or tests)"; return 2 ;;
     esac
 }
 
