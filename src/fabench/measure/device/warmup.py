@@ -73,7 +73,7 @@ def window_calls(window_ms: float, device_ms: float, host_ms: float) -> int:
     """The calls of a warm-up window of `window_ms`: by the device time of a call, or by the host's
     time to queue one where that is longer. A call the host is slower to queue than the GPU is to
     run idles the GPU between calls whatever the count, so its windows counted in device time only
-    lasted 5-7x their length: on an H200 SDPA at (4,512,8,256), 0.022 ms a call and ~0.15 ms of
+    lasted 5-7x their length: on an H200 SDPA at (4,512,8,256), 22 us a call and ~0.15 ms of
     host time in the timed stream, warmed up for 3016 calls (0.57 s) where its windows agreed. A
     call the GPU takes longer to run (where a power cap sets in) is sized as before."""
     return max(4, math.ceil(window_ms / max(device_ms, host_ms, 1e-4)))
