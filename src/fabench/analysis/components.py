@@ -15,7 +15,8 @@ Model, in log space, of one process's median of one cell:
                    two H200 cards FlashAttention-4 at seq 512 read +1.8% while SDPA read -0.9%.
                    No run sees it by itself; its size depends on the kind of pair
                    (identity.PairType: the same card, another card of the host, another host, a run
-                   over several cards of one host or of two), and cells held at a power cap (stats.capped) have their own.
+                   over several cards of one host or of two), and cells held at a power cap
+                   (stats.capped) have their own.
 Two runs' change d = log(new / old) then has variance
     scale * (sigma_old^2 / P_old + sigma_new^2 / P_new) + unseen(pair type, class)
 (fabench.analysis.policy.change_noise). `fit` estimates unseen per pair type and class from repeats

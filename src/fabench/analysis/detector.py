@@ -322,14 +322,12 @@ def _judge_pairs(prepared: dict, rule: Rule) -> dict:
     runs = {run_id for p in accepted_on for run_id in (p["old"], p["new"])}
     unstable = {run_id: unstable_share(results) for run_id, results in prepared["analysed"] if run_id in runs}
     totals = summary(accepted_on)
-    if accepted_on:
-        draws = _draws(sorted(runs))
-        totals = {**totals, ALL_PAIRS: {name: rate(accepted_on, *FIGURES[name], draws)
-                                        for name in ("false_changes", "pairs_with_a_false_change")}}
+    draws = _draws(sorted(runs))
+    overall = {name: rate(accepted_on, *FIGURES[name], draws)
+               for name in ("false_changes", "pairs_with_a_false_change")} if accepted_on else None
     by_scope = {s: summary([p for p in pairs if p["scope"] == s]) for s in SCOPES if any(p["scope"] == s for p in pairs)}
-    return {"pairs": pairs, "summary": {k: v for k, v in totals.items() if k != ALL_PAIRS}, "by_scope": by_scope,
-            "acceptance_on": scope,
-            "overall": totals.get(ALL_PAIRS), "acceptance": acceptance(totals, unstable)}
+    return {"pairs": pairs, "summary": totals, "by_scope": by_scope, "acceptance_on": scope, "overall": overall,
+            "acceptance": acceptance({**totals, ALL_PAIRS: overall} if overall else totals, unstable)}
 
 
 def holds(check: dict) -> bool:
