@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from fabench.analysis import calibration, components, peers, policy, stats
-from fabench.analysis.figures import cell_metric, trial_values
+from fabench.analysis.figures import compared_metric, trial_values
 from fabench.analysis.identity import PairType
 from fabench.analysis.noise import LEVEL, analyse_run
 from fabench.analysis.policy import Code, Rule
@@ -140,7 +140,7 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
     counts = {"cells": 0, "stable_cells": 0, "answered": 0, "pi_checks": 0, "pi_misses": 0}
     alarms = dict.fromkeys(RULES, 0)
     for key in repeats:
-        metric = cell_metric(a[key], b[key])
+        metric = compared_metric(a[key], b[key])
         if metric is None:
             continue
         counts["cells"] += 1
@@ -170,10 +170,10 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
 
 def flagged(a: dict, slower: dict, keys: list, hardware: tuple[dict, dict], kind: str, rule: Rule) -> dict:
     """How many ok cells of `a` each rule flags as slower in `slower` (the other run, made slower)."""
-    judged = [k for k in keys if k in slower and cell_metric(a[k], slower[k])]
+    judged = [k for k in keys if k in slower and compared_metric(a[k], slower[k])]
     counts = dict.fromkeys(RULES, 0)
     for key in judged:
-        metric = cell_metric(a[key], slower[key])
+        metric = compared_metric(a[key], slower[key])
         counts["ours"] += policy.judge(a[key], slower[key], rule, hardware=hardware, kind=kind)["code"] == Code.REGRESSION
         x, y = trial_values(a[key]["trials"], metric)[0], trial_values(slower[key]["trials"], metric)[0]
         counts["asv"] += peers.asv_changed(x, y) and stats.median(y) > stats.median(x)

@@ -219,6 +219,7 @@ class Cell:
         never taken again for them: that cost a second per trial on an H100 and changed no figure."""
         rule = stopping.StopRule.from_timing(self.job.timing)
         record = {"device_samples_ms": [], "period_profiled_events_ms": [], "period_cupti_ms": []}
+        clocks: dict[str, list] = {"sleep_clock_mhz": [], "chunk_calls": []}
         by_kernel: dict[str, float] = {}
         counters = {"chunks": 0, "unfed_chunks": 0}
         taken: list[float] = []
@@ -229,9 +230,10 @@ class Cell:
             began = time.perf_counter()
             per_sample = host["ms"] / len(taken) if taken else None
             counts = self.timer.chunk_counts(_batch_size(rule, calls, taken, per_sample))
-            trace, chunks = kernels.profiled_chunks(self.timer, counts)
+            trace, chunks, sleeps = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
-                                                      self.timer.cache is not None)
+                                                      self.timer.cache is not None,
+                                                      sleeps if named(self.job.platform).sleep_counts_sm_cycles else None)
             if figures is None:
                 raise UnreadableTrace(why_not)
             period_at = 0
@@ -245,6 +247,11 @@ class Cell:
                     counters["unfed_chunks"] += 1
                 period_at += count - 1
             taken.extend(figures["kernel_ms"])
+            if "sleep_clock_mhz" in figures and clocks["sleep_clock_mhz"] is not None:
+                clocks["sleep_clock_mhz"] += figures["sleep_clock_mhz"]
+                clocks["chunk_calls"] += counts
+            else:  # one batch without its clocks: the trial's samples cannot all be given theirs
+                clocks["sleep_clock_mhz"] = None
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
             host["ms"] += (time.perf_counter() - began) * 1000.0
@@ -252,6 +259,7 @@ class Cell:
 
         samples, stop = stopping.collect(rule, batch)
         return {"kernel_samples_ms": _rounded(samples), **{k: _rounded(v) for k, v in record.items()},
+                **(clocks if clocks["sleep_clock_mhz"] and sum(clocks["chunk_calls"]) == len(samples) else {}),
                 **counters, "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
 
     def _graph_check(self, stream: dict | None) -> dict:
