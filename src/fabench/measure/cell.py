@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
 import statistics
 import time
 
@@ -257,7 +256,8 @@ class Cell:
         def batch() -> list[float]:
             began = time.perf_counter()
             per_sample = host["ms"] / len(taken) if taken else None
-            counts = self.timer.chunk_counts(_batch_size(rule, calls, taken, per_sample))
+            wanted = stopping.batch_size(rule, calls, taken, per_sample)
+            counts = self.timer.chunk_counts(wanted)
             trace, chunks = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
                                                       self.timer.cache is not None)
@@ -368,31 +368,6 @@ def _kernel_median(stream: dict | None) -> float | None:
 
 def _rounded(values: list[float]) -> list[float]:
     return [round(value, 6) for value in values]
-
-
-# Host time a profiled sample costs before any was measured: 0.33 ms on an H200 for short kernels
-# (765 samples in 250 ms, the L2 cleared; the trace read back per call), about the kernel time above.
-PROFILED_SAMPLE_HOST_MS = 0.35
-
-
-def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float], host_ms_per_sample: float | None) -> int:
-    """The next profiled stream's calls: `calls` (sized by the warm-up's event time) first; then,
-    while the minimum samples or kernel time are not reached (kernel time is below the event time
-    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`.
-    Never more than fit in min_time_share of the timeout at the host's cost per sample (measured on
-    the batches so far; before any, the larger of PROFILED_SAMPLE_HOST_MS and the kernel time the
-    first was sized by): a first batch of 20 ms of a 0.02 ms kernel cost the host 330 ms, past the
-    250 ms timeout, before the rule was asked at all."""
-    per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
-    fit = max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per_sample))
-    if not taken:
-        return min(calls, fit)
-    short_ms = rule.min_trial_ms - sum(taken)
-    if len(taken) < rule.min_samples or short_ms > 0:
-        mean = sum(taken) / len(taken)
-        wanted = max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
-        return min(wanted, fit)
-    return min(calls, fit)
 
 
 class UnreadableTrace(Exception):
