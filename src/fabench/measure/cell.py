@@ -160,7 +160,9 @@ class Cell:
         after_device = gpu_state.sm_clock()
         checks = self._checks(index, stream)
         end = gpu_state.read()
-        # Once a process on a GPU (published, not judged: 1.7 s a trial of fp32 at (4,4096,8,256)); each trial on a CPU.
+        # The wall loop (the published figure, not the judged one): on a GPU in a process's last trial
+        # only, as per trial it cost native fp32 at (4,4096,8,256) 1.7 s (100 calls of 17 ms) in each
+        # of 6 trials of the cell; without a device stream (a CPU) it is the trial's figure, every trial.
         wall = None
         if index == settings.trials - 1 or not stream:
             with self._phase("wall loop", index):
@@ -168,7 +170,8 @@ class Cell:
         return TrialRun(first, warm, iters, stream, checks, wall, start, after_device, end)
 
     def _warm_up(self, index: int, first: bool, gpu_state: GpuState) -> dict:
-        """The published warm-up count once per process, its first call being the checked one."""
+        """The published warm-up count once per process, its first call being the checked one; a
+        backend held at its power cap in an earlier trial warms up as in its first."""
         settings = self.job.timing
         capped = any(t.get("clock_slowdown") for t in self.entry["trials"])
         with self._phase("warm-up", index):
@@ -178,9 +181,11 @@ class Cell:
                                   full_windows=(first or capped) and not settings.min_warmup_ms)
 
     def _checks(self, index: int, stream: dict | None) -> dict:
-        """do_bench and the kernels' own time by graphs, in a process's last trial on a GPU (per trial
-        they cost more than the trial): do_bench in the first process (its calls are sized for one
-        process: timing.do_bench_calls), the graphs in every one (their tolerance holds the spread)."""
+        """The independent checks, in a process's last trial on a GPU: each judges the cell's figure,
+        and per trial they would cost more than the trial. do_bench in the first process alone: its
+        calls are sized for the judgement's power in one process (timing.do_bench_calls), and the
+        agreement asks its median only. The kernels' own time by graphs in every process: their
+        tolerance holds the spread of their per-process medians. On a CPU, none."""
         if not self.gpu:
             return {}
         checks = {"do_bench_ms": None, "host_call_ms": None}
