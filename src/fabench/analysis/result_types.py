@@ -271,3 +271,11 @@ def with_provenance(result: dict, drop: tuple[str, ...] = (), **fields: Any) -> 
 def with_trials(entry: dict, trials: list[dict]) -> dict:
     """A backend entry with these trials."""
     return {**entry, TRIALS: trials}
+
+
+# ---------------------------------------------------------------- a sweep candidate's record (fabench.tune.measure)
+
+def correctness_of(entry: BackendEntry) -> Mapping | None:
+    """A backend entry's correctness check as recorded (fabench.measure.metrics.compare); None where
+    no output was checked."""
+    return entry.raw.get("correctness")
