@@ -31,14 +31,8 @@ NOT_YET_TYPED = {
     "analysis/legacy.py",
     "measure/launch/precompile.py",  # (measure)
     "measure/launch/runner.py",  # (measure)
-    "report/compare_markdown.py",
     "report/wall_clock.py",
-    "report/sections/overview.py",
-    "report/sections/precision.py",
-    "report/sections/results.py",
-    "report/sections/timing.py",
     "results/archive_layout.py",
-    "results/compare.py",
     "results/results_csv.py",
     "results/shared.py",
     "tune/measure.py",
