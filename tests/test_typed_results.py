@@ -31,16 +31,14 @@ NOT_YET_TYPED = {
     "analysis/legacy.py",
     "measure/launch/precompile.py",  # (measure)
     "measure/launch/runner.py",  # (measure)
-    "report/wall_clock.py",
-    "results/archive_layout.py",
-    "results/results_csv.py",
-    "results/shared.py",
     "tune/measure.py",
 }
 # Modules whose reads of these names are of another record than a result: the measure stage
 # writing its raw trials as it measures (measure/, owned by the measure wing's change), the
-# paired test's evidence (`trials`: a count) in the verdict's words, and the config's `backends`.
-OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "analysis/verdict_text.py", "config.py"}
+# paired test's evidence (`trials`: a count) in the verdict's words, the config's `backends`, and
+# the compile ahead's record (each process's `backends`: their outcomes of compiling).
+OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "analysis/verdict_text.py", "config.py",
+                 "report/precompile_summary.py"}
 LOOKUPS = ("get", "pop", "setdefault")
 
 
