@@ -15,6 +15,8 @@ changed; drop_backends alone changes its input.
     MetricStats   one figure's median, its noise (Noise) and the cycles behind it
     Trial         one timed trial's raw observations (what the kernels' own time check reads)
     Provenance    where and when a process measured
+    Method        how a job measured (a result's or a publication's method)
+    CrossCheck    one independent check of an entry's figure (second method, kernel time)
 """
 
 from __future__ import annotations
