@@ -63,7 +63,7 @@ def test_a_trials_samples_take_their_own_chunks_clock():
 
 def simulated_run(results: list[dict], seed: int, clock_shift: float = 1.0) -> list[dict]:
     """The run's results with every kernel-time trial given chunk clocks: a capped cell's calls a
-    fixed cycle count (its median sample at 1850 MHz, 0.1% jitter a call) run at a clock drawn per
+    fixed cycle count (the median of all its samples at 1850 MHz, 0.1% jitter a call) run at a clock drawn per
     chunk from 1750-1950 MHz times clock_shift, so its time moves with the clock as a cap moves it;
     every other cell at a steady 1980 MHz, its samples as measured."""
     rng = random.Random(seed)
@@ -71,6 +71,8 @@ def simulated_run(results: list[dict], seed: int, clock_shift: float = 1.0) -> l
     for result in out:
         for entry in result["backends"].values():
             capped = bool((entry.get("stats") or {}).get("capped"))
+            timed = sorted(ms for trial in entry.get("trials") or [] for ms in trial.get("kernel_samples_ms") or [])
+            kilocycles = timed[len(timed) // 2] * 1850.0 if timed else None  # one count a call, the cell's
             for trial in entry.get("trials") or []:
                 samples = trial.get("kernel_samples_ms")
                 if not samples:
@@ -78,7 +80,6 @@ def simulated_run(results: list[dict], seed: int, clock_shift: float = 1.0) -> l
                 half = len(samples) // 2
                 calls = [half, len(samples) - half] if half else [len(samples)]
                 if capped:
-                    kilocycles = sorted(samples)[len(samples) // 2] * 1850.0
                     clocks = [rng.uniform(1750.0, 1950.0) * clock_shift for _ in calls]
                     trial["kernel_samples_ms"] = [kilocycles * rng.gauss(1.0, 0.001) / clock
                                                   for clock, count in zip(clocks, calls) for _ in range(count)]
@@ -139,3 +140,20 @@ def test_steady_cells_keep_their_time_as_the_judged_figure(real_run):
     # A run without chunk clocks (every run before them) judges its capped cells by time, as before.
     for key in capped:
         assert compared_metric(entry_of(real_run, key), entry_of(new, key)) == "device_ms"
+
+
+def test_cycles_that_the_clock_did_not_explain_leave_the_cell_judged_by_its_time(real_run):
+    """A clock read that did not follow the kernel (each trial's cycles as spread as its time: the
+    real run's samples, given clocks drawn at random) gives no cycles figure: the cell keeps its
+    time and the capped cells' noise, never the steady cells' margin for a figure that moved."""
+    rng = random.Random(7)
+    run = copy.deepcopy(real_run)
+    for key in capped_keys(real_run):
+        for trial in entry_of(run, key)["trials"]:
+            calls = len(trial["kernel_samples_ms"])
+            trial.update(sleep_clock_mhz=[rng.uniform(1650.0, 1980.0)], chunk_calls=[calls], device_ms=None)
+    analysed = analyse_run({"results": run})["results"]
+    for key in capped_keys(real_run):
+        entry = entry_of(analysed, key)
+        assert "device_kcycles" not in entry["stats"] and entry["stats"]["capped"]
+        assert compared_metric(entry, entry) == "device_ms"

@@ -106,10 +106,16 @@ def trial_stats(trials: list[dict], stable_spread: float, doubts: list[dict]) ->
            "stable": stable, "unstable_reason": reason, "unstable_codes": codes, "capped": capped,
            "device_cycles": device_cycles(trials)}
     # The device figure at the clock it ran at, where every timed trial read its clocks through its
-    # loop: what a capped cell is judged by between runs (fabench.analysis.figures.compared_metric).
+    # loop: what a capped cell is judged by between runs (fabench.analysis.figures.compared_metric),
+    # and only where it is itself stable: where each process's trials in cycles lie within the
+    # spread limit, the clock explained what moved the time. Where they do not, the cell keeps its
+    # time and the capped cells' noise: a clock read that did not follow the kernel's would otherwise
+    # be judged at the steady cells' noise.
     cycles = [t.get("device_kcycles") for t in trials if t.get("device_ms") is not None]
     if device and cycles and all(c is not None for c in cycles):
-        out["device_kcycles"] = metric_summary(*trial_values(trials, "device_kcycles"))
+        figure = metric_summary(*trial_values(trials, "device_kcycles"))
+        if figure["within_spread"] <= stable_spread:
+            out["device_kcycles"] = figure
     # The device loop's period (no profiler) where one ran; runs with one loop per trial have only
     # the profiled stream's.
     periods = trial_medians(trials, "period_events_ms")
