@@ -73,17 +73,24 @@ def test_the_jobs_kernels_are_compiled_ahead_into_the_cache_their_job_then_reads
     assert len(list((tmp_path / STAMPS).glob("*.json"))) == 2 and record["cached"] == []
 
     # Another run of the same jobs, into the same cache: each job's stamp says it was compiled ahead
-    # (a run's name is no part of its kernels), and nothing is compiled.
+    # (a run's name is no part of its kernels, nor how its jobs are timed and judged: the preview's
+    # other timing, counts and tolerance), and nothing is compiled.
     began = time.monotonic()
-    renamed = {**config, "run": "another"}
+    renamed = {**config, "run": "another", "iters": 7, "warmup": 3, "tolerance": {"max_abs_err": 0.05, "min_cosine": 0.99},
+               "timing": {**config["timing"], "trials": 3, "repeats": 1, "max_noise": 0.03},
+               "cpu": {**config["cpu"], "trials": 3, "min_trial_ms": 50}}
     again, second = compile_ahead(tmp_path, [spec_of(renamed, "default"), spec_of(renamed, "tuned")])
     assert again.returncode == 0 and second["processes"] == [], again.stdout + again.stderr
     assert second["cached"] == [{"variant": "default", "shape_id": SHAPE}, {"variant": "tuned", "shape_id": SHAPE}]
     assert time.monotonic() - began < 15
-    # A job whose spec differs (another shape) has no stamp: compiled.
+    # A job whose kernels differ (another shape; another dtype, or FlexAttention left out on the CPU)
+    # has no stamp: compiled (here not started, past the bound).
     other = job_spec(config, "default", parse_shape_id("b1-s64-h2-d64"), platform="cpu")
     _, third = compile_ahead(tmp_path, [other, spec_of(config, "tuned")], "--timeout-s", "0.2")
     assert [p["shape_id"] for p in third["processes"]] == ["b1-s64-h2-d64"] and len(third["cached"]) == 1
+    for changed in ({**config, "dtype": "bfloat16"}, {**config, "cpu": {**config["cpu"], "leave_out": ["flex"]}}):
+        _, fourth = compile_ahead(tmp_path, [spec_of(changed, "default")], "--timeout-s", "0.2")
+        assert fourth["cached"] == [] and [p["shape_id"] for p in fourth["processes"]] == [SHAPE], fourth
 
     # The default variant's job, in a process of its own, finds its FlexAttention kernel cached.
     kernel_config = tmp_path / "aiter.json"

@@ -16,7 +16,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fabench"
 # (file under src/fabench, function as radon names it: Class.method or function)
 PENDING = {
     ("measure/cell.py", "Cell.trial"),
-    ("measure/launch/precompile.py", "main"),
 }
 
 

@@ -29,8 +29,6 @@ NOT_YET_TYPED = {
     "analysis/pairs.py",
     "analysis/within_run.py",
     "analysis/legacy.py",
-    "measure/launch/precompile.py",  # (measure)
-    "measure/launch/runner.py",  # (measure)
     "report/compare_markdown.py",
     "report/wall_clock.py",
     "report/sections/overview.py",
@@ -44,9 +42,13 @@ NOT_YET_TYPED = {
     "tune/measure.py",
 }
 # Modules whose reads of these names are of another record than a result: the measure stage
-# writing its raw trials as it measures (measure/, owned by the measure wing's change), the
+# writing its raw trials as it measures (measure/, owned by the measure wing's change), and its
+# launcher adding how the process ended to the record it wrote (measure/launch/runner.py: the
+# measure package may not import fabench.analysis, which imports it), the compiling processes'
+# outcomes by backend (measure/launch/precompile.py: the compile ahead's record, not a result), the
 # paired test's evidence (`trials`: a count) in the verdict's words, and the config's `backends`.
-OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "analysis/verdict_text.py", "config.py"}
+OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "measure/launch/runner.py", "measure/launch/precompile.py",
+                 "analysis/verdict_text.py", "config.py"}
 LOOKUPS = ("get", "pop", "setdefault")
 
 
