@@ -209,3 +209,55 @@ def test_an_earlier_workflows_compile_ahead_is_not_this_ones():
     assert mine["measure_span_s"] == 10.0
     earlier = run_time_line([result], workflow_started_at=101.0, report_at=160.0, compile_ahead=record(100.0, []))
     assert earlier["compile_ahead"] is None
+
+
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc; a zombie is not live)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_jobs_backends_compile_in_forks_that_end_with_the_compiling_process(tmp_path):
+    """A job's compiled backends are built side by side, each in a process forked from the job's
+    compiling process (precompile_child.compile_apart); the compile ahead kills that process when
+    it runs past its bound, and a fork must not go on compiling on the GPU while jobs measure.
+    Blind side: on a CPU one backend (FlexAttention) compiles, in its fork; two compiling side by
+    side is the GPU's case, seen in a lease's compile-ahead record."""
+    out = tmp_path / "record.json"
+    child = subprocess.Popen([sys.executable, "-m", "fabench.measure.precompile_child",
+                              "--spec", spec_of(flex_config(), "default").to_json(), "--out", str(out)],
+                             cwd=tmp_path, env=environment(tmp_path), stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        forks = []
+        while not forks and child.poll() is None and time.monotonic() < deadline:
+            forks = children_of(child.pid)
+            time.sleep(0.02)
+        assert forks, "no forked compiling process seen"
+        # The forks of backends that cannot run here end at once; FlexAttention's compiles for seconds.
+        time.sleep(1.0)
+        forks = children_of(child.pid)
+        assert forks and child.poll() is None, "no fork compiling a second after they were forked"
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 10
+        while any(map(alive, forks)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in forks if alive(pid)], "a fork outlived the compiling process it was forked from"
+        assert not out.exists()
+    finally:
+        child.kill()
