@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fabench.report.wall_clock import compile_ahead_summary, compiled_while_measuring, run_time_line
+from fabench.report.precompile_summary import compile_ahead_summary
+from fabench.report.wall_clock import compiled_while_measuring, run_time_line
 from fabench.measure.launch.precompile import STAMPS, parallel_processes
 from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id

@@ -148,6 +148,15 @@ def test_a_cells_device_figure_is_its_kernels_own_time_confirmed_by_the_second_m
         assert len(t["device_samples_ms"]) <= len(t["kernel_samples_ms"])
         assert (len(t["device_samples_ms"]) == len(t["kernel_samples_ms"])) == (t["unfed_chunks"] == 0)
     assert entry["device_ms"]["median"] < entry["stats"]["period_ms"]["median"], entry["stats"]
+    # Each chunk's SM clock from its sleep, one per chunk, covering the samples; within the card's
+    # own clock range (NVML's maximum, and above its idle clock: the GPU is busy throughout).
+    from fabench.measure.device.gpu_state import GpuState
+    top = (GpuState("cuda").identity() or {}).get("max_sm_clock_mhz") or 3000
+    for t in entry["trials"]:
+        assert len(t["sleep_clock_mhz"]) == len(t["chunk_calls"]) == t["chunks"], t
+        assert sum(t["chunk_calls"]) == len(t["kernel_samples_ms"])
+        assert all(400 < clock <= top * 1.02 for clock in t["sleep_clock_mhz"]), (t["sleep_clock_mhz"], top)
+    assert entry["stats"]["device_kcycles"]["median"] > 0
     second = entry["cross_check"]["second_method"]
     assert second["agrees"], second
     shares = entry["stats"]["kernel_shares"]

@@ -237,25 +237,21 @@ def test_a_cpu_trial_of_a_short_call_is_calibrated_to_the_minimum_trial_time(mon
 
 
 def test_a_kernel_stream_short_of_the_minimum_time_is_topped_up_not_repeated():
-    from fabench.measure.cell import _batch_size
-
     rule = stopping.StopRule(max_noise=0.01, min_samples=10, min_trial_ms=20.0, max_trial_ms=250)
-    assert _batch_size(rule, 1000, [], 0.001) == 1000
-    assert _batch_size(rule, 1000, [0.019] * 1000, 0.001) == 54  # 1 ms short at 19 us a call: 53 more, plus one
-    assert _batch_size(rule, 1000, [0.025] * 1000, 0.001) == 1000  # only the noise left to settle
+    assert stopping.batch_size(rule, 1000, [], 0.001) == 1000
+    assert stopping.batch_size(rule, 1000, [0.019] * 1000, 0.001) == 54  # 1 ms short at 19 us a call: 53 more, plus one
+    assert stopping.batch_size(rule, 1000, [0.025] * 1000, 0.001) == 1000  # only the noise left to settle
 
 
 def test_a_profiled_batch_fits_the_minimum_times_share_of_the_timeout_in_host_time():
     """At 0.33 ms of host time a sample (H200, a 0.02 ms kernel under the profiler) a fifth of 250 ms
     fits 151 samples: the first batch, asked for 1000 (20 ms of kernel time), is cut to what fits at
     the 0.35 ms assumed before any was measured, later ones to the measured cost."""
-    from fabench.measure.cell import PROFILED_SAMPLE_HOST_MS, _batch_size
-
     rule = stopping.StopRule(max_noise=0.01, min_samples=10, min_trial_ms=20.0, max_trial_ms=250)
-    assert _batch_size(rule, 1000, [], None) == int(50 / PROFILED_SAMPLE_HOST_MS)
-    assert _batch_size(rule, 1000, [0.02] * 142, 0.33) == 151
-    assert _batch_size(rule, 10, [], None) == 10  # a long kernel's few calls: nothing to cut
-    assert _batch_size(rule, 10, [], 100.0) == 10  # never below min_samples
+    assert stopping.batch_size(rule, 1000, [], None) == int(50 / stopping.PROFILED_SAMPLE_HOST_MS)
+    assert stopping.batch_size(rule, 1000, [0.02] * 142, 0.33) == 151
+    assert stopping.batch_size(rule, 10, [], None) == 10  # a long kernel's few calls: nothing to cut
+    assert stopping.batch_size(rule, 10, [], 100.0) == 10  # never below min_samples
 
 
 def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():

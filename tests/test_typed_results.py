@@ -29,26 +29,16 @@ NOT_YET_TYPED = {
     "analysis/pairs.py",
     "analysis/within_run.py",
     "analysis/legacy.py",
-    "report/compare_markdown.py",
-    "report/wall_clock.py",
-    "report/sections/overview.py",
-    "report/sections/precision.py",
-    "report/sections/results.py",
-    "report/sections/timing.py",
-    "results/archive_layout.py",
-    "results/compare.py",
-    "results/results_csv.py",
-    "results/shared.py",
-    "tune/measure.py",
 }
 # Modules whose reads of these names are of another record than a result: the measure stage
 # writing its raw trials as it measures (measure/, owned by the measure wing's change), and its
 # launcher adding how the process ended to the record it wrote (measure/launch/runner.py: the
-# measure package may not import fabench.analysis, which imports it), the compiling processes'
-# outcomes by backend (measure/launch/precompile.py: the compile ahead's record, not a result), the
-# paired test's evidence (`trials`: a count) in the verdict's words, and the config's `backends`.
+# measure package may not import fabench.analysis, which imports it), the paired test's evidence
+# (`trials`: a count) in the verdict's words, the config's `backends`, and the compile ahead's
+# record (each process's `backends`: their outcomes of compiling, read by the report and by
+# measure/launch/precompile.py).
 OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "measure/launch/runner.py", "measure/launch/precompile.py",
-                 "analysis/verdict_text.py", "config.py"}
+                 "analysis/verdict_text.py", "config.py", "report/precompile_summary.py"}
 LOOKUPS = ("get", "pop", "setdefault")
 
 
@@ -111,3 +101,52 @@ def test_the_types_decode_a_committed_result():
     ok = [e for e in entries if e.ok]
     assert ok and all(e.stats is not None and e.stats.metric("wall_mean_ms").median > 0 for e in ok)
     assert all(r.provenance.finished for r in results)
+
+
+def test_the_cross_checks_and_method_decode_committed_runs():
+    """The kernels' own time check of two committed H200 runs, decoded (CrossCheck): judged in 43
+    and 34 of their 60 ok cells, agreeing in 38 and 29 (docs/timing.md states these), each judged
+    one naming its method; a check an entry does not record decodes as not judged. Their method
+    (Method): 3 trials, 2 processes a job, not reduced; the publication's, as its file states it."""
+    import json
+    import tarfile
+
+    import yaml
+
+    from fabench.analysis import analyse_run
+    from fabench.analysis.result_types import CrossCheck, Method, backend_dicts
+
+    repo = SRC.parents[1]
+    with tarfile.open(repo / "examples" / "h200-x2-2026-11-27" / "archive.tgz") as tar:
+        runs = [analyse_run(json.load(tar.extractfile(f"archive/cuda-13.0/{entry}/results.json")))
+                for entry in ("0001-3878ea69", "0003-d182ed62")]
+    counts = []
+    for run in runs:
+        ok = [e for r in run["results"] for e in backend_dicts(r).values() if e["status"] == "ok"]
+        checks = [CrossCheck.of(e, "kernel_time") for e in ok]
+        judged = [c for c in checks if c.agrees is not None]
+        assert len(ok) == 60 and all(c.method for c in judged)
+        assert CrossCheck.of(ok[0], "no_such_check") == CrossCheck(None, None, {})
+        counts.append((len(judged), sum(1 for c in judged if c.agrees)))
+        methods = {(m.trials, m.repeats, m.reduced) for m in map(Method.of, run["results"])}
+        assert methods == {(3, 2, False)}
+    assert counts == [(43, 38), (34, 29)]
+    published = yaml.safe_load((repo / "report" / "published" / "mi300x-2025-12-30.yaml").read_text())
+    method = Method.of(published)
+    assert (method.warmup, method.iters, method.trials, method.get("dtype")) == (10, 100, None, "float16")
+
+
+def test_an_entry_recording_no_trials_is_another_identity_than_one_with_none_in_them():
+    """recorded_trials keeps a schema v1 entry (no `trials` key: its recorded figures are its
+    measurements) apart from an entry whose trials list is empty, in an archive entry's identity."""
+    from fabench.results.archive_layout import measurements_sha256
+
+    entry = {"status": "ok", "reason": None, "wall_mean_ms": 1.5}
+    result = {"shape_id": "b1", "provenance": {"started": "t"}}
+    v1 = {"results": [{**result, "backends": {"x": entry}}]}
+    empty = {"results": [{**result, "backends": {"x": {**entry, "trials": []}}}]}
+    faster = {"results": [{**result, "backends": {"x": {**entry, "wall_mean_ms": 1.0}}}]}
+    assert len({measurements_sha256(v1), measurements_sha256(empty), measurements_sha256(faster)}) == 3
+    # With trials recorded, the recorded figures are derived, not measurements: not in the identity.
+    assert measurements_sha256(empty) == measurements_sha256(
+        {"results": [{**result, "backends": {"x": {**entry, "trials": [], "wall_mean_ms": 9.0}}}]})

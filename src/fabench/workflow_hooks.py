@@ -72,13 +72,14 @@ class WorkflowHooks:
         starts any job (onstart); its record in results/<run>/compile-ahead.json. Never fails the
         workflow: what went wrong is one line to print, and the jobs compile for themselves."""
         notes = []
+        compiling = self.plan.compiles_ahead(self.cluster)  # decided once (measure.compile_ahead)
         for run in self.plan.runs:
             cmd = self.plan.compile_ahead_command(run, measure_jobs, self.cluster)
             if cmd is None:
                 continue
             # An earlier workflow's record describes no process measured from now on.
             Path(self.plan.compile_ahead_record(run)).unlink(missing_ok=True)
-            if not self.plan.compiles_ahead(self.cluster):
+            if not compiling:
                 continue
             code = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
             if code != 0:

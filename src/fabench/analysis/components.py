@@ -34,7 +34,7 @@ import statistics
 from itertools import combinations
 
 from fabench.analysis import stats
-from fabench.analysis.figures import cell_metric
+from fabench.analysis.figures import compared_metric
 from fabench.analysis.identity import (PairType, code_differences, experiment_differences, hardware_identity,
                                        hosts_of, pair_type)
 
@@ -129,13 +129,14 @@ def cell_excess(a: list[dict], b: list[dict]) -> dict[tuple, tuple[float, str, t
         (old, _), (new, _) = x[key], y[key]
         if code_differences(old, new) or not (old["stats"].get("stable", True) and new["stats"].get("stable", True)):
             continue
-        metric = cell_metric(old, new)
+        metric = compared_metric(old, new)
         fa, fb = (old["stats"].get(metric) or {}, new["stats"].get(metric) or {}) if metric else ({}, {})
         if not (fa.get("noise") and fb.get("noise")):
             continue
         d = math.log(fb["median"] / fa["median"])
         process = sum(f["noise"]["sigma"] ** 2 / f["noise"]["replicates"] for f in (fa, fb))
-        found[key] = (d * d - process, cell_class(old, new), (process, min(fa["noise"]["df"], fb["noise"]["df"])))
+        klass = cell_class(old, new) if metric == "device_ms" else "steady"  # cycles: the cap's clock taken out
+        found[key] = (d * d - process, klass, (process, min(fa["noise"]["df"], fb["noise"]["df"])))
     return found
 
 

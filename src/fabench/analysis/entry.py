@@ -105,6 +105,11 @@ def trial_stats(trials: list[dict], stable_spread: float, doubts: list[dict]) ->
     out = {"wall_mean_ms": wall, "device_ms": device, "judged": judged_metric(trials), "ci_method": None,
            "stable": stable, "unstable_reason": reason, "unstable_codes": codes, "capped": capped,
            "device_cycles": device_cycles(trials)}
+    # The device figure at the clock it ran at, where every timed trial read its clocks through its
+    # loop: what a capped cell is judged by between runs (fabench.analysis.figures.compared_metric).
+    cycles = [t.get("device_kcycles") for t in trials if t.get("device_ms") is not None]
+    if device and cycles and all(c is not None for c in cycles):
+        out["device_kcycles"] = metric_summary(*trial_values(trials, "device_kcycles"))
     # The device loop's period (no profiler) where one ran; runs with one loop per trial have only
     # the profiled stream's.
     periods = trial_medians(trials, "period_events_ms")
@@ -187,7 +192,21 @@ def trial_figures(trials: list[dict]) -> str:
             trial["device_ms"] = stats.trial_figure(trial[key])
         elif key == "kernel_samples_ms":
             trial["device_ms"] = None
+        cycles = clocked_samples(trial) if key == "kernel_samples_ms" else None
+        if cycles is not None or "device_kcycles" in trial:
+            trial["device_kcycles"] = stats.trial_figure(cycles) if cycles else None
     return key
+
+
+def clocked_samples(trial: dict) -> list[float] | None:
+    """The trial's kernel-time samples in SM kilocycles (ms x MHz), each at the clock its chunk's
+    sleep ran at (sleep_clock_mhz, chunk_calls: fabench.measure.device.kernels.stream_figures);
+    None where the trial has no such clocks, or they do not cover its samples one for one."""
+    samples, clocks, calls = (trial.get(k) for k in ("kernel_samples_ms", "sleep_clock_mhz", "chunk_calls"))
+    if not samples or not clocks or not calls or len(clocks) != len(calls) or sum(calls) != len(samples):
+        return None
+    per_sample = [clock for clock, count in zip(clocks, calls) for _ in range(count)]
+    return [ms * clock for ms, clock in zip(samples, per_sample)]
 
 
 def analyse_measured(entry: dict, job) -> dict:

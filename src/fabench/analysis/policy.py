@@ -38,7 +38,7 @@ import math
 import statistics
 
 from fabench.analysis import calibration, stats
-from fabench.analysis.figures import cell_metric
+from fabench.analysis.figures import compared_metric
 from fabench.analysis.result_types import BackendEntry, MetricStats
 # The identities are part of the policy's interface: callers may ask either module.
 from fabench.analysis.identity import (  # noqa: F401
@@ -121,7 +121,7 @@ def judge(old: dict, new: dict, rule: Rule, names: tuple[str, str] = ("old", "ne
                                                       "new": entries[1].status_record()})
     if expect_same_code and not same_code(old, new):
         return verdict_of(Code.OTHER_CODE, names, values={"differences": code_differences(old, new)})
-    metric = cell_metric(old, new)
+    metric = compared_metric(old, new)
     if metric is None:
         return verdict_of(Code.NO_FIGURE, names)
     return _judge_figures(entries, metric, rule, names, hardware, kind)

@@ -15,6 +15,8 @@ changed; drop_backends alone changes its input.
     MetricStats   one figure's median, its noise (Noise) and the cycles behind it
     Trial         one timed trial's raw observations (what the kernels' own time check reads)
     Provenance    where and when a process measured
+    Method        how a job measured (a result's or a publication's method)
+    CrossCheck    one independent check of an entry's figure (second method, kernel time)
 """
 
 from __future__ import annotations
@@ -271,3 +273,63 @@ def with_provenance(result: dict, drop: tuple[str, ...] = (), **fields: Any) -> 
 def with_trials(entry: dict, trials: list[dict]) -> dict:
     """A backend entry with these trials."""
     return {**entry, TRIALS: trials}
+
+
+# ---------------------------------------------------------------- a sweep candidate's record (fabench.tune.measure)
+
+def correctness_of(entry: BackendEntry) -> Mapping | None:
+    """A backend entry's correctness check as recorded (fabench.measure.metrics.compare); None where
+    no output was checked."""
+    return entry.raw.get("correctness")
+
+
+# ---------------------------------------------------------------- the method, and trials as recorded
+
+@dataclass(frozen=True)
+class Method:
+    """A result's method (how its job measured; the schema's `method`), or a publication's, laid
+    out alike: the counts the report states typed, every other setting through `get`. The warmup
+    and iterations are required by the schema; the rest None where not recorded (a schema v1
+    result, published numbers)."""
+    warmup: int | None
+    iters: int | None
+    reduced: bool
+    trials: int | None
+    repeats: int | None
+    raw: Mapping = field(repr=False)
+
+    @classmethod
+    def of(cls, record: dict) -> Method:
+        """The method of `record` (a result, or published numbers), empty where it records none."""
+        value = _mapping(record.get(METHOD))
+        return cls(value.get("warmup"), value.get("iters"), bool(value.get("reduced")), value.get(TRIALS),
+                   value.get("repeats"), value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A setting of the method no typed reader needs yet (dtype, min_trial_ms, clear_l2, ...)."""
+        return self.raw.get(key, default)
+
+
+def recorded_trials(entry: dict) -> list | None:
+    """A backend entry's trials as recorded, None where it records none (schema v1, before trials:
+    not the same as an empty list, which an entry's identity tells apart)."""
+    return entry.get(TRIALS)
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """One independent check of an entry's figure (`cross_check.<name>`: second_method, the period
+    by two clocks; kernel_time, the kernels' own time by graphs): whether it agrees (None: not
+    judged) and the method it judged by; the rest (difference, tolerance, reason) through `get`."""
+    agrees: bool | None
+    method: str | None
+    raw: Mapping = field(repr=False)
+
+    @classmethod
+    def of(cls, entry: dict, name: str) -> CrossCheck:
+        """The check `name` of a backend entry; every field None where the entry records none."""
+        check = _mapping(_mapping(entry.get("cross_check")).get(name))
+        return cls(check.get("agrees"), check.get(METHOD), check)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.raw.get(key, default)

@@ -7,8 +7,8 @@ Whatever a backend raises becomes its failed entry with the reason; it never sto
 
 from __future__ import annotations
 
+import dataclasses
 import gc
-import math
 import statistics
 import time
 
@@ -27,6 +27,20 @@ from fabench.measure.record import backend_entry
 # Kernels per call assumed by the device loop's chunking where no profile counted them (the
 # profile failed): it sizes chunks to stay below the launch queue's depth, nothing else.
 UNPROFILED_KERNELS_PER_CALL = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRun:
+    """What one trial measured (Cell._measure); Cell._trial_record makes its record of it."""
+    first: bool  # the process's first trial of the backend
+    warm: dict  # warmup.warm_up's
+    iters: int  # the wall loop's calls
+    stream: dict | None  # the device stream's figures (Cell._stream)
+    checks: dict  # Cell._checks'
+    wall: float | None  # the wall loop's mean, where it ran
+    start: dict | None  # the GPU's state before the warm-up
+    after_device: float | None  # the SM clock after the device stream
+    end: dict | None  # the GPU's state after the checks: the one the device figures were taken in
 
 
 class Cell:
@@ -117,68 +131,87 @@ class Cell:
 
     def trial(self, index: int, gpu_state: GpuState, position: int | None = None) -> None:
         """One trial: the warm-up, one fed stream of calls under the profiler until the stopping rule
-        says stop (the device figure, the event pair around each call and the per-call period by
-        both clocks, all from that one stream), in a process's last trial the independent checks
-        (do_bench; the kernels' own time by graphs), then the published method's wall-clock loop,
-        as published (it idles the GPU at every synchronize, so it runs last). On a GPU the wall
-        loop, like the checks, runs once per process, in its last trial: it is the published
-        figure, not the judged one, and per trial it cost native fp32 at (4,4096,8,256) 1.7 s
-        (100 calls of 17 ms) in each of 6 trials of the cell. Without a device stream (a CPU) it is
-        the trial's figure and runs in every trial. `position`: its place in the round of the job's
-        backends (0 ran first; trial_order), recorded where given."""
-        settings = self.job.timing
+        says stop (the device figure, the event pair around each call and the per-call period by both
+        clocks, all from that one stream), in a process's last trial the independent checks, then the
+        published wall-clock loop (it idles the GPU at every synchronize, so it runs last). `position`:
+        its place in the round of the job's backends (0 ran first; trial_order), recorded where given."""
         try:
             with self.prepared.context():
-                start = gpu_state.read()
-                # The published warm-up count once per process, its first call being the checked one.
-                first = not self.entry["trials"]
-                calls = max(settings.warmup - 1, 0) if first else 0
-                capped = any(t.get("clock_slowdown") for t in self.entry["trials"])
-                with self._phase("warm-up", index):
-                    warm = warmup.warm_up(self.prepared.fn, self.problem.platform, self.timer,
-                                          warmup.trial_warmup_settings(settings, first, capped), calls,
-                                          gpu_state.sm_clock,
-                                          full_windows=(first or capped) and not settings.min_warmup_ms)
-                iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
-                samples = timing.device_samples(settings, warm["estimate_ms"])
-                with self._phase("kernel loop", index):
-                    stream = self._stream(samples, index)
-                # One query, so the checks follow without a pause: under a power cap two methods
-                # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
-                after_device = gpu_state.sm_clock()
-                checks = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
-                # The independent checks in a process's last trial: each judges the cell's
-                # figure, and per trial they would cost more than the trial. do_bench in the first
-                # process alone: its calls are sized for the judgement's power in one process
-                # (timing.do_bench_calls), and the agreement asks its median only. The graphs in
-                # every process: their tolerance holds the spread of their per-process medians.
-                if index == settings.trials - 1 and self.gpu:
-                    if self.process == 0:
-                        with self._phase("do_bench", index):
-                            checks = self._cross_check_trial(_kernel_median(stream))
-                    with self._phase("kernel-time check", index):
-                        checks["kernel_time_graph"] = self._graph_check(stream)
-                end = gpu_state.read()  # the state the device figures were taken in
-                wall = None
-                if index == settings.trials - 1 or not stream:  # without a device stream it is the figure
-                    with self._phase("wall loop", index):
-                        wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
+                run = self._measure(index, gpu_state)
         except Exception as err:
             self.fail(err, f"trial {index} of process {self.process}: ")
             return
-        if not warm["settled"]:
-            self.notes.append(observations.warmup_unsettled(self.process, index, settings.max_warmup_ms))
-        self.entry["trials"].append({
+        if not run.warm["settled"]:
+            self.notes.append(observations.warmup_unsettled(self.process, index, self.job.timing.max_warmup_ms))
+        self.entry["trials"].append(self._trial_record(run, index, position))
+
+    def _measure(self, index: int, gpu_state: GpuState) -> TrialRun:
+        """The trial's steps, in the order they run."""
+        settings = self.job.timing
+        start = gpu_state.read()
+        first = not self.entry["trials"]
+        warm = self._warm_up(index, first, gpu_state)
+        iters = timing.trial_iters(settings, warm["estimate_ms"] or self._host_estimate_ms())
+        samples = timing.device_samples(settings, warm["estimate_ms"])
+        with self._phase("kernel loop", index):
+            stream = self._stream(samples, index)
+        # One query, so the checks follow without a pause: under a power cap two methods
+        # are comparable only when they ran at one clock (fabench.analysis.entry.power_capped).
+        after_device = gpu_state.sm_clock()
+        checks = self._checks(index, stream)
+        end = gpu_state.read()
+        # The wall loop (the published figure, not the judged one): on a GPU in a process's last trial
+        # only, as per trial it cost native fp32 at (4,4096,8,256) 1.7 s (100 calls of 17 ms) in each
+        # of 6 trials of the cell; without a device stream (a CPU) it is the trial's figure, every trial.
+        wall = None
+        if index == settings.trials - 1 or not stream:
+            with self._phase("wall loop", index):
+                wall = timing.wall_mean_ms(self.prepared.fn, self.problem.platform, iters)
+        return TrialRun(first, warm, iters, stream, checks, wall, start, after_device, end)
+
+    def _warm_up(self, index: int, first: bool, gpu_state: GpuState) -> dict:
+        """The published warm-up count once per process, its first call being the checked one; a
+        backend held at its power cap in an earlier trial warms up as in its first."""
+        settings = self.job.timing
+        capped = any(t.get("clock_slowdown") for t in self.entry["trials"])
+        with self._phase("warm-up", index):
+            return warmup.warm_up(self.prepared.fn, self.problem.platform, self.timer,
+                                  warmup.trial_warmup_settings(settings, first, capped),
+                                  max(settings.warmup - 1, 0) if first else 0, gpu_state.sm_clock,
+                                  full_windows=(first or capped) and not settings.min_warmup_ms)
+
+    def _checks(self, index: int, stream: dict | None) -> dict:
+        """The independent checks, in a process's last trial on a GPU: each judges the cell's figure,
+        and per trial they would cost more than the trial. do_bench in the first process alone: its
+        calls are sized for the judgement's power in one process (timing.do_bench_calls), and the
+        agreement asks its median only. The kernels' own time by graphs in every process: their
+        tolerance holds the spread of their per-process medians. On a CPU, none."""
+        if not self.gpu:
+            return {}
+        checks = {"do_bench_ms": None, "host_call_ms": None}
+        if index != self.job.timing.trials - 1:
+            return checks
+        if self.process == 0:
+            with self._phase("do_bench", index):
+                checks = self._cross_check_trial(_kernel_median(stream))
+        with self._phase("kernel-time check", index):
+            checks["kernel_time_graph"] = self._graph_check(stream)
+        return checks
+
+    def _trial_record(self, run: TrialRun, index: int, position: int | None) -> dict:
+        """The trial's record, every field of it assembled here."""
+        return {
             "process": self.process, "index": index, **({} if position is None else {"position": position}),
-            "iters": iters if wall is not None else None, "wall_mean_ms": wall,
+            "iters": run.iters if run.wall is not None else None, "wall_mean_ms": run.wall,
             # The trial's figure is the analysis stage's (fabench.analysis.stats.trial_figure); the samples are the record.
-            "device_ms": None, "warmup_iters": warm["iters"] + (1 if first else 0), **checks, **(stream or {}),
-            "gpu_state": {"start": start, "device_loop_sm_clock_mhz": after_device, "end": end}
-            if self.gpu and (start or end) else None,
+            "device_ms": None, "warmup_iters": run.warm["iters"] + (1 if run.first else 0),
+            **run.checks, **(run.stream or {}),
+            "gpu_state": {"start": run.start, "device_loop_sm_clock_mhz": run.after_device, "end": run.end}
+            if self.gpu and (run.start or run.end) else None,
             # Not a doubt about the figure: a kernel that draws the GPU to its power cap runs at
             # the capped clock whenever it is used for long; the record says so in words.
-            "clock_slowdown": slowdown(end),
-        })
+            "clock_slowdown": slowdown(run.end),
+        }
 
     def _phase(self, name: str, trial: int):
         return timeline.phase(name, self.backend.name, trial)
@@ -219,6 +252,7 @@ class Cell:
         never taken again for them: that cost a second per trial on an H100 and changed no figure."""
         rule = stopping.StopRule.from_timing(self.job.timing)
         record = {"device_samples_ms": [], "period_profiled_events_ms": [], "period_cupti_ms": []}
+        clocks: dict[str, list] = {"sleep_clock_mhz": [], "chunk_calls": []}
         by_kernel: dict[str, float] = {}
         counters = {"chunks": 0, "unfed_chunks": 0}
         taken: list[float] = []
@@ -228,10 +262,12 @@ class Cell:
         def batch() -> list[float]:
             began = time.perf_counter()
             per_sample = host["ms"] / len(taken) if taken else None
-            counts = self.timer.chunk_counts(_batch_size(rule, calls, taken, per_sample))
-            trace, chunks = kernels.profiled_chunks(self.timer, counts)
+            wanted = stopping.batch_size(rule, calls, taken, per_sample)
+            counts = self.timer.chunk_counts(wanted)
+            trace, chunks, sleeps = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
-                                                      self.timer.cache is not None)
+                                                      self.timer.cache is not None,
+                                                      sleeps if named(self.job.platform).sleep_counts_sm_cycles else None)
             if figures is None:
                 raise UnreadableTrace(why_not)
             period_at = 0
@@ -245,6 +281,11 @@ class Cell:
                     counters["unfed_chunks"] += 1
                 period_at += count - 1
             taken.extend(figures["kernel_ms"])
+            if "sleep_clock_mhz" in figures and clocks["sleep_clock_mhz"] is not None:
+                clocks["sleep_clock_mhz"] += figures["sleep_clock_mhz"]
+                clocks["chunk_calls"] += counts
+            else:  # one batch without its clocks: the trial's samples cannot all be given theirs
+                clocks["sleep_clock_mhz"] = None
             for name, us in figures["by_kernel"].items():
                 by_kernel[name] = by_kernel.get(name, 0.0) + us
             host["ms"] += (time.perf_counter() - began) * 1000.0
@@ -252,6 +293,7 @@ class Cell:
 
         samples, stop = stopping.collect(rule, batch)
         return {"kernel_samples_ms": _rounded(samples), **{k: _rounded(v) for k, v in record.items()},
+                **(clocks if clocks["sleep_clock_mhz"] and sum(clocks["chunk_calls"]) == len(samples) else {}),
                 **counters, "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
 
     def _graph_check(self, stream: dict | None) -> dict:
@@ -339,31 +381,6 @@ def _kernel_median(stream: dict | None) -> float | None:
 
 def _rounded(values: list[float]) -> list[float]:
     return [round(value, 6) for value in values]
-
-
-# Host time a profiled sample costs before any was measured: 0.33 ms on an H200 for short kernels
-# (765 samples in 250 ms, the L2 cleared; the trace read back per call), about the kernel time above.
-PROFILED_SAMPLE_HOST_MS = 0.35
-
-
-def _batch_size(rule: stopping.StopRule, calls: int, taken: list[float], host_ms_per_sample: float | None) -> int:
-    """The next profiled stream's calls: `calls` (sized by the warm-up's event time) first; then,
-    while the minimum samples or kernel time are not reached (kernel time is below the event time
-    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`.
-    Never more than fit in min_time_share of the timeout at the host's cost per sample (measured on
-    the batches so far; before any, the larger of PROFILED_SAMPLE_HOST_MS and the kernel time the
-    first was sized by): a first batch of 20 ms of a 0.02 ms kernel cost the host 330 ms, past the
-    250 ms timeout, before the rule was asked at all."""
-    per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
-    fit = max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per_sample))
-    if not taken:
-        return min(calls, fit)
-    short_ms = rule.min_trial_ms - sum(taken)
-    if len(taken) < rule.min_samples or short_ms > 0:
-        mean = sum(taken) / len(taken)
-        wanted = max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
-        return min(wanted, fit)
-    return min(calls, fit)
 
 
 class UnreadableTrace(Exception):

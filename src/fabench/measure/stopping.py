@@ -57,7 +57,7 @@ class StopRule:
     min_trial_ms: float  # measured time (the samples' sum) before the noise may stop it
     max_trial_ms: float  # host time after which the trial stops, quiet or not
     # The share of max_trial_ms of host time after which the minimum time counts as met (see above);
-    # the profiled batches are sized to it too (fabench.measure.cell._batch_size).
+    # the profiled batches are sized to it too (batch_size).
     min_time_share: float = 0.2
     # nvbench's convergence clause, with its constants: the noise history is a trailing window of
     # `history_window` values, judged once it holds more than `history_min`, every `check_every`
@@ -172,3 +172,28 @@ def _finished_at_batch_end(tracker: Tracker) -> str | None:
     if reason is None and len(tracker.history) > rule.history_min and tracker.settled(tracker.history[-1]):
         return NOISE_CONVERGED
     return reason
+
+
+# Host time a profiled sample costs before any was measured: 0.33 ms on an H200 for short kernels
+# (765 samples in 250 ms, the L2 cleared; the trace read back per call), about the kernel time above.
+PROFILED_SAMPLE_HOST_MS = 0.35
+
+
+def batch_size(rule: StopRule, calls: int, taken: list[float], host_ms_per_sample: float | None) -> int:
+    """The next profiled stream's calls: `calls` (sized by the warm-up's event time) first; then,
+    while the minimum samples or kernel time are not reached (kernel time is below the event time
+    the first was sized by), just what is missing, plus one; once only the noise is left, `calls`.
+    Never more than fit in min_time_share of the timeout at the host's cost per sample (measured on
+    the batches so far; before any, the larger of PROFILED_SAMPLE_HOST_MS and the kernel time the
+    first was sized by): a first batch of 20 ms of a 0.02 ms kernel cost the host 330 ms, past the
+    250 ms timeout, before the rule was asked at all."""
+    per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
+    fit = max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per_sample))
+    if not taken:
+        return min(calls, fit)
+    short_ms = rule.min_trial_ms - sum(taken)
+    if len(taken) < rule.min_samples or short_ms > 0:
+        mean = sum(taken) / len(taken)
+        wanted = max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
+        return min(wanted, fit)
+    return min(calls, fit)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fabench.analysis.figures import cell_metric
+from fabench.analysis.result_types import cell_stats
 from fabench.report.format import fmt_ms_fine
 from fabench.report.render import template_env
 from fabench.report.sections.compare_summary import compare_context
@@ -38,7 +39,7 @@ def median_text(cell: dict) -> str:
         return "—"
     if cell["status"] != "ok":
         return cell["status"] + (f" ({cell['failure_kind']})" if cell.get("failure_kind") else "")
-    metric = cell_metric(cell) if cell.get("stats") else ("wall_mean_ms" if cell.get("wall_mean_ms") else None)
+    metric = cell_metric(cell) if cell_stats(cell) else ("wall_mean_ms" if cell.get("wall_mean_ms") else None)
     if metric is None:
         return "ok, no median"
     stat = cell[metric]

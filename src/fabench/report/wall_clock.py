@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fabench.analysis.result_types import backend_dicts, method_of
+from fabench.analysis.result_types import BackendEntry, Method, backend_dicts, method_of
 from fabench.platforms import PlatformName
+from fabench.report.precompile_summary import compile_ahead_summary
 
 # Phase -> the kind of work it is, in the order the report lists the kinds.
 GROUPS = {
@@ -99,7 +100,7 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
         for backend in backend_dicts(result).values():
             if backend.get("measured_in"):  # a report's copy of a cell measured once per shape
                 continue
-            for trial in backend.get("trials") or []:
+            for trial in BackendEntry.of(backend).trials:
                 stopped = (trial.get("stop") or {}).get("stopped")
                 if stopped == TIMEOUT and (trial["stop"]).get("settle_reachable") is False:
                     counts[OUT_OF_REACH] = counts.get(OUT_OF_REACH, 0) + 1
@@ -112,8 +113,8 @@ def trial_stops(results: list[dict]) -> dict[str, int] | None:
 def loops_at_minimum(results: list[dict]) -> bool:
     """Whether every trial ran only its job's least iterations (method.iters): no trial was
     lengthened to last min_trial_ms, so lowering that setting would shorten nothing."""
-    trials = [(t.get("iters"), method_of(r).get("iters")) for r in results
-              for b in backend_dicts(r).values() for t in b.get("trials") or []]
+    trials = [(t.get("iters"), Method.of(r).iters) for r in results
+              for b in backend_dicts(r).values() for t in BackendEntry.of(b).trials]
     return bool(trials) and all(ran is not None and ran == least for ran, least in trials)
 
 
@@ -274,20 +275,6 @@ def gpu_overlaps(processes: list[dict]) -> list[str]:
             found.append(f"{latest['job']} process {latest['process']} and {after['job']} process "
                          f"{after['process']} on {after['gpu']}: {together:.2f} s together")
     return found
-
-
-def compile_ahead_summary(record: dict) -> dict:
-    """The compile ahead in a line: how long it held its GPU, its processes, how many at a time, the
-    kernels' first calls it made, the processes or backends that failed (their jobs compiled for
-    themselves) and the jobs it found compiled ahead before (their stamps)."""
-    processes = record.get("processes") or []
-    outcomes = [o for p in processes for o in (p.get("backends") or {}).values()]
-    return {"seconds": record["ended_at"] - record["leased_at"], "processes": len(processes),
-            "parallel": record.get("parallel"), "gpu": record.get("gpu_uuid") or record.get("gpu"),
-            "compiled": sum(1 for o in outcomes if o.get("status") == "compiled"),
-            "cached": len(record.get("cached") or []),
-            "failed": sum(1 for p in processes if p.get("reason"))
-            + sum(1 for o in outcomes if o.get("status") == "failed")}
 
 
 def compiled_while_measuring(processes: list[dict], record: dict | None) -> list[str]:

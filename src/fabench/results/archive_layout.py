@@ -29,6 +29,7 @@ import json
 import re
 from typing import Mapping
 
+from fabench.analysis.result_types import backend_dicts, provenance_of, recorded_trials
 from fabench.files import ENTRY_RECORD as RECORD, ENTRY_SUMS as SUMS  # what makes a folder an entry
 
 RECORD_FORMAT_V1 = "fabench-archive-entry/1"  # run id hash = content_sha256; identity derived
@@ -83,11 +84,10 @@ def _measured(backend: dict) -> dict:
     figures it recorded). Statistics derived from trials are left out: recomputing them does
     not make new measurements."""
     kept = {key: backend.get(key) for key in ("status", "reason", "correctness")}
-    if backend.get("trials") is not None:
-        kept["trials"] = backend["trials"]
-    else:
-        kept.update(wall_mean_ms=backend.get("wall_mean_ms"), device_ms=backend.get("device_ms"))
-    return kept
+    trials = recorded_trials(backend)
+    if trials is not None:
+        return {**kept, "trials": trials}
+    return {**kept, "wall_mean_ms": backend.get("wall_mean_ms"), "device_ms": backend.get("device_ms")}
 
 
 def measurements_sha256(collected: dict) -> str:
@@ -95,7 +95,7 @@ def measurements_sha256(collected: dict) -> str:
     dtype, causality, start time, and each backend's outcome and trials), independent of the
     order of the results and of every name and title (run, variant, label, backend label)."""
     items = sorted(json.dumps([r["shape_id"], r.get("dtype"), r.get("causal"),
-                               (r.get("provenance") or {}).get("started"), name, _measured(backend)],
+                               provenance_of(r).get("started"), name, _measured(backend)],
                               sort_keys=True, separators=(",", ":"))
-                   for r in collected["results"] for name, backend in r["backends"].items())
+                   for r in collected["results"] for name, backend in backend_dicts(r).items())
     return sha256_hex("\n".join(items).encode())

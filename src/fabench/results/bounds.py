@@ -31,7 +31,7 @@ SIGNED_MS = frozenset({"host_overhead_ms", "per_call_ms"})
 RATIOS = frozenset({"speedup", "spread"})
 COUNTS = frozenset({"n", "iters", "warmup", "warmup_iters", "repeats", "trials", "index", "position", "process",
                     "cells", "df", "replicates", "device_count", "jobs", "number", "profiled_restreams", "chunks",
-                    "unfed_chunks", "calls", "replays", "kernels_per_call"})
+                    "unfed_chunks", "chunk_calls", "calls", "replays", "kernels_per_call"})
 # The figures of a dict named for a time (device_ms: {median, p10, ...}; stats.<metric>: {...}).
 TIME_FIGURES = frozenset({"mean", "median", "p10", "p90", "min", "max", "ci95", "pi95", "process_medians"})
 

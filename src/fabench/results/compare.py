@@ -24,7 +24,7 @@ from typing import Iterable
 from fabench.analysis import analyse_run, calibration, policy, verdict_text
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.policy import Code, Rule
-from fabench.analysis.result_types import backend_dicts
+from fabench.analysis.result_types import BackendEntry, backend_dicts, cell_stats
 from fabench.results.archive_read import Entry, EntryChanged
 from fabench.results.published import published_rows
 from fabench.shapes import main_head_dim, shape_key
@@ -45,20 +45,26 @@ class NothingToCompare(CompareError):
 # ---------------------------------------------------------------- one cell, two entries
 
 def cell_of(backend: dict | None) -> dict | None:
-    """What the comparison reads of a backend entry: status, reason and the recorded statistics."""
+    """What the comparison reads of a backend entry: status, reason and the recorded statistics
+    (a cell is laid out as an entry is: its `stats` the entry's, read as one through cell_stats)."""
     if backend is None:
         return None
-    stats = backend.get("stats") or {}
+    entry = BackendEntry.of(backend)
+    stats = entry.stats
+
+    def figure(metric: str) -> dict | None:
+        found = stats.metric(metric) if stats else None
+        return found.raw if found else None
     return {
-        "status": backend["status"],
-        "reason": backend.get("reason"),
-        "failure_kind": backend.get("failure_kind"),
-        "device_ms": stats.get("device_ms"),
-        "wall_mean_ms": stats.get("wall_mean_ms"),
-        "stable": stats.get("stable", True),
-        "unstable_reason": stats.get("unstable_reason"),
-        "ci_method": stats.get("ci_method"),
-        "stats": stats or None,
+        "status": entry.status,
+        "reason": entry.reason,
+        "failure_kind": entry.failure_kind,
+        "device_ms": figure("device_ms"),
+        "wall_mean_ms": figure("wall_mean_ms"),
+        "stable": stats.stable if stats else True,
+        "unstable_reason": stats.unstable_reason if stats else None,
+        "ci_method": stats.raw.get("ci_method") if stats else None,
+        "stats": (stats.raw or None) if stats else None,
     }
 
 
@@ -306,7 +312,7 @@ def steps(rows: list[dict], hardware: dict, rule: Rule, experiments=None) -> lis
     for row in rows:
         series: dict[tuple, list] = {}
         for cell in row["cells"]:
-            if cell["status"] == "ok" and cell.get("stats") and cell.get("stable", True):
+            if cell["status"] == "ok" and cell_stats(cell) and cell.get("stable", True):
                 same_model = series.setdefault(policy.hardware_key(hardware[cell["entry"]]), [])
                 # A series is one experiment's: an entry of another is no point of it.
                 if not (same_model and experiments and experiments(same_model[0]["entry"], cell["entry"])):

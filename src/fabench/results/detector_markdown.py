@@ -33,7 +33,8 @@ def acceptance_table(check: dict) -> list[str]:
         else:
             floor = f"{item['sense']} {pct(item['floor'], 1)}"
         interval = "" if item["low"] is None else f" [{pct(item['low'])}, {pct(item['high'])}]"
-        holds = "n/a" if item["holds"] is None else ("yes" if item["holds"] else "**no**")
+        holds = (f"n/a ({item['why']})" if item.get("why") else "n/a") if item["holds"] is None else (
+            "yes" if item["holds"] else "**no**")
         lines.append(f"| {ROW_TEXT[item['name']]} | {item['kind']} | {pct(item['value'], 2)}{interval} | {floor} | {holds} |")
     return lines
 

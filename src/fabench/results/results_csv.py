@@ -14,7 +14,7 @@ import io
 
 from fabench.analysis.figures import cell_metric
 from fabench.analysis.noise import interval_name
-from fabench.analysis.result_types import backend_dicts, provenance_of
+from fabench.analysis.result_types import backend_dicts, cell_stats, provenance_of
 from fabench.results.bounds import bounds_problem
 from fabench.results.shared import shown
 
@@ -25,9 +25,10 @@ COLUMNS = ("run", "variant", "shape_id", "batch", "seq", "heads", "head_dim", "b
 
 
 def cell_row(result: dict, name: str, entry: dict) -> dict:
-    stats = entry.get("stats") or {}
+    stats = cell_stats(entry)
     metric = cell_metric(entry) if stats else None
-    figure = stats.get(metric) or {} if metric else {}
+    found = stats.metric(metric) if metric else None
+    figure = found.raw if found else {}
     ci, pi = figure.get("ci95") or (None, None), figure.get("pi95") or (None, None)
     roles = [role for role, backend in result["roles"].items() if backend == name]
     correctness, tflops = entry.get("correctness") or {}, entry.get("tflops") or {}
@@ -37,8 +38,8 @@ def cell_row(result: dict, name: str, entry: dict) -> dict:
             "metric": metric, "median_ms": figure.get("median"), "ci95_low_ms": ci[0], "ci95_high_ms": ci[1],
             "pi95_low_ms": pi[0], "pi95_high_ms": pi[1], "interval": interval_name(figure) if figure else None,
             "wall_mean_ms": entry.get("wall_mean_ms"), "device_median_ms": (entry.get("device_ms") or {}).get("median"),
-            "spread": figure.get("spread"), "stable": stats.get("stable") if stats else None,
-            "unstable_reason": stats.get("unstable_reason"), "tflops_device": tflops.get("device_median"),
+            "spread": figure.get("spread"), "stable": stats.stable if stats else None,
+            "unstable_reason": stats.unstable_reason if stats else None, "tflops_device": tflops.get("device_median"),
             "tflops_wall": tflops.get("wall"), "max_abs_err": correctness.get("max_abs_err"),
             "cosine": correctness.get("cosine"), "gpu_uuid": (provenance_of(result).get("gpu") or {}).get("uuid"),
             "device": provenance_of(result).get("device"), "measured_in": entry.get("measured_in")}

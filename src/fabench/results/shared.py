@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 
+from fabench.analysis.result_types import backend_dicts, shared_backends, with_backends
 from fabench.results.contract import SHARED_KEY
 
 
@@ -27,11 +28,11 @@ def shared_problems(results: list[dict]) -> list[str]:
         if not shared:
             continue
         source = by_job.get((shared["measured_in"], result["shape_id"]))
-        for name in shared["backends"]:
-            if source is None or name not in source["backends"]:
+        for name in shared_backends(result):
+            if source is None or name not in backend_dicts(source):
                 problems.append(f"{result['variant']}/{result['shape_id']}: $.{SHARED_KEY}: {name} measured in "
                                 f"{shared['measured_in']!r}, whose result of this shape does not hold it")
-            elif name in result["backends"]:
+            elif name in backend_dicts(result):
                 problems.append(f"{result['variant']}/{result['shape_id']}: $.backends.{name}: measured here and "
                                 f"shared from {shared['measured_in']!r}")
     return problems
@@ -52,13 +53,12 @@ def shown(collected: dict) -> dict:
         if source is None:
             placed.append(result)
             continue
-        copied = dict(result)
-        names = [n for n in source["backends"] if n in shared["backends"] or n in result["backends"]]
-        names += [n for n in result["backends"] if n not in names]
-        copied["backends"] = {n: result["backends"][n] if n in result["backends"]
-                              else {**copy.deepcopy(source["backends"][n]), "measured_in": shared["measured_in"]}
-                              for n in names}
-        placed.append(copied)
+        own, measured, once = backend_dicts(result), backend_dicts(source), shared_backends(result)
+        names = [n for n in measured if n in once or n in own]
+        names += [n for n in own if n not in names]
+        placed.append(with_backends(result, {
+            n: own[n] if n in own else {**copy.deepcopy(measured[n]), "measured_in": shared["measured_in"]}
+            for n in names}))
     return {**collected, "results": placed}
 
 
@@ -69,5 +69,5 @@ def measured_once(collected: dict) -> dict[str, list[str]]:
         shared = result.get(SHARED_KEY)
         if shared:
             names = found.setdefault(shared["measured_in"], [])
-            names += [n for n in shared["backends"] if n not in names]
+            names += [n for n in shared_backends(result) if n not in names]
     return found

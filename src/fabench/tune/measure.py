@@ -11,6 +11,7 @@ import torch
 from fabench.analysis.entry import analyse_measured
 from fabench.analysis.figures import METRICS
 from fabench.analysis.noise import add_intervals
+from fabench.analysis.result_types import BackendEntry, CellStats, correctness_of, with_backends
 from fabench.measure.backends.registry import Backend, FallbackError, Prepared, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.backends.failures import classify_failure
@@ -81,7 +82,7 @@ def analysed(cells: dict, job: Measurement) -> dict:
     the job's candidates of similar duration (one process: between trials, as a CPU run's)."""
     entries = {cid: analyse_measured(cell.finish(), job) for cid, cell in cells.items()}
     for metric in METRICS:
-        add_intervals([{"backends": entries}], metric)
+        add_intervals([with_backends({}, entries)], metric)
     return entries
 
 
@@ -93,20 +94,29 @@ def _require_kernel(cell: Cell, name: str | None) -> None:
         cell.fail(FallbackError(f"the call launched no {name} kernel (kernels: {', '.join(names[:6]) or 'none'})"))
 
 
-def from_entry(candidate: dict, entry: dict) -> dict:
+def from_entry(candidate: dict, value: dict) -> dict:
     """The candidate's record from its backend entry: the figure the benchmark judges (device time
     where there is a device timer, else the published wall clock) with its interval."""
-    stats = entry["stats"] or {}
-    figure = "device" if stats.get("device_ms") else "wall"
-    summary = stats.get("device_ms" if figure == "device" else "wall_mean_ms") or {}
-    launch = (entry.get("kernels") or {}).get("launch") or {}
-    return candidate_record(candidate, status=entry["status"], failure_kind=entry["failure_kind"], reason=entry["reason"],
-                   figure=figure if summary else None, ms=summary.get("median"), ci95=summary.get("ci95"),
-                   spread=summary.get("spread"), n=summary.get("n", 0), stable=stats.get("stable"),
-                   unstable_reason=stats.get("unstable_reason"), correctness=entry["correctness"],
-                   compile_s=entry["compile_s"], kernel_shared_memory=launch.get("shared_memory"),
-                   required_bytes=required_bytes(entry["reason"]) if entry["failure_kind"] == "out_of_resources"
-                   else None)
+    entry = BackendEntry.of(value)
+    launch = (entry.kernels or {}).get("launch") or {}
+    return candidate_record(candidate, status=entry.status, failure_kind=entry.failure_kind, reason=entry.reason,
+                   **_figure(entry.stats), correctness=correctness_of(entry), compile_s=entry.compile_s,
+                   kernel_shared_memory=launch.get("shared_memory"),
+                   required_bytes=required_bytes(entry.reason) if entry.failure_kind == "out_of_resources" else None)
+
+
+def _figure(stats: CellStats | None) -> dict:
+    """The judged figure's fields of a candidate's record, and its stability; none for an entry not
+    analysed (candidate_record's defaults stand)."""
+    if stats is None:
+        return {}
+    device = stats.metric("device_ms")
+    summary = device or stats.metric("wall_mean_ms")
+    figure = {"stable": stats.stable, "unstable_reason": stats.unstable_reason}
+    if summary:
+        figure.update(figure="device" if device else "wall", ms=summary.median, ci95=summary.get("ci95"),
+                      spread=summary.get("spread"), n=summary.get("n", 0))
+    return figure
 
 
 def pruned(candidate: dict, kernel: Kernel, problem: Problem, check: bool) -> dict:

@@ -29,6 +29,10 @@ Event = torch.cuda.Event
 
 class Platform:
     name = PlatformName.CPU
+    # Whether the device sleep counts the SM clock's cycles, so that a sleep's own duration says
+    # the SM clock it ran at (fabench.measure.device.kernels.stream_figures: the clock through a
+    # timed loop). CUDA's torch.cuda._sleep spins on clock64(), the SM clock's counter.
+    sleep_counts_sm_cycles = False
 
     @property
     def device(self) -> str:
@@ -98,6 +102,7 @@ class Platform:
 
 class Cuda(Platform):
     name = PlatformName.CUDA
+    sleep_counts_sm_cycles = True
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
@@ -161,6 +166,9 @@ class Cuda(Platform):
 
 class Rocm(Cuda):
     name = PlatformName.ROCM
+    # HIP's clock64() is s_memtime, which on CDNA counts a constant reference clock, not the shader
+    # clock (unverified here: no AMD GPU); a sleep's duration would then say nothing of the clock.
+    sleep_counts_sm_cycles = False
 
     def toolkit(self) -> dict:
         return {"cuda": None, "hip": torch.version.hip, "cudnn": None}

@@ -62,15 +62,18 @@ def warm_profiler() -> None:
     _profiler_warm = True
 
 
-def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[list[float], list[float], bool]]]:
+def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[list[float], list[float], bool]],
+                                                      list[int]]:
     """The trace's kernels of `counts` chunks run by the device timer under the profiler (each chunk a
-    GPU sleep, then per call the L2 clear when configured and the call between its events), and each
-    chunk's (event pairs, event periods, fed) from the same stream: one stream per batch gives the
-    kernels' own time (CUPTI), the event pair around each call (do_bench's quantity) and the per-call
-    period by both clocks. The sleep-ahead is sized for the host's rate under the profiler
+    GPU sleep, then per call the L2 clear when configured and the call between its events), each
+    chunk's (event pairs, event periods, fed) from the same stream, and each chunk's sleep in SM
+    cycles: one stream per batch gives the kernels' own time (CUPTI), the event pair around each call
+    (do_bench's quantity), the per-call period by both clocks, and the SM clock each chunk began at
+    (stream_figures). The sleep-ahead is sized for the host's rate under the profiler
     (DeviceTimer.stream_kind); a stream not fed doubles the next one's sleep, as the plain loop does."""
     from torch.profiler import profile
 
+    timer.sleep_cycles = []
     with timer.stream_kind("profiled"):
         with warnings.catch_warnings(), profile(activities=here().profiler_activities()) as prof:
             warnings.simplefilter("ignore")
@@ -78,11 +81,11 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[li
             here().synchronize()
         if not all(chunk[2] for chunk in chunks):
             timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
-    return _kernel_events(prof), chunks
+    return _kernel_events(prof), chunks, list(timer.sleep_cycles)
 
 
-def stream_figures(kernels: list[dict], counts: list[int], per_call: int,
-                   cleared: bool) -> tuple[dict | None, str | None]:
+def stream_figures(kernels: list[dict], counts: list[int], per_call: int, cleared: bool,
+                   sleep_cycles: list[int] | None = None) -> tuple[dict | None, str | None]:
     """The kernels' own time of each call, the per-call period and each kernel's time, from the trace
     of chunks of calls (kernels in start order; ts and dur in us), or why the trace cannot be read.
 
@@ -92,14 +95,23 @@ def stream_figures(kernels: list[dict], counts: list[int], per_call: int,
     profiler latency mode report; the clear, the sleep and the gaps between kernels are not in it).
     period_ms: from the start of one call's block (its clear, else its first kernel) to the next
     one's, within a chunk: the per-call time of the back-to-back stream, gaps included.
-    by_kernel: each kernel name's summed duration (us) over all calls, for its share of a call."""
+    by_kernel: each kernel name's summed duration (us) over all calls, for its share of a call.
+    sleep_clock_mhz (where `sleep_cycles` gives each chunk's sleep in SM cycles: a platform whose
+    sleep counts them): the SM clock each chunk's sleep ran at, its cycles over its own duration. A
+    power-capped kernel's clock moves from chunk to chunk and its time with it; the clock read by
+    NVML once after a trial's loop does not follow that (on an H200 it explained none of cuDNN's
+    3-5% spread between trials at (4,4096,8,256)), a sleep right before the calls does.
+    fabench.analysis.entry turns both into the clock-normalised figure of a capped cell."""
     block = per_call + (1 if cleared else 0)
     expected = sum(1 + count * block for count in counts)
     if len(kernels) != expected:
         return None, (f"the trace holds {len(kernels)} kernels, not the {expected} expected ({len(counts)} chunk(s) "
                       f"of a sleep, then per call {'an L2 clear and ' if cleared else ''}{per_call} kernel(s))")
-    kernel_ms, period_ms, by_kernel, at = [], [], {}, 0
-    for count in counts:
+    kernel_ms, period_ms, by_kernel, clocks, at = [], [], {}, [], 0
+    for chunk, count in enumerate(counts):
+        sleep = kernels[at]
+        if sleep_cycles and chunk < len(sleep_cycles) and sleep.get("dur", 0) > 0:
+            clocks.append(round(sleep_cycles[chunk] / sleep["dur"], 1))  # cycles per us: MHz
         at += 1  # the sleep
         starts = []
         for _ in range(count):
@@ -110,7 +122,10 @@ def stream_figures(kernels: list[dict], counts: list[int], per_call: int,
                 by_kernel[k.get("name")] = by_kernel.get(k.get("name"), 0.0) + k["dur"]
             at += block
         period_ms += [(b - a) / 1000.0 for a, b in zip(starts, starts[1:])]
-    return {"kernel_ms": kernel_ms, "period_ms": period_ms, "by_kernel": by_kernel}, None
+    figures = {"kernel_ms": kernel_ms, "period_ms": period_ms, "by_kernel": by_kernel}
+    if sleep_cycles and len(clocks) == len(counts):
+        figures["sleep_clock_mhz"] = clocks
+    return figures, None
 
 
 def kernel_shares(by_kernel: dict, calls: int) -> list[dict]:

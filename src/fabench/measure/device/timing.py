@@ -134,6 +134,7 @@ class DeviceTimer:
         self.idle_ms = 0.0  # device time before each chunk's first call: the sleep, and any wait for the host
         self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
         self._previous_end: float | None = None  # host-time lower bound of the GPU's end of the last chunk read
+        self.sleep_cycles: list[int] = []  # each queued chunk's sleep, in SM cycles, in queue order
 
     def samples(self, n: int) -> list[float]:
         return self.samples_and_periods(n)[0]
@@ -204,7 +205,9 @@ class DeviceTimer:
 
     def sleep_ahead(self, count: int) -> None:
         """Queue the GPU sleep that lets the host queue `count` iterations before the GPU reaches them."""
-        here().sleep(int(self._sleep_ms(count) * sleep_cycles_per_ms()))
+        cycles = int(self._sleep_ms(count) * sleep_cycles_per_ms())
+        self.sleep_cycles.append(cycles)
+        here().sleep(cycles)
 
     def clear_cache(self) -> None:
         """Clear the L2 (when configured), as before every timed iteration."""

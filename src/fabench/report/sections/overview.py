@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fabench.analysis import claims
 from fabench.analysis.identity import hardware_identity
-from fabench.analysis.result_types import backend_dicts, method_of, provenance_of
+from fabench.analysis.result_types import BackendEntry, Method, backend_dicts, cell_stats, method_of, provenance_of
 from fabench.platforms import PlatformName
 from fabench.report.format import md_code, md_text, value_text
 from fabench.report.model import Run
@@ -47,12 +47,12 @@ def fields(run: Run, names) -> list[dict]:
 def reduced(run: Run, published: dict | None) -> dict | None:
     """Jobs that ran fewer iterations than asked (the runner's CPU counts), and the counts they
     fell short of: the published method's when there is one, else the config's."""
-    jobs = [r for r in run.results if method_of(r).get("reduced")]
+    jobs = [method for method in map(Method.of, run.results) if method.reduced]
     if not jobs:
         return None
-    reference = published["method"] if published else run.config
+    reference = Method.of(published).raw if published else run.config
     return {"jobs": len(jobs), "total": len(run.results),
-            "used": list(dict.fromkeys((method_of(r)["warmup"], method_of(r)["iters"]) for r in jobs)),
+            "used": list(dict.fromkeys((method.warmup, method.iters) for method in jobs)),
             "warmup": reference.get("warmup"), "iters": reference.get("iters")}
 
 
@@ -101,8 +101,8 @@ def ran_values(run: Run, key: str) -> str | None:
 def iterations_ran(run: Run) -> str | None:
     """The iterations the trials ran ("1 to 2"), where any trial ran more than its job's least
     (method.iters: a trial runs on until min_trial_ms); None where every trial ran just that."""
-    ran = [(t.get("iters"), method_of(r).get("iters")) for r in run.results for b in backend_dicts(r).values()
-           for t in b.get("trials") or [] if t.get("iters") is not None]
+    ran = [(t.get("iters"), Method.of(r).iters) for r in run.results for b in backend_dicts(r).values()
+           for t in BackendEntry.of(b).trials if t.get("iters") is not None]
     if not ran or all(n == least for n, least in ran):
         return None
     counts = sorted({n for n, _ in ran})
@@ -195,11 +195,11 @@ def variants_alike(run: Run) -> dict | None:
     if len(run.variants) < 2 or not ran or any(ran_differently(run, name) for name in ran):
         return None
     triton = run.first["roles"].get("triton")
-    once = [{"variant": md_text(run.variant_label(variant)), "backends": [md_text(ran[n]) for n in names if n in ran]}
-            for variant, names in run.measured_once.items()]
+    once = [(variant, [md_text(ran[n]) for n in names if n in ran]) for variant, names in run.measured_once.items()]
     measured_once = {n for names in run.measured_once.values() for n in names}
     return {"backends": [md_text(label) for label in ran.values()],
-            "once": [o for o in once if o["backends"]],
+            "once": [{"variant": md_text(run.variant_label(variant)), "backends": labels}
+                     for variant, labels in once if labels],
             "again": [md_text(label) for name, label in ran.items() if name not in measured_once],
             "triton": md_text(run.label("triton")), "triton_ran": triton in ran}
 
@@ -208,7 +208,7 @@ def quoted_calibration(run: Run) -> dict | None:
     """The values of this report not measured in this run besides published ones: the calibration's
     between-run and between-card noise quoted under How precise is this run (where a run shows
     its precision), with the fit's name and whether it was fitted on this run's hardware."""
-    if run.published or not any(b["status"] == "ok" and b.get("stats") for _, _, b in run.ran_backends()):
+    if run.published or not any(b["status"] == "ok" and cell_stats(b) for _, _, b in run.ran_backends()):
         return None
     return {"fit": md_code(run.rule.fit or "none"), "here": run.rule.calibrated_on(hardware_identity(run.results))}
 

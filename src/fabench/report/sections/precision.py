@@ -4,7 +4,7 @@ Everything comes from the trials each result recorded; nothing is estimated here
 
 from __future__ import annotations
 
-from fabench.analysis.result_types import method_of
+from fabench.analysis.result_types import Method, cell_stats
 from fabench.report.format import backend_name, md_text, shape_text
 from fabench.report.model import Run
 from fabench.analysis import stats
@@ -17,7 +17,7 @@ from fabench.analysis.identity import PairType, hardware_identity
 def measured_cells(run: Run):
     """(result, name, backend) for every backend that ran cleanly and recorded trials."""
     for result, name, backend in run.ran_backends():
-        if backend["status"] == "ok" and backend.get("stats"):
+        if backend["status"] == "ok" and cell_stats(backend):
             yield result, name, backend
 
 
@@ -37,8 +37,8 @@ def noise_floor(run: Run, device: bool) -> dict | None:
 
 
 def unstable_cells(run: Run) -> list[dict]:
-    return [{"cell": cell_text(run, r, n, b), "why": md_text(b["stats"].get("unstable_reason") or "no reason given")}
-            for r, n, b in measured_cells(run) if not b["stats"].get("stable", True)]
+    return [{"cell": cell_text(run, r, n, b), "why": md_text(cell_stats(b).unstable_reason or "no reason given")}
+            for r, n, b in measured_cells(run) if not cell_stats(b).stable]
 
 
 def cross_checks(run: Run) -> dict | None:
@@ -53,11 +53,11 @@ def cross_checks(run: Run) -> dict | None:
 
 
 def trial_counts(run: Run) -> dict:
-    methods = [method_of(r) for r in run.results]
-    return {"trials": sorted({m.get("trials") for m in methods if m.get("trials")}),
-            "repeats": sorted({m.get("repeats") for m in methods if m.get("repeats")}),
-            "ci_methods": list(dict.fromkeys(b["stats"].get("ci_method") for *_, b in measured_cells(run)
-                                             if b["stats"].get("ci_method")))}
+    methods = [Method.of(r) for r in run.results]
+    ci_methods = (cell_stats(b).raw.get("ci_method") for *_, b in measured_cells(run))
+    return {"trials": sorted({m.trials for m in methods if m.trials}),
+            "repeats": sorted({m.repeats for m in methods if m.repeats}),
+            "ci_methods": list(dict.fromkeys(m for m in ci_methods if m))}
 
 
 def one_process_cells(run: Run, device: bool) -> int:
@@ -79,7 +79,7 @@ def noise_components(run: Run) -> dict:
         return None if value is None else f"{value:.2%}"
     # One process a job has no second process to spread from: the components' figure there is the
     # trials' own spread again, not one between processes.
-    one_process = all((method_of(r).get("repeats") or 1) == 1 for r in run.results)
+    one_process = all((Method.of(r).repeats or 1) == 1 for r in run.results)
     return {"within": pct(own["within_process"]), "between": None if one_process else pct(own["between_process"]),
             "cards": pct(own["between_card_in_run"]),
             "margins": ", ".join(f"{kind} {pct(margin)}" for kind, margin in run.rule.margins().items()),

@@ -15,7 +15,7 @@ Triton-role cells ran the same code get no improvement claims.
 
 from __future__ import annotations
 
-from fabench.analysis.result_types import backend_dicts
+from fabench.analysis.result_types import backend_dicts, cell_stats
 from fabench.report.format import (backend_name, bold, fmt_ms, fmt_times, md_code, md_text, shape_text,
                                    status_text, value_text)
 from fabench.analysis import claims
@@ -52,7 +52,10 @@ class Footnotes:
 
 
 def unstable(backend: dict | None) -> bool:
-    return backend is not None and backend["status"] == "ok" and not (backend.get("stats") or {}).get("stable", True)
+    if backend is None or backend["status"] != "ok":
+        return False
+    stats = cell_stats(backend)
+    return stats is not None and not stats.stable
 
 
 def ms_cell(result: dict, role: str, notes: Footnotes, strong: bool = False) -> str:

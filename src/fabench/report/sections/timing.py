@@ -7,7 +7,7 @@ from __future__ import annotations
 from fabench.analysis.figures import run_metric, shown_figure
 from fabench.analysis.kernel_check import JUDGE_BOUND
 from fabench.analysis.noise import interval_name
-from fabench.analysis.result_types import method_of
+from fabench.analysis.result_types import CrossCheck, cell_stats, method_of
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
 from fabench.results.contract import FLOP_CONVENTION
@@ -32,10 +32,10 @@ def spread_text(summary: dict) -> str:
 
 
 def stable_text(backend: dict) -> str:
-    stats = backend.get("stats")
+    stats = cell_stats(backend)
     if not stats:
         return "n/a"
-    return "yes" if stats.get("stable") else f"**no**: {md_text(stats.get('unstable_reason') or 'no reason given')}"
+    return "yes" if stats.stable else f"**no**: {md_text(stats.unstable_reason or 'no reason given')}"
 
 
 def cross_check_text(backend: dict) -> str:
@@ -49,7 +49,9 @@ def cross_check_text(backend: dict) -> str:
 
 def period_text(backend: dict) -> str:
     """The per-call period of the back-to-back stream (events), beside the kernels' own time."""
-    return fmt_ms((((backend.get("stats") or {}).get("period_ms")) or {}).get("median"))
+    stats = cell_stats(backend)
+    period = stats.metric("period_ms") if stats else None
+    return fmt_ms(period.median if period else None)
 
 
 def second_method_text(backend: dict) -> str:
@@ -63,7 +65,8 @@ def second_method_text(backend: dict) -> str:
 
 def kernels_text(backend: dict) -> str:
     """The kernels one call launches and each one's share of the call's kernel time."""
-    shares = (backend.get("stats") or {}).get("kernel_shares") or []
+    stats = cell_stats(backend)
+    shares = (stats.raw.get("kernel_shares") if stats else None) or []
     return "; ".join(f"{md_text(k['name'][:60])} {k['share']:.0%}" for k in shares) or "n/a"
 
 
@@ -120,12 +123,12 @@ def check_counts(run: Run, check: str) -> dict | None:
     and the reasons of those that did not agree or could not be judged."""
     cells = [b for _, _, b in run.ran_backends()
              if b["status"] == "ok" and (b.get("device_ms") or {}).get("median") is not None]
-    verdicts = [((c.get("cross_check") or {}).get(check) or {}) for c in cells]
-    judged = [v for v in verdicts if v.get("agrees") is not None]
+    verdicts = [CrossCheck.of(c, check) for c in cells]
+    judged = [v for v in verdicts if v.agrees is not None]
     if not judged:
         return None
-    return {"cells": len(cells), "judged": len(judged), "agreeing": sum(1 for v in judged if v["agrees"]),
-            "method": joined(v.get("method") for v in verdicts), "bound": JUDGE_BOUND}
+    return {"cells": len(cells), "judged": len(judged), "agreeing": sum(1 for v in judged if v.agrees),
+            "method": joined(v.method for v in verdicts), "bound": JUDGE_BOUND}
 
 
 def joined(values) -> str:
