@@ -161,9 +161,9 @@ def compile_apart(spec: JobSpec, names: list[str], clock) -> tuple[dict[str, dic
         try:
             found = json.loads(sent)
         except ValueError:
-            found = {"backends": {name: {"status": "failed", "reason": "its compiling process ended without a "
+            found = {"outcomes": {name: {"status": "failed", "reason": "its compiling process ended without a "
                                          f"record (exit status {os.waitstatus_to_exitcode(status)})"}}, "phases": []}
-        outcomes.update(found["backends"])
+        outcomes.update(found["outcomes"])
         platforms += [found["platform"]] if found.get("platform") else []
         clock.phases.extend(found["phases"])
     return outcomes, platforms[0] if platforms else str(plat.detect())
@@ -183,10 +183,10 @@ def fork_compiling(spec: JobSpec, name: str) -> tuple[int, int]:
     try:
         fork_clock = timeline.restart()
         outcomes, platform = compile_here(spec, [name], fork_clock)
-        found = {"backends": outcomes, "platform": platform, "phases": fork_clock.record()["phases"]}
+        found = {"outcomes": outcomes, "platform": platform, "phases": fork_clock.record()["phases"]}
     except BaseException as err:  # recorded: the job compiles for itself
         kind, why = classify_failure(err) if isinstance(err, Exception) else ("crash", repr(err))
-        found = {"backends": {name: {"status": "failed", "failure_kind": kind, "reason": why}}, "phases": []}
+        found = {"outcomes": {name: {"status": "failed", "failure_kind": kind, "reason": why}}, "phases": []}
     with os.fdopen(write, "wb") as pipe:
         pipe.write(json.dumps(found).encode())
     end_now(0)  # no atexit hook of the parent's runs here; this fork's aiter configs folder removed
