@@ -184,9 +184,11 @@ def fork_compiling(spec: JobSpec, name: str) -> tuple[int, int]:
         fork_clock = timeline.restart()
         outcomes, platform = compile_here(spec, [name], fork_clock)
         found = {"outcomes": outcomes, "platform": platform, "phases": fork_clock.record()["phases"]}
-    except BaseException as err:  # recorded: the job compiles for itself
-        kind, why = classify_failure(err) if isinstance(err, Exception) else ("crash", repr(err))
+    except Exception as err:  # recorded: the job compiles for itself
+        kind, why = classify_failure(err)
         found = {"outcomes": {name: {"status": "failed", "failure_kind": kind, "reason": why}}, "phases": []}
+    except BaseException:  # interrupted: nothing sent, the parent records that this fork sent nothing
+        end_now(1)
     with os.fdopen(write, "wb") as pipe:
         pipe.write(json.dumps(found).encode())
     end_now(0)  # no atexit hook of the parent's runs here; this fork's aiter configs folder removed
