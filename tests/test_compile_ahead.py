@@ -74,17 +74,24 @@ def test_the_jobs_kernels_are_compiled_ahead_into_the_cache_their_job_then_reads
     assert len(list((tmp_path / STAMPS).glob("*.json"))) == 2 and record["cached"] == []
 
     # Another run of the same jobs, into the same cache: each job's stamp says it was compiled ahead
-    # (a run's name is no part of its kernels), and nothing is compiled.
+    # (a run's name is no part of its kernels, nor how its jobs are timed and judged: the preview's
+    # other timing, counts and tolerance), and nothing is compiled.
     began = time.monotonic()
-    renamed = {**config, "run": "another"}
+    renamed = {**config, "run": "another", "iters": 7, "warmup": 3, "tolerance": {"max_abs_err": 0.05, "min_cosine": 0.99},
+               "timing": {**config["timing"], "trials": 3, "repeats": 1, "max_noise": 0.03},
+               "cpu": {**config["cpu"], "trials": 3, "min_trial_ms": 50}}
     again, second = compile_ahead(tmp_path, [spec_of(renamed, "default"), spec_of(renamed, "tuned")])
     assert again.returncode == 0 and second["processes"] == [], again.stdout + again.stderr
     assert second["cached"] == [{"variant": "default", "shape_id": SHAPE}, {"variant": "tuned", "shape_id": SHAPE}]
     assert time.monotonic() - began < 15
-    # A job whose spec differs (another shape) has no stamp: compiled.
+    # A job whose kernels differ (another shape; another dtype, or FlexAttention left out on the CPU)
+    # has no stamp: compiled (here not started, past the bound).
     other = job_spec(config, "default", parse_shape_id("b1-s64-h2-d64"), platform="cpu")
     _, third = compile_ahead(tmp_path, [other, spec_of(config, "tuned")], "--timeout-s", "0.2")
     assert [p["shape_id"] for p in third["processes"]] == ["b1-s64-h2-d64"] and len(third["cached"]) == 1
+    for changed in ({**config, "dtype": "bfloat16"}, {**config, "cpu": {**config["cpu"], "leave_out": ["flex"]}}):
+        _, fourth = compile_ahead(tmp_path, [spec_of(changed, "default")], "--timeout-s", "0.2")
+        assert fourth["cached"] == [] and [p["shape_id"] for p in fourth["processes"]] == [SHAPE], fourth
 
     # The default variant's job, in a process of its own, finds its FlexAttention kernel cached.
     kernel_config = tmp_path / "aiter.json"
@@ -203,3 +210,55 @@ def test_an_earlier_workflows_compile_ahead_is_not_this_ones():
     assert mine["measure_span_s"] == 10.0
     earlier = run_time_line([result], workflow_started_at=101.0, report_at=160.0, compile_ahead=record(100.0, []))
     assert earlier["compile_ahead"] is None
+
+
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc; a zombie is not live)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_jobs_backends_compile_in_forks_that_end_with_the_compiling_process(tmp_path):
+    """A job's compiled backends are built side by side, each in a process forked from the job's
+    compiling process (precompile_child.compile_apart); the compile ahead kills that process when
+    it runs past its bound, and a fork must not go on compiling on the GPU while jobs measure.
+    Blind side: on a CPU one backend (FlexAttention) compiles, in its fork; two compiling side by
+    side is the GPU's case, seen in a lease's compile-ahead record."""
+    out = tmp_path / "record.json"
+    child = subprocess.Popen([sys.executable, "-m", "fabench.measure.precompile_child",
+                              "--spec", spec_of(flex_config(), "default").to_json(), "--out", str(out)],
+                             cwd=tmp_path, env=environment(tmp_path), stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        forks = []
+        while not forks and child.poll() is None and time.monotonic() < deadline:
+            forks = children_of(child.pid)
+            time.sleep(0.02)
+        assert forks, "no forked compiling process seen"
+        # The forks of backends that cannot run here end at once; FlexAttention's compiles for seconds.
+        time.sleep(1.0)
+        forks = children_of(child.pid)
+        assert forks and child.poll() is None, "no fork compiling a second after they were forked"
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 10
+        while any(map(alive, forks)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in forks if alive(pid)], "a fork outlived the compiling process it was forked from"
+        assert not out.exists()
+    finally:
+        child.kill()

@@ -15,6 +15,8 @@ import csv
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -247,3 +249,20 @@ def test_the_runs_terminal_line_is_its_findings_from_results_json(tmp_path):
     assert (f"; fastest by its median: sdpa at 5 of 5 shapes in tuned's table, 0 judged ahead beyond the noise; "
             f"decided {decided['answered']} of {decided['asked']} questions; report: {run_dir / 'report.md'}") in line
     assert len(line.split("; report: ")[0]) < 200 and "\n" not in line  # short before the paths
+
+
+def test_the_workflows_last_lines_import_no_drawing_library_unless_a_comparison_was_written(tmp_path):
+    """The Snakefile's onsuccess runs in Snakemake's own process after the report is written: it
+    imported matplotlib (1.2 s on the CPU host) for a comparison's line a run does not have. A
+    comparison written since the workflow started still gets its line."""
+    probe = ("import sys; from fabench.report.last_lines import finished_lines; "
+             "lines = finished_lines([], 0.0, results_root=__import__('pathlib').Path('results')); "
+             "print('matplotlib' in sys.modules, lines)")
+    (tmp_path / "compare").mkdir()
+    quiet = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "False []", quiet.stdout + quiet.stderr
+    (tmp_path / "compare" / "compare.json").write_text(json.dumps({"entries": [{"id": "cpu/0001-x"}]}))
+    told = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert told.returncode == 0, told.stderr
+    assert "compare: 1 archived run: nothing to compare it with yet; see compare/compare.md (compare/compare.html)" \
+        in told.stdout, told.stdout

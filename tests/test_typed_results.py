@@ -29,15 +29,16 @@ NOT_YET_TYPED = {
     "analysis/pairs.py",
     "analysis/within_run.py",
     "analysis/legacy.py",
-    "measure/launch/precompile.py",  # (measure)
-    "measure/launch/runner.py",  # (measure)
 }
 # Modules whose reads of these names are of another record than a result: the measure stage
-# writing its raw trials as it measures (measure/, owned by the measure wing's change), the
-# paired test's evidence (`trials`: a count) in the verdict's words, the config's `backends`, and
-# the compile ahead's record (each process's `backends`: their outcomes of compiling).
-OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "analysis/verdict_text.py", "config.py",
-                 "report/precompile_summary.py"}
+# writing its raw trials as it measures (measure/, owned by the measure wing's change), and its
+# launcher adding how the process ended to the record it wrote (measure/launch/runner.py: the
+# measure package may not import fabench.analysis, which imports it), the paired test's evidence
+# (`trials`: a count) in the verdict's words, the config's `backends`, and the compile ahead's
+# record (each process's `backends`: their outcomes of compiling, read by the report and by
+# measure/launch/precompile.py).
+OTHER_RECORDS = {"measure/cell.py", "measure/job.py", "measure/launch/runner.py", "measure/launch/precompile.py",
+                 "analysis/verdict_text.py", "config.py", "report/precompile_summary.py"}
 LOOKUPS = ("get", "pop", "setdefault")
 
 

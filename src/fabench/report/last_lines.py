@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Iterable
 
 from fabench.analysis.result_types import backend_dicts
-from fabench.report.compare_outputs import result_line
 
 COMPARISON = Path("compare")
 # A summary line's own markup, dropped for the terminal: bold, links to the report's sections, escapes.
@@ -73,6 +72,10 @@ def finished_lines(runs: Iterable[str], started_at: float, results_root: Path = 
             lines.append(run_line(run_dir))
     data = comparison / "compare.json"
     if written_since(data, started_at):
+        # Imported only here: compare_outputs draws (matplotlib), 1.2 s of imports on the CPU host in
+        # the workflow's own process after a run's report, which has no comparison to say.
+        from fabench.report.compare_outputs import result_line
+
         lines.append(f"compare: {result_line(json.loads(data.read_text()))}; "
                      f"see {comparison / 'compare.md'} ({comparison / 'compare.html'})")
     return lines

@@ -67,6 +67,10 @@ COMPILERS = ("torch", "triton", "amd-aiter", "flash-attn-4", "nvidia-cutlass-dsl
              "apache-tvm-ffi")
 # Cores left to the measuring workers started alongside and to the host itself.
 CORES_KEPT = 2
+# The job settings a compiling process reads: which backends, the inputs' type, draw and mask, and on a
+# CPU the backends left out and the threads (fabench.measure.precompile_child).
+KERNEL_SETTINGS = ("backends", "causal", "dtype", "seed")
+KERNEL_CPU_SETTINGS = ("leave_out", "threads")
 POLL_S = 0.05
 
 
@@ -91,16 +95,27 @@ def parallel_processes(jobs: int, cores: int) -> int:
 
 
 def stamp_facts(spec, lease, env: dict, code: str) -> dict:
-    """What a job's compiled kernels depend on: its spec but the run's name (shape, dtype, the
-    variant's config, the backends: a run's name is no part of its kernels), the host and the GPU
-    (its visibility: a card's UUID), the compilers' versions, this fabench's code (`code`:
+    """What a job's compiled kernels depend on: its spec's kernel facts (kernel_facts), the host and
+    the GPU (its visibility: a card's UUID), the compilers' versions, this fabench's code (`code`:
     gitinfo.code_fingerprint, the workers' notion of the code too), and the cache folders they
     were written to."""
-    job = {key: value for key, value in spec.to_dict().items() if key != "run"}
-    return {"job": job, "host": socket.gethostname(), "gpu": lease.gpu,
+    return {"job": kernel_facts(spec), "host": socket.gethostname(), "gpu": lease.gpu,
             "visible_devices": lease.visible_devices, "python": sys.executable,
             "versions": {name: package_version(name) for name in COMPILERS},
             "code": code, "caches": {key: env.get(key) for key in CACHE_ENV}}
+
+
+def kernel_facts(spec) -> dict:
+    """The part of a job's spec its compiling process reads (fabench.measure.precompile_child):
+    the spec but the run's name and the settings that only say how the job is timed and judged
+    (timing, the counts, the tolerance, the roles), which build no kernel. So the preview
+    (config/preview.yaml: other timing, the same shapes and variants) finds the kernels a default
+    run compiled ahead, and the other way round; a run's name is no part of its kernels either."""
+    job = {key: value for key, value in spec.to_dict().items() if key != "run"}
+    settings = job["settings"]
+    job["settings"] = {**{key: settings[key] for key in KERNEL_SETTINGS},
+                       "cpu": {key: settings["cpu"][key] for key in KERNEL_CPU_SETTINGS}}
+    return job
 
 
 def stamp_path(facts: dict) -> Path:
@@ -138,18 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     leased_at = time.time()
     with lease:
-        workers = []
-        if args.mode == "worker" and args.worker_idle_s is not None:
-            # Each draws the inputs of every job of the run, in the jobs' order (as many as it keeps).
-            workers = start_ahead(lease, list(rounds_ahead(args.spec[0], lease)), args.worker_idle_s,
-                                  args.spec[0].settings.backends, inputs_of(args.spec))
-        env = measuring_environment(lease)
-        code = code_fingerprint()
-        stamps = {index: stamp_path(stamp_facts(spec, lease, env, code)) for index, spec in enumerate(args.spec)}
-        unusable = stamp_path_problem(STAMPS)
-        if unusable:  # no stamp read or written there; every job compiles ahead
-            print(f"[fabench] compile ahead: the stamps' folder is not used: {unusable}", flush=True)
-            stamps = {}
+        workers = start_workers(args, lease)
+        stamps = job_stamps(args.spec, lease)
         todo = [index for index in range(len(args.spec)) if not stamped(stamps.get(index), args.spec[index])]
         cached = [{"variant": args.spec[i].variant, "shape_id": args.spec[i].shape_id}
                   for i in stamps if i not in todo]
@@ -159,22 +164,56 @@ def main(argv: list[str] | None = None) -> int:
               + (f" ({len(cached)} job(s) compiled ahead before, into this compile cache)" if cached else ""),
               flush=True)
         processes = compile_all([args.spec[i] for i in todo], lease, parallel, args.timeout_s) if todo else []
-        for index, process in zip(todo, processes):
-            if compiled_whole(process) and index in stamps and not stamps[index].is_symlink():
-                try:
-                    write_json(stamps[index], {"variant": process["variant"], "shape_id": process["shape_id"],
-                                               "compiled_at": process["exited_at"], "backends": process["backends"]})
-                except (OSError, ValueError) as err:  # costs only speed: the next run compiles ahead again
-                    print(f"[fabench] compile ahead: no stamp written ({err})", flush=True)
+        write_stamps({index: stamps.get(index) for index in todo}, processes)
     ended_at = time.time()
     record = {"format": FORMAT, "started_at": started_at, "leased_at": leased_at, "ended_at": ended_at,
               "host": socket.gethostname(), "gpu": lease.gpu, "gpu_uuid": (lease.visible_devices or {}).get("CUDA_VISIBLE_DEVICES"),
               "parallel": parallel, "workers_started": len(workers), "processes": processes, "cached": cached}
     write_json(args.out, record)
-    compiled = sum(1 for p in processes for o in (p.get("backends") or {}).values() if o.get("status") == "compiled")
-    print(f"[fabench] compiled ahead in {ended_at - leased_at:.1f} s: {compiled} compiled backend(s)' first calls "
-          f"in {len(processes)} process(es), {sum(1 for p in processes if p.get('reason'))} of them failed", flush=True)
+    print(f"[fabench] compiled ahead in {ended_at - leased_at:.1f} s: {compiled_count(processes)} compiled "
+          f"backend(s)' first calls in {len(processes)} process(es), "
+          f"{sum(1 for p in processes if p.get('reason'))} of them failed", flush=True)
     return 0
+
+
+def start_workers(args: argparse.Namespace, lease) -> list[str]:
+    """In worker mode, the leased GPU's measuring workers started (worker_client.start_ahead): they
+    import while the kernels compile; each draws the inputs of every job of the run, in the jobs'
+    order (as many as it keeps). Their names."""
+    if args.mode != "worker" or args.worker_idle_s is None:
+        return []
+    return start_ahead(lease, list(rounds_ahead(args.spec[0], lease)), args.worker_idle_s,
+                       args.spec[0].settings.backends, inputs_of(args.spec))
+
+
+def job_stamps(specs: list, lease) -> dict[int, Path]:
+    """Each job's stamp path (by its index), or none at all where the stamps' folder cannot be
+    used (said on one line; every job then compiles ahead, and no stamp is written)."""
+    unusable = stamp_path_problem(STAMPS)
+    if unusable:
+        print(f"[fabench] compile ahead: the stamps' folder is not used: {unusable}", flush=True)
+        return {}
+    env, code = measuring_environment(lease), code_fingerprint()
+    return {index: stamp_path(stamp_facts(spec, lease, env, code)) for index, spec in enumerate(specs)}
+
+
+def write_stamps(stamps: dict[int, Path | None], processes: list[dict]) -> None:
+    """A stamp for each job (`stamps`: its path by the job's index, in the order `processes` ran)
+    whose process built every kernel; a stamp that cannot be written costs only speed (the next
+    run compiles that job ahead again)."""
+    for (index, stamp), process in zip(stamps.items(), processes):
+        if stamp is None or stamp.is_symlink() or not compiled_whole(process):
+            continue
+        try:
+            write_json(stamp, {"variant": process["variant"], "shape_id": process["shape_id"],
+                               "compiled_at": process["exited_at"], "backends": process["backends"]})
+        except (OSError, ValueError) as err:
+            print(f"[fabench] compile ahead: no stamp written ({err})", flush=True)
+
+
+def compiled_count(processes: list[dict]) -> int:
+    """How many backends' first calls the compiling processes made."""
+    return sum(1 for p in processes for o in (p.get("backends") or {}).values() if o.get("status") == "compiled")
 
 
 def compile_all(specs: list, lease, parallel: int, timeout_s: float | None) -> list[dict]:

@@ -19,6 +19,7 @@ how many jobs it ran before), the job's raw output, and a MARK line with the job
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -77,6 +78,14 @@ def runtime_folder(env: dict | None = None) -> Path:
     return private_dir(worker_folder(os.environ if env is None else env), WORKER_DIR_ENV)
 
 
+@functools.cache
+def launchers_code() -> str:
+    """gitinfo.code_fingerprint, read once per process: a launcher names its rounds' workers four
+    times (start_ahead before its lease, its own round's, start_ahead after it), and each reading
+    hashes every module of the package (~10 ms on the CPU host), between one timed job and the next."""
+    return code_fingerprint()
+
+
 def identity(lease, process: int, env: dict | None = None) -> dict:
     """The facts a worker must share with a job to measure it: same host, GPU and round, same code,
     interpreter, working directory, measuring environment and workflow."""
@@ -89,7 +98,7 @@ def identity(lease, process: int, env: dict | None = None) -> dict:
         "visible_devices": lease.visible_devices,
         "round": process,
         "python": sys.executable,
-        "code": code_fingerprint(),
+        "code": launchers_code(),
         "workdir": os.getcwd(),
         "environment": measured_env,
         "workflow": env.get(WORKFLOW_ENV),
