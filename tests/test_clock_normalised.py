@@ -40,14 +40,21 @@ def sleep_then_calls(cycles_us: float, calls: int, start: float = 0.0) -> list[d
     return events
 
 
-def test_each_chunks_clock_is_its_sleeps_cycles_over_its_duration():
-    # 1.8 M cycles in 1000 us: 1800 MHz; 1.9 M in 1000 us: 1900 MHz.
-    trace = sleep_then_calls(1000.0, 3) + sleep_then_calls(1000.0, 2, start=5000.0)
-    figures, why_not = stream_figures(trace, [3, 2], 1, cleared=False, sleep_cycles=[1_800_000, 1_900_000])
+def test_each_chunks_clock_is_the_cycles_over_the_duration_of_the_sleep_after_it():
+    # Three sleeps: before chunk 0 (after the GPU idled: not read), after chunk 0 (1.8 M cycles in
+    # 1000 us: 1800 MHz) and the closing sleep after chunk 1 (0.38 M cycles in 200 us: 1900 MHz).
+    trace = (sleep_then_calls(500.0, 3) + sleep_then_calls(1000.0, 2, start=5000.0)
+             + [{"ts": 9000.0, "dur": 200.0, "name": "sleep"}])
+    cycles = [1_000_000, 1_800_000, 380_000]
+    figures, why_not = stream_figures(trace, [3, 2], 1, cleared=False, sleep_cycles=cycles, read_clocks=True)
     assert why_not is None and figures["sleep_clock_mhz"] == [1800.0, 1900.0]
-    # Without the sleeps' cycles (a platform whose sleep does not count SM cycles), no clock.
-    figures, _ = stream_figures(trace, [3, 2], 1, cleared=False)
-    assert "sleep_clock_mhz" not in figures
+    assert len(figures["kernel_ms"]) == 5
+    # A platform whose sleep does not count SM cycles: the same trace read, no clock.
+    figures, _ = stream_figures(trace, [3, 2], 1, cleared=False, sleep_cycles=cycles)
+    assert "sleep_clock_mhz" not in figures and len(figures["kernel_ms"]) == 5
+    # Without the closing sleep the trace is one kernel short of what the sleeps say.
+    figures, why_not = stream_figures(trace[:-1], [3, 2], 1, cleared=False, sleep_cycles=cycles, read_clocks=True)
+    assert figures is None and "then a closing sleep" in why_not
 
 
 def test_a_trials_samples_take_their_own_chunks_clock():

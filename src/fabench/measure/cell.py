@@ -243,7 +243,8 @@ class Cell:
         """The device figure's samples: each call's kernels' own time (summed CUPTI durations), from
         streams of calls run under the profiler, in batches until the stopping rule
         (fabench.measure.stopping) says stop. From the same streams: the event pair around each call,
-        the per-call period by events and by CUPTI, each kernel's share, and why the trial stopped.
+        the per-call period by events and by CUPTI, each kernel's share, why the trial stopped, and
+        the SM clock each chunk left (sleep_clock_mhz, chunk_calls: the analysis's cycles figure).
 
         Every chunk's kernel durations are kept: a kernel the GPU reached before the host had queued
         it waited to start, which is not in its own duration. The event pairs and the periods are
@@ -266,8 +267,8 @@ class Cell:
             counts = self.timer.chunk_counts(wanted)
             trace, chunks, sleeps = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
-                                                      self.timer.cache is not None,
-                                                      sleeps if named(self.job.platform).sleep_counts_sm_cycles else None)
+                                                      self.timer.cache is not None, sleeps,
+                                                      named(self.job.platform).sleep_counts_sm_cycles)
             if figures is None:
                 raise UnreadableTrace(why_not)
             period_at = 0

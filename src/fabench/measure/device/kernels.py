@@ -65,12 +65,13 @@ def warm_profiler() -> None:
 def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[list[float], list[float], bool]],
                                                       list[int]]:
     """The trace's kernels of `counts` chunks run by the device timer under the profiler (each chunk a
-    GPU sleep, then per call the L2 clear when configured and the call between its events), each
-    chunk's (event pairs, event periods, fed) from the same stream, and each chunk's sleep in SM
-    cycles: one stream per batch gives the kernels' own time (CUPTI), the event pair around each call
-    (do_bench's quantity), the per-call period by both clocks, and the SM clock each chunk began at
-    (stream_figures). The sleep-ahead is sized for the host's rate under the profiler
-    (DeviceTimer.stream_kind); a stream not fed doubles the next one's sleep, as the plain loop does."""
+    GPU sleep, then per call the L2 clear when configured and the call between its events; after
+    the last chunk a closing sleep), each chunk's (event pairs, event periods, fed) from the same
+    stream, and every sleep's SM cycles in queue order: one stream per batch gives the kernels' own
+    time (CUPTI), the event pair around each call (do_bench's quantity), the per-call period by both
+    clocks, and the SM clock each chunk left (stream_figures). The sleep-ahead is sized for the host's
+    rate under the profiler (DeviceTimer.stream_kind); a stream not fed doubles the next one's
+    sleep, as the plain loop does."""
     from torch.profiler import profile
 
     timer.sleep_cycles = []
@@ -78,6 +79,7 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[li
         with warnings.catch_warnings(), profile(activities=here().profiler_activities()) as prof:
             warnings.simplefilter("ignore")
             chunks = timer.run_chunks(counts)
+            timer.closing_sleep()
             here().synchronize()
         if not all(chunk[2] for chunk in chunks):
             timer.sleep_factor = min(timer.sleep_factor * 2, MAX_SLEEP_FACTOR)
@@ -85,33 +87,34 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[li
 
 
 def stream_figures(kernels: list[dict], counts: list[int], per_call: int, cleared: bool,
-                   sleep_cycles: list[int] | None = None) -> tuple[dict | None, str | None]:
+                   sleep_cycles: list[int] | None = None, read_clocks: bool = False) -> tuple[dict | None, str | None]:
     """The kernels' own time of each call, the per-call period and each kernel's time, from the trace
     of chunks of calls (kernels in start order; ts and dur in us), or why the trace cannot be read.
 
     A chunk is the timer's sleep, then per call `per_call` kernels, an L2 clear before them when
-    `cleared`; calls are told apart by position, so a trace of another length is not read.
+    `cleared`; where `sleep_cycles` holds one more sleep than there are chunks, the stream ends with
+    a closing sleep. Calls are told apart by position, so a trace of another length is not read.
     kernel_ms: the durations of the call's own kernels summed (what Nsight and tritonbench's
     profiler latency mode report; the clear, the sleep and the gaps between kernels are not in it).
     period_ms: from the start of one call's block (its clear, else its first kernel) to the next
     one's, within a chunk: the per-call time of the back-to-back stream, gaps included.
     by_kernel: each kernel name's summed duration (us) over all calls, for its share of a call.
-    sleep_clock_mhz (where `sleep_cycles` gives each chunk's sleep in SM cycles: a platform whose
-    sleep counts them): the SM clock each chunk's sleep ran at, its cycles over its own duration. A
-    power-capped kernel's clock moves from chunk to chunk and its time with it; the clock read by
-    NVML once after a trial's loop does not follow that (on an H200 it explained none of cuDNN's
-    3-5% spread between trials at (4,4096,8,256)), a sleep right before the calls does.
-    fabench.analysis.entry turns both into the clock-normalised figure of a capped cell."""
+    sleep_clock_mhz (with `read_clocks`: a platform whose sleep counts SM cycles, and a closing
+    sleep): per chunk, the SM clock of the sleep right after it, that sleep's cycles over its own
+    duration: the clock the chunk's load held the GPU at. A power-capped kernel's clock moves from
+    chunk to chunk and its time with it; the clock read by NVML once after a trial's loop does not
+    follow that (on an H200 the cycles it gave spread more than the times). fabench.analysis.entry
+    turns both into the clock-normalised figure of a capped cell."""
     block = per_call + (1 if cleared else 0)
-    expected = sum(1 + count * block for count in counts)
+    closing = sleep_cycles is not None and len(sleep_cycles) == len(counts) + 1
+    expected = sum(1 + count * block for count in counts) + (1 if closing else 0)
     if len(kernels) != expected:
         return None, (f"the trace holds {len(kernels)} kernels, not the {expected} expected ({len(counts)} chunk(s) "
-                      f"of a sleep, then per call {'an L2 clear and ' if cleared else ''}{per_call} kernel(s))")
-    kernel_ms, period_ms, by_kernel, clocks, at = [], [], {}, [], 0
-    for chunk, count in enumerate(counts):
-        sleep = kernels[at]
-        if sleep_cycles and chunk < len(sleep_cycles) and sleep.get("dur", 0) > 0:
-            clocks.append(round(sleep_cycles[chunk] / sleep["dur"], 1))  # cycles per us: MHz
+                      f"of a sleep, then per call {'an L2 clear and ' if cleared else ''}{per_call} kernel(s)"
+                      f"{', then a closing sleep' if closing else ''})")
+    kernel_ms, period_ms, by_kernel, sleeps, at = [], [], {}, [], 0
+    for count in counts:
+        sleeps.append(kernels[at])
         at += 1  # the sleep
         starts = []
         for _ in range(count):
@@ -123,8 +126,10 @@ def stream_figures(kernels: list[dict], counts: list[int], per_call: int, cleare
             at += block
         period_ms += [(b - a) / 1000.0 for a, b in zip(starts, starts[1:])]
     figures = {"kernel_ms": kernel_ms, "period_ms": period_ms, "by_kernel": by_kernel}
-    if sleep_cycles and len(clocks) == len(counts):
-        figures["sleep_clock_mhz"] = clocks
+    if closing and read_clocks:
+        after = [(cycles, sleep.get("dur", 0)) for cycles, sleep in zip(sleep_cycles[1:], sleeps[1:] + [kernels[at]])]
+        if all(dur > 0 for _, dur in after):
+            figures["sleep_clock_mhz"] = [round(cycles / dur, 1) for cycles, dur in after]  # cycles per us: MHz
     return figures, None
 
 

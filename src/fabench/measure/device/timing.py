@@ -51,6 +51,9 @@ MAX_RETRIES = 3  # a chunk the GPU caught up with is measured again, this often 
 # per call as the plain stream: CUPTI's tracing adds host work to every launch. The first profiled
 # stream then measures the real rate, which every later one of the backend starts from.
 PROFILED_HOST_FACTOR = 2.0
+# A stream's closing sleep (DeviceTimer.closing_sleep): long enough that its duration in the trace
+# (1 us resolution) reads the clock to about 0.5%, short beside any stream.
+CLOSING_SLEEP_MS = 0.2
 DEVICE_TIME_METHODS = {
     "queued": ("eager calls queued in chunks behind a GPU sleep (torch.cuda._sleep), each chunk checked "
                "to be fully queued before the GPU reached it; events around every call"),
@@ -206,6 +209,15 @@ class DeviceTimer:
     def sleep_ahead(self, count: int) -> None:
         """Queue the GPU sleep that lets the host queue `count` iterations before the GPU reaches them."""
         cycles = int(self._sleep_ms(count) * sleep_cycles_per_ms())
+        self.sleep_cycles.append(cycles)
+        here().sleep(cycles)
+
+    def closing_sleep(self) -> None:
+        """A short GPU sleep after a stream's last chunk, its cycles recorded as every chunk's sleep
+        is: the sleep right after a chunk runs at the clock the chunk's own load left, which the
+        sleep before a stream's first chunk does not (the GPU idled before it while the host read
+        the previous stream), so each chunk's clock is read from the sleep after it."""
+        cycles = int(CLOSING_SLEEP_MS * sleep_cycles_per_ms())
         self.sleep_cycles.append(cycles)
         here().sleep(cycles)
 
