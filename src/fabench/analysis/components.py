@@ -35,14 +35,16 @@ from itertools import combinations
 
 from fabench.analysis import stats
 from fabench.analysis.figures import compared_metric
+from fabench.analysis.result_types import (backend_dicts, cell_stats, figure_record, method_of, provenance_of,
+                                           recorded_trials)
 from fabench.analysis.identity import (PairType, code_differences, experiment_differences, hardware_identity,
                                        hosts_of, pair_type)
 
 def process_cards(result: dict) -> dict[int, str | None]:
     """process index -> the card (GPU UUID) it ran on, from its recorded exit (older results: the
     run's card)."""
-    exits = (result.get("method") or {}).get("process_exits") or []
-    card = ((result.get("provenance") or {}).get("gpu") or {}).get("uuid")
+    exits = method_of(result).get("process_exits") or []
+    card = (provenance_of(result).get("gpu") or {}).get("uuid")
     return {e.get("index", i): e.get("gpu_uuid") or card for i, e in enumerate(exits)}
 
 
@@ -60,7 +62,7 @@ def within_process(trials: list[dict], metric: str) -> tuple[float, int]:
 
 
 def _ok_cells(results: list[dict]) -> dict[tuple, tuple[dict, dict]]:
-    return {(r["variant"], r["shape_id"], name): (entry, r) for r in results for name, entry in r["backends"].items()
+    return {(r["variant"], r["shape_id"], name): (entry, r) for r in results for name, entry in backend_dicts(r).items()
             if entry["status"] == "ok"}
 
 
@@ -71,17 +73,18 @@ def run_components(results: list[dict]) -> dict:
     the same gap between two processes on one card, for scale)."""
     within, between, card_gaps, same_gaps = [], [], [], []
     for entry, result in _ok_cells(results).values():
-        metric = entry["stats"].get("judged")
-        figure = entry["stats"].get(metric) or {}
-        if not metric or not entry["stats"].get("stable", True) or not figure.get("noise"):
+        summary = cell_stats(entry)
+        metric = summary.get("judged")
+        figure = summary.metric(metric) if metric else None
+        if not metric or not summary.stable or not figure or not figure.noise:
             continue
-        variance, df = within_process(entry.get("trials") or [], metric)
+        variance, df = within_process(recorded_trials(entry) or [], metric)
         if df:
             within.append(math.sqrt(variance))
-        between.append(figure["noise"]["sigma"])
+        between.append(figure.noise.sigma)
         cards = process_cards(result)
         medians = {}
-        for t in entry.get("trials") or []:
+        for t in recorded_trials(entry) or []:
             if t.get(metric):
                 medians.setdefault(t.get("process", 0), []).append(t[metric])
         medians = {p: stats.median(v) for p, v in medians.items()}
@@ -117,7 +120,7 @@ DEFAULT_ANSWERED = 0.85  # a fit's answered_target names its own per pair type (
 
 def cell_class(*entries: dict) -> str:
     """"capped" where either run's cell was held at a power cap (entry.stability), else "steady"."""
-    return "capped" if any((e.get("stats") or {}).get("capped") for e in entries) else "steady"
+    return "capped" if any(s.capped for s in map(cell_stats, entries) if s) else "steady"
 
 
 def cell_excess(a: list[dict], b: list[dict]) -> dict[tuple, tuple[float, str, tuple[float, int]]]:
@@ -127,10 +130,10 @@ def cell_excess(a: list[dict], b: list[dict]) -> dict[tuple, tuple[float, str, t
     found = {}
     for key in sorted(set(x) & set(y)):
         (old, _), (new, _) = x[key], y[key]
-        if code_differences(old, new) or not (old["stats"].get("stable", True) and new["stats"].get("stable", True)):
+        if code_differences(old, new) or not (cell_stats(old).stable and cell_stats(new).stable):
             continue
         metric = compared_metric(old, new)
-        fa, fb = (old["stats"].get(metric) or {}, new["stats"].get(metric) or {}) if metric else ({}, {})
+        fa, fb = (figure_record(old, metric) or {}, figure_record(new, metric) or {}) if metric else ({}, {})
         if not (fa.get("noise") and fb.get("noise")):
             continue
         d = math.log(fb["median"] / fa["median"])

@@ -7,6 +7,8 @@ place that chooses; the report, the comparison and the plots ask here.
 
 from __future__ import annotations
 
+from fabench.analysis.result_types import Method, backend_dicts, cell_stats, figure_record, metric_median
+
 METRICS = {"device_ms": "device time", "wall_mean_ms": "wall-clock time",
            "device_kcycles": "device time in SM clock cycles"}
 
@@ -26,7 +28,7 @@ def cell_metric(*entries: dict) -> str | None:
     """The metric every given analysed entry has a median for: device first, then wall (the
     figure a cell shows; a comparison of runs judges by compared_metric)."""
     for metric in ("device_ms", "wall_mean_ms"):
-        if all(((e.get("stats") or {}).get(metric) or {}).get("median") is not None for e in entries):
+        if all(metric_median(e, metric) is not None for e in entries):
             return metric
     return None
 
@@ -40,9 +42,8 @@ def compared_metric(*entries: dict) -> str | None:
     do not follow the clock. A steady cell keeps its time: its clock does not move, and a cycles
     figure would only add the clock's reading to it."""
     metric = cell_metric(*entries)
-    capped = any((e.get("stats") or {}).get("capped") for e in entries)
-    if metric == "device_ms" and capped and all(
-            ((e.get("stats") or {}).get("device_kcycles") or {}).get("median") is not None for e in entries):
+    capped = any(stats.capped for stats in map(cell_stats, entries) if stats)
+    if metric == "device_ms" and capped and all(metric_median(e, "device_kcycles") is not None for e in entries):
         return "device_kcycles"
     return metric
 
@@ -56,14 +57,15 @@ def tflops(flops: float | None, ms: float | None) -> float | None:
 def run_metric(results: list[dict]) -> str:
     """The figure a run's tables show: device time where any job timed on the device (a GPU run),
     else the published method's wall-clock figure (a CPU run)."""
-    timed = any(r["method"].get("device_timer") for r in results) or any(
-        ((b.get("stats") or {}).get("device_ms") or {}).get("median") is not None or
-        (b.get("device_ms") or {}).get("median") is not None for r in results for b in r["backends"].values())
+    timed = any(Method.of(r).get("device_timer") for r in results) or any(
+        metric_median(b, "device_ms") is not None or
+        (b.get("device_ms") or {}).get("median") is not None for r in results for b in backend_dicts(r).values())
     return "device_ms" if timed else "wall_mean_ms"
 
 
 def shown_figure(entry: dict, metric: str) -> dict:
     """The analysed summary of `metric` for one backend, the wall figure where it has no device
     figure (a GPU backend without a device timer); {} when it has neither."""
-    stats = entry.get("stats") or {}
-    return (stats.get(metric) if metric == "device_ms" else None) or stats.get("wall_mean_ms") or {}
+    return (figure_record(entry, metric) if metric == "device_ms" else None) or figure_record(
+        entry, "wall_mean_ms") or {}
+

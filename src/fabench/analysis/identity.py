@@ -11,6 +11,7 @@ import json
 from enum import StrEnum
 from functools import lru_cache
 
+from fabench.analysis.result_types import METHOD, method_of, provenance_of
 from fabench.platforms import PlatformName
 from fabench.resources import SCHEMA_DIR
 
@@ -82,7 +83,7 @@ def hardware_identity(results: list[dict]) -> dict:
     if not results:
         return {"platform": None, "device": None, "arch": None, "cards": [], "host_cards": []}
     # Results made by hand (tests, tools) may carry no provenance: hardware unknown, not an error.
-    provenance = [r.get("provenance") or {} for r in results]
+    provenance = [provenance_of(r) for r in results]
     first = provenance[0]
     gpu = first.get("gpu") or {}
     platform = results[0].get("platform")
@@ -93,7 +94,7 @@ def hardware_identity(results: list[dict]) -> dict:
         # The card of each measuring process where its exit recorded it (a job may spread its
         # processes over the cards of a host), else the run's.
         cards = sorted(({(p.get("gpu") or {}).get("uuid") for p in provenance}
-                        | {e.get("gpu_uuid") for r in results for e in (r.get("method") or {}).get("process_exits") or []})
+                        | {e.get("gpu_uuid") for r in results for e in method_of(r).get("process_exits") or []})
                        - {None})
         host_cards = sorted({card for p in provenance for card in p.get("host_cards") or ()})
     return {"platform": platform, "device": gpu.get("name") or first.get("device"), "arch": first.get("arch"),
@@ -201,7 +202,7 @@ def method_roles() -> dict[str, str]:
     when it changes what a CPU run measures only. Declared in the schema, beside each field's type,
     so that a new field is decided where it is written down."""
     schema = json.loads((SCHEMA_DIR / "result.schema.json").read_text())
-    fields = schema["properties"]["method"]["properties"]
+    fields = schema["properties"][METHOD]["properties"]
     return {name: rule.get(ROLE_MARK) for name, rule in fields.items()}
 
 
@@ -220,7 +221,7 @@ def experiment_identity(result: dict) -> dict:
     in code and hardware (the cards, their number, the run's name are hardware and naming)."""
     return {"shape": result.get("shape"), "dtype": result.get("dtype"), "causal": result.get("causal"),
             "tolerance": result.get("tolerance"), "flop_convention": result.get("flop_convention"),
-            "method": experiment_settings(result.get("method"), result.get("platform"))}
+            "method": experiment_settings(method_of(result), result.get("platform"))}
 
 
 def experiment_differences(a: list[dict], b: list[dict]) -> list[str]:

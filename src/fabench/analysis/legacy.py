@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from fabench.analysis.result_types import cell_stats
 from fabench.measure.observations import Kind, kernels_differ, no_kernel_time, warmup_unsettled
 
 SPREAD_REASON = "trials spread "
@@ -36,7 +37,8 @@ _GENERATED = re.compile(r",? ?generated sha256 [0-9a-fA-FNone]+")
 
 def notes(entry: dict) -> list[str]:
     """The recorded verdict's notes: its reasons without the spread reason the analysis adds."""
-    reason = (entry.get("stats") or {}).get("unstable_reason") or ""
+    stats = cell_stats(entry)
+    reason = (stats.unstable_reason if stats else None) or ""
     return [part for part in reason.split("; ") if part and not part.startswith(SPREAD_REASON)]
 
 

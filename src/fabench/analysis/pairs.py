@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from fabench.analysis import legacy, stats
+from fabench.analysis.result_types import backend_dicts, cell_stats, recorded_trials
 
 # Instability the paired test absorbs as noise: the trials of a cell spread (a host that changes
 # speed moves both partners), or a clock held down moved them. Any other doubt (warm-up never
@@ -63,25 +64,25 @@ TREND_LEVEL = 0.975
 def steady(entry: dict) -> bool:
     """A cell stable and not held at a power cap: its noise is the run's common one. A capped
     cell's (stats.capped) is its own, as an unstable cell's spread is: it pools only `unsteady`."""
-    stats = entry.get("stats") or {}
-    return stats.get("stable", True) and not stats.get("capped")
+    stats = cell_stats(entry)
+    return stats is None or (stats.stable and not stats.capped)
 
 
 def doubted(entry: dict) -> bool:
     """Whether a cell's figure is doubted beyond spread (a doubt the paired test cannot absorb).
     Results analysed before the codes were kept say it by their reason's notes (legacy.notes)."""
-    summary = entry.get("stats") or {}
-    if summary.get("stable", True):
+    summary = cell_stats(entry)
+    if summary is None or summary.stable:
         return False
-    codes = summary.get("unstable_codes")
+    codes = summary.unstable_codes
     return bool(legacy.notes(entry)) if codes is None else not set(codes) <= NOISE_CODES
 
 
 def _partners(a: dict, b: dict, metric: str):
     """(process, a's value, b's value, which ran first: "a", "b" or None where not recorded) for
     each trial index both cells timed in a process; trials are partners by (process, index)."""
-    b_trials = {(t.get("process", 0), t.get("index")): t for t in b.get("trials") or ()}
-    for trial in a.get("trials") or ():
+    b_trials = {(t.get("process", 0), t.get("index")): t for t in recorded_trials(b) or ()}
+    for trial in recorded_trials(a) or ():
         key = (trial.get("process", 0), trial.get("index"))
         partner = b_trials.get(key)
         x, y = trial.get(metric), (partner or {}).get(metric)
@@ -183,9 +184,9 @@ class PairNoise:
         fabench.analysis.noise pools a capped cell's). None where no job has two processes."""
         pool, jobs, df = [], {}, 0
         for job, result in enumerate(results):
-            cells = [e for e in result["backends"].values() if e.get("status") == "ok" and not doubted(e)
+            cells = [e for e in backend_dicts(result).values() if e.get("status") == "ok" and not doubted(e)
                      and (unsteady or steady(e))]
-            jobs.update((id(e), job) for e in result["backends"].values())
+            jobs.update((id(e), job) for e in backend_dicts(result).values())
             pairs = [pair for a, b in combinations(cells, 2)
                      if (pair := Pair.of(a, b, metric)) is not None and pair.processes > 1]
             job_df = max((pair.processes - 1 for pair in pairs), default=0)

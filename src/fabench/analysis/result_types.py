@@ -92,6 +92,10 @@ class CellStats:
         """The figure of `name` (wall_mean_ms, device_ms, device_cycles), None where not recorded."""
         return MetricStats.of(self.raw.get(name))
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field of the stats no typed reader needs yet (judged, ci_method, ...)."""
+        return self.raw.get(key, default)
+
 
 @dataclass(frozen=True)
 class Trial:
@@ -222,6 +226,14 @@ def metric_median(entry: dict, metric: str) -> float | None:
     stats = cell_stats(entry)
     figure = stats.metric(metric) if stats else None
     return figure.median if figure else None
+
+
+def figure_record(entry: dict, metric: str) -> Mapping | None:
+    """An analysed entry's figure of `metric` as recorded (the same object), None where it has none:
+    for the readers that pass the figure on whole (the policy's noise, the report's tables)."""
+    stats = cell_stats(entry)
+    figure = stats.metric(metric) if stats else None
+    return figure.raw if figure else None
 
 
 def provenance_of(result: dict) -> Mapping:

@@ -12,6 +12,7 @@ from fabench.analysis import pairs, stats
 from fabench.analysis.figures import trial_values
 from fabench.analysis.policy import two_tests, verdict_of
 from fabench.analysis.identity import PairType
+from fabench.analysis.result_types import cell_stats, recorded_trials
 from fabench.analysis.rule import Code, Rule
 
 
@@ -45,10 +46,10 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
               "ran_first": dict(zip(names[::-1], pair.ran_first)) if pair.ran_first else None,
               "least": math.exp(min(abs(r) for r in pair.ratios)) if all(r * d > 0 for r in pair.ratios) else None}
     base = {"metric": metric, "ratio": math.exp(d)}
-    doubts = {i: e["stats"].get("unstable_reason") for i, e in zip(names, (a, b)) if pairs.doubted(e)}
+    doubts = {i: cell_stats(e).unstable_reason for i, e in zip(names, (a, b)) if pairs.doubted(e)}
     if doubts:
         return verdict_of(Code.UNSTABLE, names, **base, values={"unstable": doubts, "paired": trials, "unstable_codes": {
-            i: e["stats"].get("unstable_codes") for i, e in zip(names, (a, b)) if i in doubts}})
+            i: cell_stats(e).unstable_codes for i, e in zip(names, (a, b)) if i in doubts}})
     if pair.processes < 2:
         return verdict_of(Code.ONE_PROCESS, names, **base, values={"one_process": list(names), "paired": trials})
     variance, df = (pooled.moderated(pair) if pooled else
@@ -59,7 +60,7 @@ def paired(a: dict, b: dict, metric: str, rule: Rule, pooled: "pairs.PairNoise |
                   between_runs=between_runs)
     # Under a power cap the clock a trial ran at depends on what ran before it: a capped cell is
     # told from its partner only beyond the capped cells' margin (the same card's, calibrations.yaml).
-    capped = any((e.get("stats") or {}).get("capped") for e in (a, b))
+    capped = any(s.capped for s in map(cell_stats, (a, b)) if s)
     margin = rule.for_pair(PairType.SAME_CARD).capped.margin if capped else None
     return two_tests(d, sd, df, rule, names, base, {"paired": trials, "capped": capped}, margin=margin)
 
@@ -79,7 +80,7 @@ def processes_apart(a: dict, b: dict, metric: str, rule: Rule) -> dict | None:
     process medians), p, df}, or None; the caller writes the words."""
     logs = []
     for entry in (a, b):
-        values, processes = trial_values(entry.get("trials") or [], metric)
+        values, processes = trial_values(recorded_trials(entry) or [], metric)
         medians = stats.process_medians(values, processes) if values else []
         if len(medians) < 2 or min(medians) <= 0:
             return None
