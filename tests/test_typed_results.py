@@ -2,12 +2,12 @@
 everywhere else a result is read through its types. The test walks the syntax tree of every
 module of src/fabench and fails on a string subscript of a core key (`x["backends"]`, stores and
 deletes included) or a `.get`/`.pop`/`.setdefault` of one, outside the decoder and the modules
-NOT_YET_TYPED names (each still reads the JSON by key), or that OTHER_RECORDS names (each reads a
-record of another kind by a name it shares); the lists only shrink: a module on them that no
-longer does fails the test too.
+OTHER_RECORDS names (each reads a record of another kind by a name it shares; the list only
+shrinks: a module on it that no longer does fails the test too).
 
-Blind side: a key spelled through a variable or a computed string is not seen; nor is a module
-that reads a core key of another record that happens to share the name (a config's `method`)."""
+Blind side: a key spelled through a variable or a computed string is not seen, nor one passed as a
+keyword (`entry.update(stats=...)`, `dict(trials=...)`); nor is a module that reads a core key of
+another record that happens to share the name (a config's `method`)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ from fabench.analysis.result_types import CORE_KEYS, BackendEntry, Result
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fabench"
 DECODER = "analysis/result_types.py"
-# Modules still reading a result's core keys by name: the analysis's producers of the stats
-# (entry, noise) and the detector check.
-NOT_YET_TYPED = {"analysis/detector.py", "analysis/entry.py", "analysis/noise.py"}
 # Modules whose reads of these names are of another record than a result: the measure stage
 # writing its raw trials as it measures (measure/, owned by the measure wing's change), and its
 # launcher adding how the process ended to the record it wrote (measure/launch/runner.py: the
@@ -62,22 +59,22 @@ def readers() -> dict[str, list[tuple[int, str]]]:
 def test_no_module_but_the_decoder_reads_a_result_by_its_core_keys():
     found = readers()
     outside = {path: reads for path, reads in found.items()
-               if path != DECODER and path not in NOT_YET_TYPED | OTHER_RECORDS}
+               if path != DECODER and path not in OTHER_RECORDS}
     assert not outside, "a result read by key outside fabench.analysis.result_types (read it through its types): " \
         + "; ".join(f"{path}:{line} [{key!r}]" for path, reads in outside.items() for line, key in reads)
 
 
-def test_the_lists_name_only_modules_that_still_read_by_key():
+def test_the_other_records_list_names_only_modules_that_still_read_by_key():
     found = readers()
-    typed = sorted(path for path in NOT_YET_TYPED | OTHER_RECORDS if path not in found)
-    assert not typed, "no longer read a core key's name (take them off their list): " + ", ".join(typed)
+    typed = sorted(path for path in OTHER_RECORDS if path not in found)
+    assert not typed, "no longer read a core key's name (take them off OTHER_RECORDS): " + ", ".join(typed)
 
 
 def test_the_walk_sees_each_way_of_reading_a_key():
     """The blind side of the two above: each form the walk must see, seen; a non-core key not."""
     source = 'a["backends"]\nb.get("stats")\nc["provenance"] = 1\nd.pop("trials", None)\ne["method"]\nf["status"]\n'
     assert core_key_reads(source) == [(1, "backends"), (2, "stats"), (3, "provenance"), (4, "trials"), (5, "method")]
-    assert NOT_YET_TYPED | OTHER_RECORDS <= set(readers())
+    assert OTHER_RECORDS <= set(readers())
 
 
 def test_the_types_decode_a_committed_result():

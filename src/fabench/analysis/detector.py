@@ -35,6 +35,7 @@ from fabench.analysis.figures import compared_metric, trial_values
 from fabench.analysis.identity import PairType
 from fabench.analysis.noise import LEVEL, analyse_run
 from fabench.analysis.policy import Code, Rule
+from fabench.analysis.result_types import backend_dicts, cell_stats, figure_record, recorded_trials
 
 INJECTED = (0.02, 0.05)
 # What a trial records that a slower kernel would move with it (the analysis derives the rest).
@@ -84,7 +85,7 @@ ACCEPTANCE = (
 
 def cells_of(results: list[dict]) -> dict[tuple, dict]:
     """(variant, shape_id, backend) -> analysed backend entry, for every ok backend."""
-    return {(r["variant"], r["shape_id"], name): entry for r in results for name, entry in r["backends"].items()
+    return {(r["variant"], r["shape_id"], name): entry for r in results for name, entry in backend_dicts(r).items()
             if entry["status"] == "ok"}
 
 
@@ -104,8 +105,8 @@ def injected(results: list[dict], factor: float) -> list[dict]:
     """The run with every trial's time figures scaled by `factor`, analysed again."""
     out = copy.deepcopy(results)
     for result in out:
-        for entry in result["backends"].values():
-            for trial in entry.get("trials") or []:
+        for entry in backend_dicts(result).values():
+            for trial in recorded_trials(entry) or []:
                 _scaled_trial(trial, factor)
     return analyse_run({"results": out})["results"]
 
@@ -122,7 +123,7 @@ def binomial_bound(n: int, rate: float = NOMINAL_MISS, level: float = 0.95) -> i
 def beyond_prediction(old: dict, new: dict, metric: str, judged_by) -> bool | None:
     """Whether the change lies beyond the 95% prediction of the pair's noise (None: no noise to
     predict with, e.g. one process per job)."""
-    a, b = old["stats"][metric], new["stats"][metric]
+    a, b = figure_record(old, metric), figure_record(new, metric)
     noise = policy.change_noise(a, b, judged_by)
     if noise is None or (a.get("noise") or {}).get("between") == "trials":
         return None
@@ -149,11 +150,11 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
         counts["answered"] += verdict["verdict"] in ANSWERS
         counts["stable_cells"] += verdict["code"] != Code.UNSTABLE
         if verdict["code"] != Code.UNSTABLE:
-            capped = any(e["stats"].get("capped") for e in (a[key], b[key])) and metric == "device_ms"
+            capped = any(cell_stats(e).capped for e in (a[key], b[key])) and metric == "device_ms"
             miss = beyond_prediction(a[key], b[key], metric, pair_rule.of(capped))
             counts["pi_checks"] += miss is not None
             counts["pi_misses"] += bool(miss)
-        x, y = trial_values(a[key]["trials"], metric)[0], trial_values(b[key]["trials"], metric)[0]
+        x, y = (trial_values(recorded_trials(e), metric)[0] for e in (a[key], b[key]))
         alarms["asv"] += peers.asv_changed(x, y)
         alarms["nvbench"] += peers.nvbench_verdict(x, y) in ("SLOW", "FAST")
     sensitivity = []
@@ -162,9 +163,8 @@ def pair_check(old_id: str, old: list[dict], new_id: str, new: list[dict], hardw
         into_old = flagged(b, cells_of(injected_runs[(old_id, factor)]), repeats, hardware[::-1], kind, rule)
         sensitivity.append({"change": factor, "cells": into_new["cells"] + into_old["cells"],
                             "flagged": {r: into_new["flagged"][r] + into_old["flagged"][r] for r in RULES}})
-    cards = "+".join(sorted({card for h in hardware for card in h.get("cards") or ()}))
     return {"old": old_id, "new": new_id, "kind": kind, "fitted_as": pair_rule.fitted_as, "margin": pair_rule.margin,
-            "cards": cards,
+            "cards": "+".join(sorted({card for h in hardware for card in h.get("cards") or ()})),
             **counts, "other_code": [" ".join(k) + ": " + ", ".join(policy.code_differences(a[k], b[k]))
                                      for k in other_code],
             "pi_bound": binomial_bound(counts["pi_checks"]), "false_alarms": alarms, "sensitivity": sensitivity}
@@ -177,7 +177,7 @@ def flagged(a: dict, slower: dict, keys: list, hardware: tuple[dict, dict], kind
     for key in judged:
         metric = compared_metric(a[key], slower[key])
         counts["ours"] += policy.judge(a[key], slower[key], rule, hardware=hardware, kind=kind)["code"] == Code.REGRESSION
-        x, y = trial_values(a[key]["trials"], metric)[0], trial_values(slower[key]["trials"], metric)[0]
+        x, y = (trial_values(recorded_trials(e), metric)[0] for e in (a[key], slower[key]))
         counts["asv"] += peers.asv_changed(x, y) and stats.median(y) > stats.median(x)
         counts["nvbench"] += peers.nvbench_verdict(x, y) == "SLOW"
     return {"cells": len(judged), "flagged": counts}
@@ -186,7 +186,7 @@ def flagged(a: dict, slower: dict, keys: list, hardware: tuple[dict, dict], kind
 def unstable_share(results: list[dict]) -> float | None:
     """The share of a run's ok cells marked unstable."""
     cells = cells_of(results)
-    return sum(not e["stats"].get("stable", True) for e in cells.values()) / len(cells) if cells else None
+    return sum(not cell_stats(e).stable for e in cells.values()) / len(cells) if cells else None
 
 
 def scope_of(run_id: str) -> str:

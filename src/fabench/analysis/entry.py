@@ -10,6 +10,7 @@ from __future__ import annotations
 from fabench.analysis import legacy, stats
 from fabench.analysis.figures import judged_metric, tflops, trial_values
 from fabench.analysis.kernel_check import kernel_time_check
+from fabench.analysis.result_types import backend_dicts, method_of, metric_median, recorded_trials, set_stats
 from fabench.analysis.verdict_text import observation_text
 from fabench.config import schema_default
 from fabench.measure.observations import Kind
@@ -148,17 +149,17 @@ def device_cycles(trials: list[dict]) -> dict | None:
 
 def analyse_entry(entry: dict, result: dict) -> dict:
     """Fill the entry's derived keys from its trials and observations (in place; returned)."""
-    trials = entry.get("trials")
+    trials = recorded_trials(entry)
     if not trials:
         if trials is not None:  # measured nothing: no figure; schema 1 (no trials key) keeps its own
-            entry.update(stats=None, host_overhead_ms=None)
+            set_stats(entry, None, host_overhead_ms=None)
         return entry
-    method = result.get("method") or {}
+    method = method_of(result)
     figure_is_pairs = trial_figures(trials) == "device_samples_ms"
     observed = legacy.observations(entry)
     doubts, stream_doubts = sort_notes(observed["notes"], figure_is_pairs)
-    entry["stats"] = trial_stats(trials, method.get("stable_spread", DEFAULT_STABLE_SPREAD), doubts)
-    entry["wall_mean_ms"] = entry["stats"]["wall_mean_ms"]["median"]
+    set_stats(entry, trial_stats(trials, method.get("stable_spread", DEFAULT_STABLE_SPREAD), doubts))
+    entry["wall_mean_ms"] = metric_median(entry, "wall_mean_ms")
     device = trial_values(trials, "device_ms")[0]
     entry["device_ms"] = stats.describe(device) if device else None
     device_median = entry["device_ms"]["median"] if device else None
@@ -226,7 +227,7 @@ def analyse_measured(entry: dict, job) -> dict:
 
 def analyse_result(result: dict) -> dict:
     """Every backend entry of one job's result derived from its raw data (in place; returned)."""
-    for entry in result["backends"].values():
+    for entry in backend_dicts(result).values():
         analyse_entry(entry, result)
     return result
 

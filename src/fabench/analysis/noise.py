@@ -41,6 +41,7 @@ from fabench.analysis import calibration, stats
 from fabench.analysis.identity import PairType, hardware_identity
 from fabench.analysis.entry import analyse_result
 from fabench.analysis.figures import METRICS
+from fabench.analysis.result_types import backend_dicts, cell_stats, record_in_stats, recorded_trials
 from fabench.measure.record import MAX_MS, MIN_MS
 
 LEVEL = 0.95
@@ -57,12 +58,14 @@ def _cells(results: list[dict], metric: str) -> list[dict]:
     """The metric's summaries of every analysed ok cell, with its noise estimate of its own."""
     cells = []
     for result in results:
-        for entry in result["backends"].values():
-            figure = (entry.get("stats") or {}).get(metric) if entry["status"] == "ok" else None
-            if not figure or not figure.get("median"):
+        for entry in backend_dicts(result).values():
+            summary = cell_stats(entry) if entry["status"] == "ok" else None
+            figure = summary.metric(metric) if summary else None
+            if not figure or not figure.median:
                 continue
-            cells.append({"figure": figure, "stats": entry["stats"], **own_noise(entry["trials"], metric),
-                          "capped": metric == "device_ms" and bool(entry["stats"].get("capped"))})
+            # The figure's record itself: this module writes its intervals and noise into it.
+            cells.append({"figure": figure.raw, "summary": summary, **own_noise(recorded_trials(entry), metric),
+                          "capped": metric == "device_ms" and summary.capped})
     return cells
 
 
@@ -92,7 +95,7 @@ def _pooled(cells: list[dict], index: int) -> tuple[float, int, int]:
     # whose processes lay furthest apart (2-3%, cuDNN and FlashAttention at seq 4096); pooled,
     # they widened the interval of every kernel of about their duration.
     target_capped = cells[index]["capped"]
-    usable = ([c for c in cells if c["df"] > 0 and c["stats"].get("stable", True) and (target_capped or not c["capped"])]
+    usable = ([c for c in cells if c["df"] > 0 and c["summary"].stable and (target_capped or not c["capped"])]
               or [c for c in cells if c["df"] > 0])
     nearest = sorted(usable, key=lambda c: abs(math.log(c["figure"]["median"]) - target))[:POOL_CELLS]
     df = sum(c["df"] for c in nearest)
@@ -164,8 +167,9 @@ def add_intervals(results: list[dict], metric: str) -> None:
                           if cell["between"] == "processes" else None)
         figure["noise"] = {"sigma": sigma, "df": df, "cells": pooled_cells, "replicates": replicates,
                            "between": cell["between"]}
-        if metric == cell["stats"].get("judged"):
-            cell["stats"]["ci_method"] = method_text(cell["between"], df, pooled_cells, replicates, fit, unseen)
+        if metric == cell["summary"].get("judged"):
+            record_in_stats(cell["summary"],
+                            ci_method=method_text(cell["between"], df, pooled_cells, replicates, fit, unseen))
 
 
 def analyse_run(collected: dict) -> dict:

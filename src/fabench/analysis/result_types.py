@@ -7,7 +7,8 @@ as `raw`, for the readers not yet typed and for writing it back as it was), the 
 the typed readers use. A missing optional key decodes as the schema's "absent" (None, an empty
 tuple or mapping), never as an error: results of every schema version are read as they are
 (fabench.analysis.legacy). What a function here builds (`with_*`) is a new dict, never the input
-changed; drop_backends alone changes its input.
+changed; drop_backends, set_stats and record_in_stats alone change their input (the merge's
+records of lost processes, the analysis filling in what it derives).
 
     Result        one (variant, shape) job: its backends, provenance, method, reference
     BackendEntry  one backend of a job: status, figures, trials, kernels, stats, cross-checks
@@ -95,6 +96,12 @@ class CellStats:
     def get(self, key: str, default: Any = None) -> Any:
         """A field of the stats no typed reader needs yet (judged, ci_method, ...)."""
         return self.raw.get(key, default)
+
+
+def record_in_stats(stats: CellStats, **fields: Any) -> None:
+    """Writes these fields into an analysed entry's stats record, in place: the run's noise
+    (fabench.analysis.noise) fills in what only the whole run tells (the interval's method)."""
+    stats.raw.update(fields)
 
 
 @dataclass(frozen=True)
@@ -280,6 +287,13 @@ def with_provenance(result: dict, drop: tuple[str, ...] = (), **fields: Any) -> 
     """The result with these fields set in its provenance and `drop`'s keys removed from it."""
     provenance = {k: v for k, v in {**result[PROVENANCE], **fields}.items() if k not in drop}
     return {**result, PROVENANCE: provenance}
+
+
+def set_stats(entry: dict, stats: dict | None, **beside: Any) -> None:
+    """Sets a backend entry's analysed stats, then the derived fields `beside` them, in place
+    (fabench.analysis.entry produces them)."""
+    entry[STATS] = stats
+    entry.update(beside)
 
 
 def with_trials(entry: dict, trials: list[dict]) -> dict:
