@@ -1,6 +1,6 @@
 """A power-capped cell judged at the clock it ran at: the SM clock read from each chunk's GPU sleep
 in the profiler's trace (measure.device.kernels.stream_figures), each kernel sample turned into
-cycles (analysis.entry.clocked_samples), and two runs' capped cells compared in cycles
+cycles (analysis.figures.clocked_samples), and two runs' capped cells compared in cycles
 (analysis.figures.compared_metric).
 
 Blind side: the simulation models a capped kernel as compute-bound, its cycles per call fixed and
@@ -21,8 +21,8 @@ import pytest
 
 from fabench.analysis import analyse_run
 from fabench.analysis.detector import injected
-from fabench.analysis.entry import clocked_samples, trial_figures
-from fabench.analysis.figures import compared_metric
+from fabench.analysis.entry import trial_figures
+from fabench.analysis.figures import clocked_samples, compared_metric
 from fabench.analysis.policy import Code, Rule, judge
 from fabench.measure.device.kernels import stream_figures
 

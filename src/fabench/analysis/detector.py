@@ -238,16 +238,6 @@ def _rate(pairs: list[dict], numerator, denominator, weights: dict[str, int] | N
     return top / bottom if bottom else None
 
 
-def wilson(hits: float, n: float, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a share: what the count alone allows, were the cells independent."""
-    if not n:
-        return math.nan, math.nan
-    share = hits / n
-    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def rate(pairs: list[dict], numerator, denominator, draws: list[dict], unit=None) -> dict:
     """{value, low, high, pairs, n}: the pooled rate over the pairs and its 95% interval: the
     percentile interval over bootstrap draws of the runs (each pair weighted by its two runs'
@@ -256,7 +246,7 @@ def rate(pairs: list[dict], numerator, denominator, draws: list[dict], unit=None
     value = _rate(pairs, numerator, denominator)
     again = sorted(v for v in (_rate(pairs, numerator, denominator, w, unit) for w in draws) if v is not None)
     n = sum(denominator(p) for p in pairs)
-    low, high = wilson(sum(numerator(p) for p in pairs), n)
+    low, high = stats.wilson(sum(numerator(p) for p in pairs), n)
     if again:
         low = min(low, again[int(0.025 * (len(again) - 1))])
         high = max(high, again[int(math.ceil(0.975 * (len(again) - 1)))])

@@ -8,7 +8,7 @@ the noise of many cells and come from fabench.analysis.noise.
 from __future__ import annotations
 
 from fabench.analysis import legacy, stats
-from fabench.analysis.figures import judged_metric, tflops, trial_values
+from fabench.analysis.figures import clocked_samples, judged_metric, tflops, trial_values
 from fabench.analysis.kernel_check import kernel_time_check
 from fabench.analysis.result_types import backend_dicts, method_of, metric_median, recorded_trials, set_stats
 from fabench.analysis.verdict_text import observation_text
@@ -203,17 +203,6 @@ def trial_figures(trials: list[dict]) -> str:
         if cycles is not None or "device_kcycles" in trial:
             trial["device_kcycles"] = stats.trial_figure(cycles) if cycles else None
     return key
-
-
-def clocked_samples(trial: dict) -> list[float] | None:
-    """The trial's kernel-time samples in SM kilocycles (ms x MHz), each at the clock its chunk's
-    sleep ran at (sleep_clock_mhz, chunk_calls: fabench.measure.device.kernels.stream_figures);
-    None where the trial has no such clocks, or they do not cover its samples one for one."""
-    samples, clocks, calls = (trial.get(k) for k in ("kernel_samples_ms", "sleep_clock_mhz", "chunk_calls"))
-    if not samples or not clocks or not calls or len(clocks) != len(calls) or sum(calls) != len(samples):
-        return None
-    per_sample = [clock for clock, count in zip(clocks, calls) for _ in range(count)]
-    return [ms * clock for ms, clock in zip(samples, per_sample)]
 
 
 def analyse_measured(entry: dict, job) -> dict:

@@ -69,3 +69,13 @@ def shown_figure(entry: dict, metric: str) -> dict:
     return (figure_record(entry, metric) if metric == "device_ms" else None) or figure_record(
         entry, "wall_mean_ms") or {}
 
+
+def clocked_samples(trial: dict) -> list[float] | None:
+    """The trial's kernel-time samples in SM kilocycles (ms x MHz), each at the clock its chunk's
+    sleep read after it (sleep_clock_mhz, chunk_calls: fabench.measure.device.kernels.stream_figures);
+    None where the trial has no such clocks, or they do not cover its samples one for one."""
+    samples, clocks, calls = (trial.get(k) for k in ("kernel_samples_ms", "sleep_clock_mhz", "chunk_calls"))
+    if not samples or not clocks or not calls or len(clocks) != len(calls) or sum(calls) != len(samples):
+        return None
+    per_sample = [clock for clock, count in zip(clocks, calls) for _ in range(count)]
+    return [ms * clock for ms, clock in zip(samples, per_sample)]

@@ -185,3 +185,13 @@ def run_draws(run_ids: list[str], draws: int, seed: int) -> list[dict[str, int]]
             drawn[pick] = drawn.get(pick, 0) + 1
         found.append(drawn)
     return found
+
+
+def wilson(hits: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a share: what the count alone allows, were the cells independent."""
+    if not n:
+        return math.nan, math.nan
+    share = hits / n
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
