@@ -29,6 +29,7 @@ def median(values: list[float]) -> float:
 
 # The share of a trial's samples set aside at each end before their mean is taken (trial_figure).
 TRIM = 0.10
+TRIAL_FIGURE_TEXT = f"the mean of its calls with the shortest and longest {TRIM:.0%} set aside"
 
 
 def trial_figure(samples: list[float]) -> float:

@@ -8,6 +8,7 @@ from fabench.analysis.figures import run_metric, shown_figure
 from fabench.analysis.kernel_check import JUDGE_BOUND
 from fabench.analysis.noise import interval_name
 from fabench.analysis.result_types import CrossCheck, cell_stats, method_of
+from fabench.analysis.stats import TRIAL_FIGURE_TEXT
 from fabench.report.format import backend_name, fmt_ms, fmt_sig, md_text, shape_text, status_text
 from fabench.report.model import RAN, ROLES, Run, role_backend
 from fabench.results.contract import FLOP_CONVENTION
@@ -155,6 +156,7 @@ def context(run: Run, published: dict | None) -> dict:
         # What the device figure and the period are, in the measuring code's words (absent in results
         # from before the kernels' own time was the figure: the device figure was the event pairs then).
         "device_figure": joined(method_of(r).get("device_figure") for r in run.results),
+        "trial_figure": TRIAL_FIGURE_TEXT,
         "period": joined(method_of(r).get("period") for r in run.results),
         "stopping": joined(stopping_text(method_of(r).get("stopping")) for r in run.results),
         "clear_l2": joined("cleared before every call" if method_of(r).get("clear_l2") else "not cleared"
