@@ -7,7 +7,7 @@ runs of one experiment, and its newest is the one its README's figures come from
 again from the raw trials it archived (fabench.analysis.analyse_run, as compare reads an entry)
 and rendered by fabench.report.render, the code path of the workflow's write_report rule, with
 its figures drawn again by fabench.report.plots into examples/<name>/plots/. Archived entries are
-only read: an archive tarball (examples/h100/archive-*.tar.gz, or archive.tgz) is unpacked into a temporary
+only read: an archive tarball (examples/h100/archive-*.tar.gz, archive.tgz or archive.tar.xz) is unpacked into a temporary
 folder. An example without an archive but with a run's results.json (examples/h200-sweep) is
 rendered from those, with the config files its README names.
 
@@ -87,8 +87,8 @@ def archive_of(example: Path, stack: ExitStack) -> Path | None:
     into a temporary folder (removed when `stack` closes), else None."""
     if inside(example, "archive").is_dir():
         return example / "archive"
-    # archive-<n>.tar.gz, or one archive.tgz (the lease examples)
-    tarballs = sorted([*example.glob("archive-*.tar.gz"), *example.glob("archive.tgz")])
+    # archive-<n>.tar.gz, or one archive.tgz or archive.tar.xz (the lease examples)
+    tarballs = sorted([*example.glob("archive-*.tar.gz"), *example.glob("archive.tgz"), *example.glob("archive.tar.xz")])
     if not tarballs:
         return None
     where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fabench-example-")))
