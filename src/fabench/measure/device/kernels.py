@@ -74,7 +74,6 @@ def profiled_chunks(timer, counts: list[int]) -> tuple[list[dict], list[tuple[li
     sleep, as the plain loop does."""
     from torch.profiler import profile
 
-    timer.sleep_cycles = []
     with timer.stream_kind("profiled"):
         with warnings.catch_warnings(), profile(activities=here().profiler_activities()) as prof:
             warnings.simplefilter("ignore")

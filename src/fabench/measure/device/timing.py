@@ -137,7 +137,7 @@ class DeviceTimer:
         self.idle_ms = 0.0  # device time before each chunk's first call: the sleep, and any wait for the host
         self.caught_up = 0  # chunks not proven fed even after MAX_RETRIES longer sleeps
         self._previous_end: float | None = None  # host-time lower bound of the GPU's end of the last chunk read
-        self.sleep_cycles: list[int] = []  # each queued chunk's sleep, in SM cycles, in queue order
+        self.sleep_cycles: list[int] = []  # the current stream's sleeps, in SM cycles, in queue order
 
     def samples(self, n: int) -> list[float]:
         return self.samples_and_periods(n)[0]
@@ -189,6 +189,7 @@ class DeviceTimer:
         Two chunks in flight stay below the launch queue's depth (self.chunk is sized so)."""
         results, pending = [], None
         self._previous_end = None  # no chunk of this stream yet (see _read)
+        self.sleep_cycles = []  # this stream's sleeps only
         for count in counts:
             queued = self._queue(count)
             if pending is not None:
@@ -208,16 +209,16 @@ class DeviceTimer:
 
     def sleep_ahead(self, count: int) -> None:
         """Queue the GPU sleep that lets the host queue `count` iterations before the GPU reaches them."""
-        cycles = int(self._sleep_ms(count) * sleep_cycles_per_ms())
-        self.sleep_cycles.append(cycles)
-        here().sleep(cycles)
+        self._sleep(int(self._sleep_ms(count) * sleep_cycles_per_ms()))
 
     def closing_sleep(self) -> None:
         """A short GPU sleep after a stream's last chunk, its cycles recorded as every chunk's sleep
         is: the sleep right after a chunk runs at the clock the chunk's own load left, which the
         sleep before a stream's first chunk does not (the GPU idled before it while the host read
         the previous stream), so each chunk's clock is read from the sleep after it."""
-        cycles = int(CLOSING_SLEEP_MS * sleep_cycles_per_ms())
+        self._sleep(int(CLOSING_SLEEP_MS * sleep_cycles_per_ms()))
+
+    def _sleep(self, cycles: int) -> None:
         self.sleep_cycles.append(cycles)
         here().sleep(cycles)
 
