@@ -372,6 +372,29 @@ def test_graphs_that_read_the_kernels_plus_their_launch_gaps_agree_with_cupti():
     assert check["tolerance"]["low"] < 0 < check["tolerance"]["high"]
 
 
+def test_graphs_of_the_last_process_alone_are_judged_against_that_process_s_trials():
+    """The graphs run in a cell's last process only: its CUPTI side is that process's trials, so a
+    process effect (process 1 here 3% slower than process 0) moves both figures and neither widens
+    the tolerance nor reads as a disagreement. A graph that matches the other process's figure
+    instead disagrees. Blind side: a process effect on the graphs alone (not on CUPTI) would pass
+    as agreement in that process; the other process's graphs are no longer taken to show it."""
+    from fabench.analysis.kernel_check import kernel_time_check
+
+    def cell(graph_ms):
+        trials = [dict(graph_trial(p, ms, graph_ms, kernels_per_call=1), index=i)
+                  for p, ms in ((0, 0.200), (1, 0.206)) for i in range(3)]
+        for t in trials:
+            if (t["process"], t["index"]) != (1, 2):
+                del t["kernel_time_graph"]
+        return kernel_time_check(trials)
+
+    same_process = cell([0.2066] * 5)
+    assert same_process["agrees"] is True and same_process["kernel_ms"] == pytest.approx(0.206)
+    assert same_process["tolerance_parts"]["cupti"] == 0  # the one process's trials agree exactly
+    other_process = cell([0.2000] * 5)  # process 0's figure, read in process 1: -2.9%
+    assert other_process["agrees"] is False and other_process["difference"] == pytest.approx(-0.0291, abs=1e-3)
+
+
 @pytest.mark.parametrize("per_call", [[0.0300] * 5, [0.0150] * 5, [0.0186] * 5])
 def test_graphs_beyond_the_gaps_or_below_the_noise_disagree(per_call):
     from fabench.analysis.kernel_check import kernel_time_check

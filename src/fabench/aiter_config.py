@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 from pathlib import Path
@@ -89,6 +88,8 @@ def require_mha_config(package_dir: str | Path, arch: str = DEFAULT_ARCH) -> Pat
 
 def aiter_version(package_dir: str | Path) -> str | None:
     """The installed distribution's version (amd-aiter from the index or a git build), if recorded."""
+    import importlib.metadata  # here: every job's launcher imports this module for file_sha256 alone
+
     for dist in ("amd-aiter", "aiter"):
         try:
             found = importlib.metadata.distribution(dist)

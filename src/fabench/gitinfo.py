@@ -5,7 +5,6 @@ so the workflow and the runner's coordinating process can ask too."""
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import subprocess
 from pathlib import Path
 
@@ -30,6 +29,8 @@ def _git(command: list[str]) -> str:
 
 def package_version(name: str) -> str | None:
     """The installed version of the distribution `name` (None: not installed)."""
+    import importlib.metadata  # here: every job's launcher imports this module, and asks no version
+
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

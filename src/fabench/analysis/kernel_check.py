@@ -9,15 +9,21 @@ profiler and no sleep in it (fabench.measure.device.graph_time.graph_kernel_time
     -noise - gap <= graph / cupti - 1 <= gaps + noise      (the kernel's time the unit)
 
 noise: both methods' measured noise, stated part by part: half the spread of the CUPTI figure's
-  trial medians (its repeatability over trials and processes), the graph figure's standard error
-  over its replays doubled (about a 95% bound) plus half the spread of its per-process medians,
-  and the events' resolution (0.5 us at each end of two replays) per call;
+  trial figures (its repeatability over the trials), the graph figure's standard error over its
+  replays doubled (about a 95% bound) plus half the spread of its per-process medians (where
+  several processes took graphs), and the events' resolution (0.5 us at each end of two replays)
+  per call;
 gaps: what the graph cannot remove and CUPTI does not count, one launch gap per kernel of the
   call, each bounded by the measured time per kernel of a graph of one-element kernels (gap_ms);
 gap (below): one such gap the other way: the L2 clear before a call runs after the previous call's
   writes in the first graph but after another clear's in the second, and CUPTI frames each kernel
   with timestamps of its own; on an H100 small cells read up to 1.5 us below CUPTI's sum (one gap
   measured 1.5 us there).
+
+The graphs run in a cell's last process only (fabench.measure.cell: in every process they cost an
+H200 default run 7.2 s), so the CUPTI side is that process's trials: both figures from one process,
+a process effect moves them alike. Results that took graphs in every process are judged as before,
+over all their processes' trials.
 
 `half_width` is the check's power: the larger side of its tolerance; above JUDGE_BOUND (5%) the
 check could not tell a 5% error from agreement and says "could not judge" (agrees null). A
@@ -56,8 +62,11 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
     records = graph_records(trials)
     if not records:
         return None
-    typed = [Trial.of(t) for t in trials]
     taken = [r for r in records if r.get("per_call_ms")]
+    # Against the trials of the processes that took graphs (one, since the graphs run in a cell's
+    # last process alone; every process in older results): a process effect moves both figures.
+    graphed = {r["process"] for r in taken} or {r["process"] for r in records}
+    typed = [t for t in map(Trial.of, trials) if t.process in graphed]
     cupti = [stats.trial_figure(t.kernel_samples_ms) for t in typed if t.kernel_samples_ms]
     why = _not_comparable(records, taken, cupti, typed)
     if why:
