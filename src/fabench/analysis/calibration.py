@@ -27,6 +27,7 @@ import jsonschema
 import yaml
 
 from fabench.analysis.identity import PairType, hardware_key, hardware_text
+from fabench.config import shipped_yaml
 
 CALIBRATIONS = files("fabench").joinpath("analysis", "calibrations.yaml")
 HARDWARE_KEYS = ("platform", "device", "arch")
@@ -118,7 +119,7 @@ def check(data) -> dict:
 @lru_cache(maxsize=None)
 def _data() -> dict:
     try:
-        raw = yaml.safe_load(CALIBRATIONS.read_text())
+        raw = shipped_yaml(CALIBRATIONS)
     except yaml.YAMLError as err:
         raise CalibrationError(f"calibrations.yaml: not YAML ({str(err).splitlines()[0]})") from None
     except OSError as err:  # missing from an install, or unreadable: one line, as for a bad key

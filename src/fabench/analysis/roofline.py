@@ -14,10 +14,9 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib.resources import files
 
-import yaml
-
 from fabench.analysis.figures import tflops
 from fabench.analysis.result_types import MetricStats, cell_stats, provenance_of
+from fabench.config import shipped_yaml
 from fabench.platforms import PlatformName
 
 PEAKS = files("fabench").joinpath("analysis", "peaks.yaml")
@@ -34,7 +33,7 @@ class PeakError(ValueError):
 @lru_cache(maxsize=None)
 def peaks() -> tuple[dict, ...]:
     """Every GPU model's limits, checked: each key present, numbers positive, names listed."""
-    data = yaml.safe_load(PEAKS.read_text()) or {}
+    data = shipped_yaml(PEAKS) or {}
     found = []
     for i, item in enumerate(data.get("peaks") or []):
         missing = [key for key in PEAK_KEYS if not (item or {}).get(key)]

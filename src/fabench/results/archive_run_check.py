@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Iterable
 
 import jsonschema
-import yaml
 
 from fabench import files
 from fabench.analysis.result_types import method_of
-from fabench.config import consistency_error, schema_error
-from fabench.resources import SCHEMA_DIR
+from fabench.config import config_schema, consistency_error, schema_error
 from fabench.files import JsonReadError
 from fabench.results.archive_layout import ArchiveError
 from fabench.results.collect import contract_problems, result_schema, run_problems, schema_problems
@@ -93,8 +91,7 @@ def read_config(path: Path | None) -> tuple[dict | None, str | None]:
 
 def config_problem(config: dict) -> str | None:
     """The first thing the config schema (or a rule across its keys) refuses in a resolved config."""
-    schema = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
-    return schema_error(config, schema) or consistency_error(config)
+    return schema_error(config, config_schema()) or consistency_error(config)
 
 
 def check_run(run_dir: Path, config_path: Path | None, expected_jobs: Iterable[tuple[str, str]] = (),

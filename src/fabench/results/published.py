@@ -8,16 +8,13 @@ from pathlib import Path
 
 import yaml
 
-from fabench.config import quote, schema_error
+from fabench.config import config_schema, quote, schema_error, shipped_yaml
 from fabench.files import DataPathError, confined_path
 from fabench.results.bounds import bounds_problem
 from fabench.shapes import shape_id, shape_key
 from fabench.resources import SCHEMA_DIR
 
 PUBLISHED_SCHEMA = SCHEMA_DIR / "published.schema.yaml"
-# The backends a config may name: config.schema.yaml's enum, which tests/test_config.py keeps equal
-# to fabench.measure.backends.registry.BACKENDS (read here, so that this reader needs no torch).
-CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
 # The file config.yaml names (a path in the checkout): what an unreadable file is told to look like.
 EXAMPLE_NAME = "mi300x-2025-12-30.yaml"
 # Where the published numbers named by a stored config (an archived or collected run's config.json)
@@ -65,7 +62,7 @@ def load_published(path: str | Path, schema: str | Path = PUBLISHED_SCHEMA) -> d
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise PublishedError(f"{path} is not YAML: {yaml_problem(err, text)}") from None
-    problem = (schema_error(data, yaml.safe_load(Path(schema).read_text())) or _number_error(data)
+    problem = (schema_error(data, shipped_yaml(schema)) or _number_error(data)
                or _consistency_error(data))
     if problem:
         raise PublishedError(f"{path}: {problem}")
@@ -91,7 +88,9 @@ def _number_error(published: dict) -> str | None:
 
 
 def known_backends() -> list[str]:
-    return yaml.safe_load(CONFIG_SCHEMA.read_text())["definitions"]["backend"]["enum"]
+    """The backends a config may name: config.schema.yaml's enum (tests/test_config.py keeps it equal to
+    fabench.measure.backends.registry.BACKENDS; read here, so that this reader needs no torch)."""
+    return config_schema()["definitions"]["backend"]["enum"]
 
 
 def _backend_error(published: dict) -> str | None:
