@@ -214,6 +214,7 @@ plan_accept() {
     default_run w3 0 --cores 1
     wait "$tests"
     experiment pv 0 "$out/archive-preview" --cores 1 --configfile config/preview.yaml
+    host_costs
     compare_all c1 w1 w2 k1 m1 w3 k2
 }
 
@@ -249,6 +250,22 @@ describe_host() {  # the cards and the commit, to OUT
     fi
     { git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20; } > "$out/commit.txt"
     note "on $(tr '\n' ';' < "$out/gpus.txt") at $(head -1 "$out/commit.txt")"
+}
+
+host_costs() {  # what each job's launcher and Snakemake's own start cost on this host, to OUT/host-costs.txt
+    [ -n "$DRY" ] && return 0
+    {
+        for what in "python3 -c pass" "python3 -m fabench.measure --help" "python3 -m snakemake --version"; do
+            python3 -c 'import subprocess, sys, time
+times = []
+for _ in range(3):
+    began = time.perf_counter()
+    subprocess.run(sys.argv[1].split(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    times.append(time.perf_counter() - began)
+print(f"{sys.argv[1]}: {min(times):.3f} s (best of 3)")' "$what"
+        done
+        python3 -X importtime -c "import fabench.measure.launch.runner, jsonschema" 2>&1 | sort -t'|' -k2 -n -r | head -15
+    } > "$out/host-costs.txt" 2>&1
 }
 
 run_plan() {  # plan: in the staged copy (the current folder), OUT's summary and logs
