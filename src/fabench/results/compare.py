@@ -334,9 +334,11 @@ def rule_text(rule: Rule) -> str:
             f"architecture) are never judged against each other: the cell's code is `other_hardware`; nor runs of "
             f"different experiments (settings that change what is measured): `other_experiment`, with the "
             f"differences named. A change in device time that is none in clock cycles (time x the SM clock each "
-            f"trial read) is the clock's: `clock`. A backend that ran and now fails or is unavailable "
-            f"is a regression; one that failed and now runs is an improvement; one that was unavailable and now "
-            f"runs is `now_available`, not a speed-up.")
+            f"trial read) is the clock's: `clock`. A cell held at its power cap is judged by its time at the capped "
+            f"margin, or, where each run's trials in SM clock cycles (each chunk's clock, read by the GPU sleep "
+            f"after it) are stable, by its cycles at the steady margin. A backend that ran and now fails or is "
+            f"unavailable is a regression; one that failed and now runs is an improvement; one that was "
+            f"unavailable and now runs is `now_available`, not a speed-up.")
 
 
 # ---------------------------------------------------------------- published vs reproduced
