@@ -63,10 +63,7 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
     if not records:
         return None
     taken = [r for r in records if r.get("per_call_ms")]
-    # Against the trials of the processes that took graphs (one, since the graphs run in a cell's
-    # last process alone; every process in older results): a process effect moves both figures.
-    graphed = {r["process"] for r in taken} or {r["process"] for r in records}
-    typed = [t for t in map(Trial.of, trials) if t.process in graphed]
+    typed = _graphed_processes_trials(trials, taken or records)
     cupti = [stats.trial_figure(t.kernel_samples_ms) for t in typed if t.kernel_samples_ms]
     why = _not_comparable(records, taken, cupti, typed)
     if why:
@@ -90,14 +87,31 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
                                "gap_below": round(gap_ms / figure, 6)},
            "gap_ms": gap_ms, "kernels_per_call": kernels, "calls_per_graph": calls,
            "replays": len(per_call), "half_width": round(half_width, 6), "agrees": agrees, "reason": None}
-    if agrees is None:
-        out["reason"] = (f"could not judge: its tolerance {low:+.1%} to {high:+.1%} is wider than +-{bound:.0%} "
-                         f"(graphs {difference:+.1%} against CUPTI)")
-    elif not agrees:
-        out["reason"] = (f"graphs {graph:.4f} ms per call against CUPTI's {figure:.4f} ms: {difference:+.1%}, "
-                         f"outside {low:+.1%} to {high:+.1%} (noise {sum(noise.values()):.1%}, "
-                         f"{kernels} launch gap(s) of at most {gap_ms * 1000:.2f} us)")
+    out["reason"] = _reason(agrees, bound, {"low": low, "high": high, "difference": difference, "graph": graph,
+                                            "figure": figure, "noise": sum(noise.values()), "kernels": kernels,
+                                            "gap_ms": gap_ms})
     return out
+
+
+def _graphed_processes_trials(trials: list[dict], records: list[dict]) -> list[Trial]:
+    """The trials of the processes whose graphs are judged: one process, since the graphs run in a
+    cell's last process alone (every process in older results). Against that process's own trials,
+    a process effect moves both figures alike."""
+    graphed = {r["process"] for r in records}
+    return [t for t in map(Trial.of, trials) if t.process in graphed]
+
+
+def _reason(agrees: bool | None, bound: float, at: dict) -> str | None:
+    """The check's words where it could not judge or disagrees (`at`: its figures, unrounded); None
+    where it agrees."""
+    if agrees is None:
+        return (f"could not judge: its tolerance {at['low']:+.1%} to {at['high']:+.1%} is wider than "
+                f"+-{bound:.0%} (graphs {at['difference']:+.1%} against CUPTI)")
+    if not agrees:
+        return (f"graphs {at['graph']:.4f} ms per call against CUPTI's {at['figure']:.4f} ms: {at['difference']:+.1%}, "
+                f"outside {at['low']:+.1%} to {at['high']:+.1%} (noise {at['noise']:.1%}, "
+                f"{at['kernels']} launch gap(s) of at most {at['gap_ms'] * 1000:.2f} us)")
+    return None
 
 
 def _not_comparable(records: list[dict], taken: list[dict], cupti: list[float], trials: list[Trial]) -> str | None:
