@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from fabench.config import job_settings, sha256_json
-from fabench.measure.spec import job_spec
+from fabench.config import sha256_json
+from fabench.measure.spec import job_settings, job_spec
 from fabench.report.render import render
 from fabench.results.collect import ResultError, collect, json_path, result_schema, result_validator
 from fabench.results.contract import SCHEMA_PATH

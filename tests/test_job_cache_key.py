@@ -6,10 +6,10 @@ Real Snakemake: a run measured, then dry runs of changed configs."""
 from __future__ import annotations
 
 import pytest
+from snakemake.utils import validate
 
-from fabench.config import job_settings, timing_settings
-from fabench.measure.spec import job_spec
-from workflow_util import planned_jobs, snakemake, tiny_config
+from fabench.measure.spec import Settings, job_spec
+from workflow_util import REPO, planned_jobs, snakemake, tiny_config
 
 SHAPE = {"batch": 1, "seq": 64, "heads": 2, "head_dim": 32}
 
@@ -35,8 +35,9 @@ def test_a_cpu_spec_measures_with_the_same_counts_as_the_whole_config():
     """The canonical settings change nothing the runner reads on that platform."""
     config = tiny_config(iters=20, warmup=9)
     config["timing"] = {"trials": 3, "repeats": 2, "min_trial_ms": 20, "max_warmup_ms": 1000, "min_samples": 10}
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
     for platform in ("cpu", "cuda"):
-        assert timing_settings(job_settings(config, platform), platform) == timing_settings(config, platform)
+        assert Settings.of(config, platform).timing_on(platform) == Settings.of(config).timing_on(platform)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from fabench.config import JOB_SETTINGS_KEYS, SpecError, job_settings
-from fabench.measure.spec import COUNTS, Cpu, JobSpec, Settings, Timing, job_spec
+from fabench.config import SpecError
+from fabench.measure.spec import COUNTS, JOB_SETTINGS_KEYS, Cpu, JobSpec, Settings, Timing, job_settings, job_spec
 from fabench.measure.stopping import StopRule
 from workflow_util import REPO, tiny_config
 
@@ -49,7 +49,11 @@ def test_a_spec_written_and_read_back_is_the_same_and_spelled_as_the_config():
     text = spec.to_json()
     assert JobSpec.from_json(text) == spec and JobSpec.from_json(text).to_json() == text
     value = json.loads(text)
-    assert value["settings"] == json.loads(json.dumps(job_settings(config, "cpu")))  # the params hash as before
+    # On a CPU the cpu block's counts stand in for the top-level ones and timing's of the same name.
+    whole, cpu = job_settings(config), config["cpu"]
+    counts = {key: cpu[key] for key in ("trials", "repeats", "min_trial_ms", "max_warmup_ms")}
+    assert value["settings"] == json.loads(json.dumps({**whole, "warmup": cpu["warmup"], "iters": cpu["iters"],
+                                                       "timing": {**whole["timing"], **counts}}))
     assert value["shape_id"] == "b1-s64-h2-d32" and value["platform"] == "cpu"
 
 

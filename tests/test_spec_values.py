@@ -17,11 +17,11 @@ import sys
 import pytest
 from snakemake.utils import validate
 
-from fabench.config import SpecError, job_settings
+from fabench.config import SpecError
 from fabench.measure.invocation import USAGE
 from fabench.measure.launch import runner
 from fabench.measure.launch.worker_client import MARK, Address
-from fabench.measure.spec import RUNTIME_ENV, JobSpec, job_spec
+from fabench.measure.spec import RUNTIME_ENV, JobSpec, job_settings, job_spec
 from fabench.measure.sweep_spec import SweepSpec
 from fabench.tune.settings import sweep_job_spec
 from test_config_bounds import BOUNDS

@@ -11,9 +11,10 @@ import types
 import pytest
 import yaml
 
-from fabench.config import ConfigError, job_settings
+from fabench.config import ConfigError
 from fabench.workflow_config import check_config
 from fabench.aiter_config import file_sha256, patch_local
+from fabench.measure.spec import job_settings
 from fabench.measure.sweep_spec import SweepSpec
 from fabench.tune import job, memory, objective, pick, settings, space
 from support import mha_standin

@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 
 from fabench.files import json_problem
-from fabench.platforms import PlatformName
 from fabench.shapes import shape_id
 
 
@@ -28,12 +27,6 @@ class ConfigError(ValueError):
 class SpecError(ValueError):
     """A job spec cannot run (here): the message names the block or key, on one line
     (fabench.measure.spec reads and checks job specs)."""
-
-# The config keys every benchmark job of a run depends on (a change re-runs all of them).
-# Anything else (title, label, published, runtime, image, ...) is read by the workflow or the
-# report only, so changing it re-runs no benchmark.
-JOB_SETTINGS_KEYS = ("dtype", "causal", "seed", "warmup", "iters", "cpu", "backends", "roles", "tolerance",
-                     "timing")
 
 
 def _strict_validator(schema: dict):
@@ -178,20 +171,6 @@ def roles_error(roles: dict, platform: str) -> str | None:
     return None
 
 
-# On a CPU the `cpu:` block may override these (config.schema.yaml gives the defaults of both).
-CPU_OVERRIDES = ("warmup", "iters", "trials", "repeats", "min_trial_ms", "max_warmup_ms")
-
-
-def timing_settings(config: dict, platform: str) -> dict:
-    """The timing block with the run's warm-up and iteration counts, CPU overrides applied: what a
-    job on `platform` measures with (rocm, cuda: "gpu" will do; cpu)."""
-    timing = {**config["timing"], "warmup": config["warmup"], "iters": config["iters"]}
-    if platform == PlatformName.CPU:
-        cpu = config.get("cpu") or {}
-        timing.update({key: cpu[key] for key in CPU_OVERRIDES if key in cpu})
-    return timing
-
-
 def schema_default(*keys: str):
     """The default config.schema.yaml gives the key at `keys` (e.g. "measure", "worker_idle_s"):
     a launcher's default taken from the one place that states it."""
@@ -276,11 +255,6 @@ def option_error(value: float, *keys: str) -> str | None:
     return problem.removeprefix("(top level): ") if problem else None
 
 
-def processes(config: dict, platform: str) -> int:
-    """How many measuring processes a job on `platform` has."""
-    return timing_settings(config, platform)["repeats"]
-
-
 def canonical(value):
     """A JSON value spelled one way: every object's keys sorted (lists keep their order, which
     means something). Snakemake compares a job's params by their repr, in which key order shows."""
@@ -294,18 +268,6 @@ def canonical(value):
 def variant_triton(config: dict, variant: str) -> dict:
     """A variant's Triton overrides, canonical: reordering them in config.yaml changes nothing."""
     return canonical(config["variants"][variant]["triton"])
-
-
-def job_settings(config: dict, platform: str | None = None) -> dict:
-    """What every job of the run shares: a change here re-runs every benchmark job. With the
-    `platform` the jobs measure on, only the values that reach the measurement there: on a CPU
-    the counts the cpu block overrides are its own (the top-level warmup and iters, and the
-    timing keys it sets, are not used there)."""
-    settings = {key: config[key] for key in JOB_SETTINGS_KEYS if key in config}
-    if platform == PlatformName.CPU and "timing" in settings:
-        timing = timing_settings(settings, PlatformName.CPU)
-        settings.update(warmup=timing.pop("warmup"), iters=timing.pop("iters"), timing=timing)
-    return canonical(settings)
 
 
 def sha256_json(value) -> str:

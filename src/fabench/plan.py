@@ -27,7 +27,7 @@ from fabench.gitinfo import git_commit
 from fabench.measure.launch import lease
 from fabench.measure.launch.devices import DECLARED_ENV, DeviceError
 from fabench.measure.launch.runner import MEASURED_AGAIN_MAX
-from fabench.measure.spec import job_spec
+from fabench.measure.spec import CPU_OVERRIDES, Settings, job_settings, job_spec
 from fabench.results.merge import times_lost
 from fabench.platforms import PlatformError, PlatformName
 from fabench.planned_platform import PLATFORM_HINT, planned_platform
@@ -113,8 +113,9 @@ class Plan:
         self.runs = {f"{run}-{label}": label for label in config["platforms"]} or {run: None}
         self.shapes = {shape_id(shape): shape for shape in config["shapes"]}
         self.variants = list(config["variants"])
-        # Measuring processes per job: a GPU's timing.repeats, a CPU's cpu.repeats.
-        self.processes = fabench_config.processes(config, self.platform)
+        # What every job measures with on the planned platform (a CPU's counts the cpu block's).
+        self.settings = Settings.of(config, self.platform)
+        self.processes = self.settings.timing.repeats  # measuring processes per job
         self.python = sys.executable
         self.started_at = time.time()
         self.commit = "unknown"  # the checkout's commit (project_commit), set by `checked`
@@ -163,14 +164,14 @@ class Plan:
 
     def unused_on_cpu(self, command_line: dict) -> str | None:
         """One line when --config sets a count that a CPU run does not use (the cpu block's own apply
-        there: fabench.config.CPU_OVERRIDES) to a value other than the one in effect, else None.
+        there: fabench.measure.spec.Settings.timing_on) to a value other than the one in effect, else None.
         Config files may set both, for a GPU and a CPU; a command line is meant for this host."""
         if self.platform.is_gpu:
             return None
-        used = fabench_config.timing_settings(self.config, PlatformName.CPU)
+        used = vars(self.settings.timing)
         timing = command_line.get("timing") if isinstance(command_line.get("timing"), dict) else {}
         given = {**{key: command_line[key] for key in ("warmup", "iters") if key in command_line},
-                 **{f"timing.{key}": timing[key] for key in fabench_config.CPU_OVERRIDES if key in timing}}
+                 **{f"timing.{key}": timing[key] for key in CPU_OVERRIDES if key in timing}}
         unused = [f"{name}={value} (used: cpu.{name.split('.')[-1]}={used[name.split('.')[-1]]})"
                   for name, value in given.items() if value != used[name.split(".")[-1]]]
         if not unused:
@@ -319,7 +320,7 @@ class Plan:
         config = self.config
         return {
             "run": run,
-            "settings_sha256": fabench_config.sha256_json(fabench_config.job_settings(config, self.platform)),
+            "settings_sha256": fabench_config.sha256_json(self.settings.to_dict()),
             "iterations": {"gpu": {k: config[k] for k in ("warmup", "iters")}, "cpu": config["cpu"]},
             "jobs": {f"{v}/{s}": fabench_config.variant_triton(config, v) for v in self.variants for s in self.shapes},
         }
@@ -389,7 +390,6 @@ class Plan:
 
     def sweep_job_spec_json(self, stage: str, shape: str) -> str:
         """What a sweep job measures, as its params: it re-runs when this changes, and only then."""
-        spec = sweep_settings.sweep_job_spec(self.config, fabench_config.job_settings(self.config), stage,
-                                       self.sweep_shapes[shape])
+        spec = sweep_settings.sweep_job_spec(self.config, job_settings(self.config), stage, self.sweep_shapes[shape])
         return json.dumps(spec, sort_keys=True)
 

@@ -41,7 +41,7 @@ class PlatformName(StrEnum):
     @property
     def settings_key(self) -> str:
         """The config block whose counts a job here measures with: a CPU's own `cpu` block
-        (fabench.config.CPU_OVERRIDES), else `timing`."""
+        (fabench.measure.spec.Settings.timing_on), else `timing`."""
         return "timing" if self.is_gpu else "cpu"
 
     @property

@@ -4,8 +4,9 @@ written as JSON (the job's params and the --spec of `python -m fabench.measure` 
 `python -m fabench.tune`) and read back by `from_json` in the runner, the worker, the measuring
 process and the sweep job alike.
 
-The JSON is the config's own spelling (the keys of config.JOB_SETTINGS_KEYS, canonical), so the
-job's params change exactly when what it measures changes. Reading it checks every key against
+The JSON is the config's own spelling (the keys of JOB_SETTINGS_KEYS, canonical), so the
+job's params change exactly when what it measures changes. On a CPU the cpu block's counts replace
+the timing block's (Settings.timing_on, the one place that applies them). Reading it checks every key against
 the types below, then every value against the config schema's rule for the same key
 (values_error): a missing, unknown or mistyped key, or a value the config would refuse, is one line
 naming it (SpecError), never a KeyError or a crash inside a GPU process. The types are dataclasses
@@ -29,8 +30,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fabench.config import (CPU_OVERRIDES, SpecError, canonical, config_schema, job_settings, quote, schema_error,
-                            variant_triton)
+from fabench.config import SpecError, canonical, config_schema, quote, schema_error, variant_triton
 from fabench.platforms import PlatformName
 from fabench.shapes import shape_id
 
@@ -62,6 +62,18 @@ class Timing:
 
 COUNTS = ("warmup", "iters")  # Timing's fields the config keeps at its top level
 
+# The config keys every benchmark job of a run depends on (a change re-runs all of them).
+# Anything else (title, label, published, runtime, image, ...) is read by the workflow or the
+# report only, so changing it re-runs no benchmark.
+JOB_SETTINGS_KEYS = ("dtype", "causal", "seed", "warmup", "iters", "cpu", "backends", "roles", "tolerance",
+                     "timing")
+
+
+def job_settings(config: dict) -> dict:
+    """What every job of the run shares, as the config states it (canonical): a change here re-runs
+    every benchmark job. Settings.of gives them as they reach the measurement on a platform."""
+    return canonical({key: config[key] for key in JOB_SETTINGS_KEYS if key in config})
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -81,6 +93,10 @@ class Cpu:
     max_warmup_ms: float | None = None
     threads: int | None = None
     leave_out: tuple[str, ...] = ()
+
+
+# The cpu block's counts that replace timing's of the same name on a CPU (Settings.timing_on).
+CPU_OVERRIDES = tuple(f.name for f in dataclasses.fields(Cpu) if f.name in {t.name for t in dataclasses.fields(Timing)})
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Settings:
-    """What every job of the run shares (config.job_settings), typed."""
+    """What every job of the run shares (job_settings), typed."""
 
     dtype: Literal["float16", "bfloat16"]
     causal: bool
@@ -143,11 +159,14 @@ class Settings:
 
     @classmethod
     def of(cls, config: dict, platform: str | None = None) -> "Settings":
-        """The run's settings as they reach the measurement on `platform` (config.job_settings)."""
-        return cls.from_dict(job_settings(config, platform))
+        """The run's settings as they reach the measurement on `platform`: its timing is timing_on's
+        there, so a count a CPU does not use changes no CPU job. None: as the config states them."""
+        settings = cls.from_dict(job_settings(config))
+        return settings if platform is None else dataclasses.replace(settings, timing=settings.timing_on(platform))
 
     def timing_on(self, platform: str) -> Timing:
-        """The timing a job on `platform` measures with: on a CPU, the cpu block's counts."""
+        """The timing a job on `platform` measures with: on a CPU, the cpu block's counts (a count it
+        leaves None is the timing block's). Every reader of a CPU's counts asks this."""
         if PlatformName.parse(platform).is_gpu:
             return self.timing
         overrides = {key: getattr(self.cpu, key) for key in CPU_OVERRIDES}
@@ -235,12 +254,13 @@ class JobSpec(SpecReader):
 def job_spec(config: dict, variant: str, shape: dict, run: str | None = None, platform: str | None = None,
              shared_from: str | None = None) -> JobSpec:
     """The job of (variant, shape): its variant's Triton config, its shape and the run's shared
-    settings as they reach the measurement on `platform` (config.job_settings), all canonical.
+    settings as they reach the measurement on `platform` (Settings.of), all canonical.
     The workflow passes it to the runner and keeps it as the job's params, so a job re-runs exactly
     when what it measures changes. `run` names the run when the config makes several;
     `shared_from` the variant whose job measures this shape's config-independent backends."""
     return JobSpec.from_dict({"run": run or config["run"], "variant": variant, "shape": canonical(shape),
-                              "triton": variant_triton(config, variant), "settings": job_settings(config, platform),
+                              "triton": variant_triton(config, variant),
+                              "settings": Settings.of(config, platform).to_dict(),
                               "platform": platform, "shared_from": shared_from})
 
 
