@@ -5,11 +5,11 @@ written as JSON (the job's params and the --spec of `python -m fabench.measure` 
 process and the sweep job alike.
 
 The JSON is the config's own spelling (the keys of JOB_SETTINGS_KEYS, canonical), so the
-job's params change exactly when what it measures changes. On a CPU the cpu block's counts replace
-the timing block's (Settings.timing_on, the one place that applies them). Reading it checks every key against
-the types below, then every value against the config schema's rule for the same key
-(values_error): a missing, unknown or mistyped key, or a value the config would refuse, is one line
-naming it (SpecError), never a KeyError or a crash inside a GPU process. The types are dataclasses
+job's params change exactly when what it measures changes; on a CPU the cpu block's counts stand
+in for the timing block's (Settings.timing_on, the one place that applies them). Reading it checks
+every key against the types below, then every value against the config schema's rule for the same
+key (values_error): a missing, unknown or mistyped key, or a value the config would refuse, is one
+line naming it (SpecError), never a KeyError or a crash inside a GPU process. The types are dataclasses
 read by the small reader at the bottom (no library: the benchmark image has only the measuring
 process's dependencies); a test keeps Timing's fields equal to the schema's timing keys
 (tests/test_spec.py).
@@ -96,7 +96,8 @@ class Cpu:
 
 
 # The cpu block's counts that replace timing's of the same name on a CPU (Settings.timing_on).
-CPU_OVERRIDES = tuple(f.name for f in dataclasses.fields(Cpu) if f.name in {t.name for t in dataclasses.fields(Timing)})
+CPU_OVERRIDES = tuple(f.name for f in dataclasses.fields(Cpu)
+                      if f.name in {t.name for t in dataclasses.fields(Timing)})
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ def rounds_ahead(spec, lease) -> range:
     imports (registry.Backend.start_up); on a CPU none, as no worker starts ahead there."""
     if lease.gpu is None or spec.platform is None or not PlatformName.parse(spec.platform).is_gpu:
         return range(0)
-    return range(spec.settings.timing.repeats)
+    return range(spec.settings.timing_on(spec.platform).repeats)
 
 
 def refused(result: dict | None, ended: dict) -> bool:
