@@ -143,7 +143,7 @@ def test_the_workflow_compiles_ahead_on_a_gpu_on_the_local_executor_in_the_local
     """Blind side: whether the caches the jobs read are the ones filled (the container's, a cluster
     node's) is why docker and cluster executors are left out, not tested."""
     config = with_defaults({**default_config(), "measure": {"compile_ahead": wanted}})
-    assert Plan(config, REPO, docker=docker, platform=platform).compiles_ahead(cluster) is expected
+    assert (Plan(config, REPO, docker=docker, platform=platform).not_compiling_ahead(cluster) is None) is expected
 
 
 def test_the_workflow_compiles_ahead_before_its_first_job_and_its_report_says_so(tmp_path):

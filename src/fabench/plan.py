@@ -282,12 +282,8 @@ class Plan:
         count = times_lost(Path(process_file))
         return f" --measured-again {count}" if 0 < count <= MEASURED_AGAIN_MAX else ""
 
-    def compiles_ahead(self, cluster: bool) -> bool:
-        """Whether rule compile_ahead compiles (measure.compile_ahead) before the run's first measuring process."""
-        return self.not_compiling_ahead(cluster) is None
-
     def not_compiling_ahead(self, cluster: bool) -> str | None:
-        """Why rule compile_ahead compiles nothing, or None where it compiles: on the local executor in
+        """Why checkpoint compile_ahead compiles nothing, or None where it compiles: on the local executor in
         the local runtime only (a cluster job's node, a container's image have caches of their own), on
         a GPU run unless told `always` or `never`."""
         wanted = self.config["measure"]["compile_ahead"]
@@ -300,7 +296,7 @@ class Plan:
         return None
 
     def compile_ahead_args(self, run: str, cluster: bool) -> str:
-        """What rule compile_ahead passes fabench.measure.launch.precompile: the spec of every measure
+        """What checkpoint compile_ahead passes fabench.measure.launch.precompile: the spec of every measure
         job of the run, in the plan's order of jobs (stamps make a job compiled ahead before cost no
         process), or --skip and why it compiles nothing. A params of the rule: it runs again when a
         job's spec changes (its measure job does too)."""
@@ -311,8 +307,7 @@ class Plan:
         return shlex.join([arg for cell in cells for arg in ("--spec", self.job_spec_json(*cell))])
 
     @cached_property
-    def compile_ahead_priority(self) -> int:
-        """Above every measuring process's (process_priority): each run's compile ahead first."""
+    def compile_ahead_priority(self) -> int:  # above every process_priority: each run's compile ahead first
         return (self.processes + 1) * len(self.job_order)
 
     def triton_overrides(self, variant: str) -> dict:

@@ -153,7 +153,7 @@ def docker_manifest(wildcards):
 
 
 def compile_ahead_first(wildcards):
-    """The run's compile-ahead record, made by rule compile_ahead, which holds a GPU and the host's
+    """The run's compile-ahead record, made by checkpoint compile_ahead, which holds a GPU and the host's
     cores while it runs, so its measuring processes wait for it. ancient(): a record written anew
     (measure.compile_ahead changed, a job's spec changed) makes only the jobs to run anyway
     measure, not every job of the run."""

@@ -13,7 +13,7 @@ rule write_report:
         templates=REPORT_TEMPLATES,
         published=published_numbers(),
         sweep=sweep_summary,
-        # What rule compile_ahead did before the measuring processes, for the report's time line.
+        # What checkpoint compile_ahead did before the measuring processes, for the report's time line.
         compile_ahead=rules.compile_ahead.output[0],
     output:
         # per (variant, shape): its processes merged (fabench.results.merge)

@@ -46,7 +46,7 @@ try:
                         expected=sm.params.expected)
 except ResultError as err:
     sys.exit(f"fabench collect: {err}")
-# The compile ahead before the measuring processes (rule compile_ahead), for the report's time line;
+# The compile ahead before the measuring processes (checkpoint compile_ahead), for the report's time line;
 # one that compiled nothing (`skipped`: why) leaves the time line as a run without one.
 ahead = side_file(sm.input.compile_ahead, COMPILE_AHEAD)
 if ahead and "skipped" not in ahead:

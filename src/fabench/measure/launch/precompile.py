@@ -11,7 +11,7 @@ H200 (FlexAttention ~4 s a shape at d=256, aiter's Triton kernel, FlashAttention
 examples/h200-x2-speed-2026-11-27), spent one after another on the run's critical path. Compiling
 is mostly host work (Inductor, Triton's and the CuTe DSL's compilers), so one process per job
 (fabench.measure.precompile_child) builds them side by side here, and the jobs find them cached. No
-timed job runs meanwhile: it is rule compile_ahead (workflow/rules/benchmark.smk), whose record every
+timed job runs meanwhile: it is checkpoint compile_ahead (workflow/rules/benchmark.smk), whose record every
 measure job waits for, and it holds the GPU's lease (fabench.measure.launch.lease) so that no other
 workflow's job measures there either. With --skip it compiles nothing, touches no device and
 records why (measure.compile_ahead, the runtime, the executor: Plan.not_compiling_ahead).
