@@ -209,9 +209,11 @@ def test_a_compile_ahead_that_compiles_nothing_records_why_leases_nothing_and_en
     skip (measure.compile_ahead, the runtime, the executor) it leases nothing; a GPU that cannot be
     leased is the reason recorded, exit 0 (the jobs then lease and compile for themselves)."""
     out = tmp_path / "compile-ahead.json"
-    args = ["--skip", "measure.compile_ahead: never"] if why == "skip" else ["--spec", spec_of(tiny_config(), "default").to_json()]
+    args = (["--skip", "measure.compile_ahead: never"] if why == "skip"
+            else ["--spec", spec_of(tiny_config(), "default").to_json()])
     proc = subprocess.run([sys.executable, "-m", "fabench.measure.launch.precompile", *args, "--out", str(out)],
-                          cwd=tmp_path, env={**environment(tmp_path), **env}, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env={**environment(tmp_path), **env}, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
     record = read_side_file(out, COMPILE_AHEAD)
     expected = "measure.compile_ahead: never" if why == "skip" else "no device leased: FABENCH_GPUS='0,0'"
