@@ -19,6 +19,7 @@ include: "workflow/rules/tune.smk"
 # cluster executor (profiles/slurm) only the measure jobs, one GPU each, are submitted.
 localrules:
     build_image,
+    compile_ahead,
     patch_config,
     write_report,
     archive_run,
@@ -31,7 +32,6 @@ report: "workflow/report/workflow.rst"
 onstart:
     check_engine(workflow.dag.needrun_jobs())
     HOOKS.record_start()
-    compile_ahead(workflow.dag.needrun_jobs())
 
 
 onsuccess:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,7 +23,8 @@ from fabench.measure.spec import job_spec
 from fabench.shapes import parse_shape_id
 from test_plan import with_defaults
 from fabench.plan import Plan
-from workflow_util import REPO, default_config, snakemake, tiny_config
+from fabench.side_files import COMPILE_AHEAD, read_side_file
+from workflow_util import REPO, default_config, planned_jobs, snakemake, tiny_config
 
 SHAPE = "b1-s64-h2-d32"
 
@@ -141,7 +143,7 @@ def test_the_workflow_compiles_ahead_on_a_gpu_on_the_local_executor_in_the_local
     """Blind side: whether the caches the jobs read are the ones filled (the container's, a cluster
     node's) is why docker and cluster executors are left out, not tested."""
     config = with_defaults({**default_config(), "measure": {"compile_ahead": wanted}})
-    assert Plan(config, REPO, docker=docker, platform=platform).compiles_ahead(cluster) is expected
+    assert (Plan(config, REPO, docker=docker, platform=platform).not_compiling_ahead(cluster) is None) is expected
 
 
 def test_the_workflow_compiles_ahead_before_its_first_job_and_its_report_says_so(tmp_path):
@@ -149,10 +151,17 @@ def test_the_workflow_compiles_ahead_before_its_first_job_and_its_report_says_so
     on a GPU host's cores in a GPU lease."""
     config = {**flex_config(), "measure": {"compile_ahead": "always"}}
     config["shapes"] = [config["shapes"][0]]
+    record_path = tmp_path / "results" / "tiny" / "compile-ahead.json"
     dry = snakemake(tmp_path, "--cores", "1", "report", "-n", config=config)
-    assert dry.returncode == 0 and not (tmp_path / "results" / "tiny" / "compile-ahead.json").exists()
+    assert dry.returncode == 0 and not record_path.exists()
+    assert planned_jobs(dry)["compile_ahead"] == 1
     proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Its own job, before every measure job, and an input of the report's.
+    jobs = re.findall(r"^local(?:rule|checkpoint) (\w+):", proc.stderr, re.MULTILINE)
+    assert jobs.index("compile_ahead") < jobs.index("measure")
+    report_job = proc.stderr[proc.stderr.index("localrule write_report:"):]
+    assert "results/tiny/compile-ahead.json" in report_job.split("output:")[0]
     collected = json.loads((tmp_path / "results" / "tiny" / "results.json").read_text())
     ahead = collected["compile_ahead"]
     assert len(ahead["processes"]) == 2 and ahead["ended_at"] <= min(
@@ -162,20 +171,68 @@ def test_the_workflow_compiles_ahead_before_its_first_job_and_its_report_says_so
     assert "(2 processes, 1 at a time on the host with no job timed, made 2 compiled backends' first calls" in report
     # Nothing left to measure: nothing compiled ahead, the record of the measured run kept.
     again = snakemake(tmp_path, "--cores", "1", "report", config=config)
-    assert again.returncode == 0 and "compiling ahead" not in again.stdout + again.stderr
-    assert json.loads((tmp_path / "results" / "tiny" / "compile-ahead.json").read_text()) == ahead
-    # Results deleted are measured again: their kernels were compiled ahead before, so none is compiled.
-    for variant in ("default", "tuned"):
-        (tmp_path / "results" / "tiny" / variant / f"{SHAPE}.json").unlink()
-        (tmp_path / "results" / "tiny" / variant / SHAPE / "process-0.json").unlink()
+    assert again.returncode == 0 and "Nothing to be done" in again.stderr, again.stderr[-3000:]
+    assert json.loads(record_path.read_text()) == ahead
+    # Results deleted are measured again, the other job not: the record stays, and is not this workflow's.
+    (tmp_path / "results" / "tiny" / "tuned" / f"{SHAPE}.json").unlink()
+    (tmp_path / "results" / "tiny" / "tuned" / SHAPE / "process-0.json").unlink()
+    default_process = tmp_path / "results" / "tiny" / "default" / SHAPE / "process-0.json"
+    measured_at = default_process.stat().st_mtime_ns
     third = snakemake(tmp_path, "--cores", "1", "report", config=config)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    latest = json.loads((tmp_path / "results" / "tiny" / "compile-ahead.json").read_text())
+    assert re.findall(r"^local(?:rule|checkpoint) (\w+):", third.stderr, re.MULTILINE).count("measure") == 1
+    assert json.loads(record_path.read_text()) == ahead and default_process.stat().st_mtime_ns == measured_at
+    assert "compiled ahead for " not in (tmp_path / "results" / "tiny" / "report.md").read_text()
+    # A spec changed (its timing, which builds no kernel): compiled ahead again, every kernel found stamped.
+    config["cpu"] = {**config["cpu"], "min_trial_ms": config["cpu"]["min_trial_ms"] + 1}
+    fourth = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert fourth.returncode == 0, fourth.stdout[-3000:] + fourth.stderr[-3000:]
+    assert re.findall(r"^local(?:rule|checkpoint) (\w+):", fourth.stderr, re.MULTILINE).count("measure") == 2
+    latest = json.loads(record_path.read_text())
     assert latest["processes"] == [] and [c["variant"] for c in latest["cached"]] == ["default", "tuned"]
     report = (tmp_path / "results" / "tiny" / "report.md").read_text()
     assert "compiled ahead for " in report
     # No worker started beside it (a CPU's workers start with their jobs): the report says none did.
     assert "(none: the kernels of its 2 jobs were compiled ahead before, into this compile cache), " in report
+    # Only the compile ahead changed (told never): its record written anew says so, no process measured again.
+    measured_at = default_process.stat().st_mtime_ns
+    fifth = snakemake(tmp_path, "--cores", "1", "report", config={**config, "measure": {"compile_ahead": "never"}})
+    assert fifth.returncode == 0, fifth.stdout[-3000:] + fifth.stderr[-3000:]
+    assert "measure" not in re.findall(r"^local(?:rule|checkpoint) (\w+):", fifth.stderr, re.MULTILINE)
+    assert json.loads(record_path.read_text())["skipped"] == "measure.compile_ahead: never"
+    assert default_process.stat().st_mtime_ns == measured_at
+
+
+@pytest.mark.parametrize("why, env", [("skip", {}), ("no lease", {"FABENCH_GPUS": "0,0"})])
+def test_a_compile_ahead_that_compiles_nothing_records_why_leases_nothing_and_ends_well(tmp_path, why, env):
+    """Rule compile_ahead's record is the report's input, so it is written whatever happens: told to
+    skip (measure.compile_ahead, the runtime, the executor) it leases nothing; a GPU that cannot be
+    leased is the reason recorded, exit 0 (the jobs then lease and compile for themselves)."""
+    out = tmp_path / "compile-ahead.json"
+    args = (["--skip", "measure.compile_ahead: never"] if why == "skip"
+            else ["--spec", spec_of(tiny_config(), "default").to_json()])
+    proc = subprocess.run([sys.executable, "-m", "fabench.measure.launch.precompile", *args, "--out", str(out)],
+                          cwd=tmp_path, env={**environment(tmp_path), **env}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    record = read_side_file(out, COMPILE_AHEAD)
+    expected = "measure.compile_ahead: never" if why == "skip" else "no device leased: FABENCH_GPUS='0,0'"
+    assert record["skipped"].startswith(expected) and "processes" not in record
+    assert not (tmp_path / "leases").exists() and not (tmp_path / "build").exists()
+    assert f"compiling ahead: nothing ({expected}" in proc.stdout
+
+
+def test_the_default_cpu_run_records_that_it_compiled_nothing_ahead_and_its_report_says_no_compile_ahead(tmp_path):
+    config = tiny_config()
+    config["shapes"] = [config["shapes"][0]]
+    proc = snakemake(tmp_path, "--cores", "1", "report", config=config)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = read_side_file(tmp_path / "results" / "tiny" / "compile-ahead.json", COMPILE_AHEAD)
+    assert record["skipped"] == "measure.compile_ahead: gpu on a CPU run"
+    assert "compile_ahead" not in json.loads((tmp_path / "results" / "tiny" / "results.json").read_text())
+    report = (tmp_path / "results" / "tiny" / "report.md").read_text()
+    assert "before the first measuring process started" in report and "compil" not in report.split(
+        "Snakemake ran ")[1].split(". ")[0]
 
 
 def record(started: float, processes: list[dict], gpu_uuid: str | None = "GPU-a") -> dict:

@@ -40,11 +40,6 @@ from fabench.workflow_config import check_config
 VARIANT_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 
 
-def compile_ahead_record(run: str) -> str:
-    """Where the compile ahead of a run's jobs is recorded (fabench.measure.launch.precompile)."""
-    return f"results/{run}/compile-ahead.json"
-
-
 class PlanError(ValueError):
     """The workflow cannot run as configured: one line naming the key or setting."""
 
@@ -196,8 +191,6 @@ class Plan:
             raise PlanError(f"invalid setup: {err}") from None
 
     submits_jobs = staticmethod(submits_jobs)
-    compile_ahead_record = staticmethod(compile_ahead_record)
-
     def measuring_slots(self, given: int | None, cores: int | None,
                         cluster: bool = False) -> tuple[int | None, str | None]:
         """How many measuring jobs (resource `gpu`, one per job) may run at once, and a warning line.
@@ -290,26 +283,33 @@ class Plan:
         count = times_lost(Path(process_file))
         return f" --measured-again {count}" if 0 < count <= MEASURED_AGAIN_MAX else ""
 
-    def compiles_ahead(self, cluster: bool) -> bool:
-        """Whether the workflow compiles ahead (measure.compile_ahead) before its first measuring process:
-        on the local executor in the local runtime only (a cluster job's node, a container's image
-        have caches of their own), on a GPU run unless told `always` or `never`."""
+    def not_compiling_ahead(self, cluster: bool) -> str | None:
+        """Why checkpoint compile_ahead compiles nothing, or None where it compiles: on the local executor in
+        the local runtime only (a cluster job's node, a container's image have caches of their own), on
+        a GPU run unless told `always` or `never`."""
         wanted = self.config["measure"]["compile_ahead"]
-        if self.docker or cluster or wanted == "never":
-            return False
-        return wanted == "always" or self.platform.is_gpu
+        if self.docker:
+            return "the docker runtime: each job's container has the image's caches"
+        if cluster:
+            return "a cluster executor: each job's node has caches of its own"
+        if wanted == "never" or (wanted == "gpu" and not self.platform.is_gpu):
+            return f"measure.compile_ahead: {wanted}" + ("" if wanted == "never" else " on a CPU run")
+        return None
 
-    def compile_ahead_command(self, run: str, measure_jobs: list[dict], cluster: bool) -> list[str] | None:
-        """The command that compiles ahead the kernels of the run's measure jobs about to run (their
-        wildcards), in the plan's order of jobs, recording to compile_ahead_record(run)
-        (fabench.measure.launch.precompile); None when the run has none of them."""
-        cells = sorted({(job["variant"], job["shape"]) for job in measure_jobs if job["run"] == run},
-                       key=lambda cell: self.job_order[(run, *cell)])
-        if not cells:
-            return None
-        specs = [arg for cell in cells for arg in ("--spec", self.job_spec_json(run, *cell))]
-        return [self.python, "-m", "fabench.measure.launch.precompile", *specs,
-                "--out", compile_ahead_record(run), *shlex.split(str(self.measure_options(cluster)))]
+    def compile_ahead_args(self, run: str, cluster: bool) -> str:
+        """What checkpoint compile_ahead passes fabench.measure.launch.precompile: the spec of every measure
+        job of the run, in the plan's order of jobs (stamps make a job compiled ahead before cost no
+        process), or --skip and why it compiles nothing. A params of the rule: it runs again when a
+        job's spec changes (its measure job does too)."""
+        why = self.not_compiling_ahead(cluster)
+        if why is not None:
+            return shlex.join(["--skip", why])
+        cells = sorted((cell for cell in self.job_order if cell[0] == run), key=self.job_order.get)
+        return shlex.join([arg for cell in cells for arg in ("--spec", self.job_spec_json(*cell))])
+
+    @cached_property
+    def compile_ahead_priority(self) -> int:  # above every process_priority: each run's compile ahead first
+        return (self.processes + 1) * len(self.job_order)
 
     def triton_overrides(self, variant: str) -> dict:
         """The variant's entry for aiter's config, canonical (key order changes nothing)."""

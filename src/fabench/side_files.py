@@ -90,11 +90,11 @@ def _order_problem(value: dict, kind: str) -> str | None:
     """What a schema cannot say: a compile ahead's times in the order they happened."""
     if kind != COMPILE_AHEAD:
         return None
-    times = [(key, value[key]) for key in ("started_at", "leased_at", "ended_at")]
+    times = [(key, value[key]) for key in ("started_at", "leased_at", "ended_at") if key in value]
     for (early, a), (late, b) in zip(times, times[1:]):
         if b < a:
             return f"{late}: {b} is before {early} ({a}); expected the times in the order they happened"
-    for index, process in enumerate(value["processes"]):
+    for index, process in enumerate(value.get("processes", [])):
         if process.get("exited_at") is not None and process["exited_at"] < process["spawned_at"]:
             return f"processes.{index}.exited_at: before its spawned_at; expected the times in order"
     return None

@@ -1,6 +1,6 @@
 """What the workflow does to the machine as it starts and ends, apart from the plan, which only
 decides (fabench.plan): the Snakefile's onstart (the Docker engine asked, the workflow's start
-recorded, the kernels compiled ahead) and its onsuccess and onerror (the measuring workers told to
+recorded) and its onsuccess and onerror (the measuring workers told to
 stop). workflow/rules/common.smk builds one WorkflowHooks of its Plan (fabench.plan.Plan, whose
 answers the hooks act on: nothing here imports the planner); the hooks print what they have to say
 and never fail the workflow but by the engine check, before any job.
@@ -9,7 +9,6 @@ and never fail the workflow but by the engine check, before any job.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from fabench.container import image as container_image
@@ -65,28 +64,7 @@ class WorkflowHooks:
         compare, a finished run), which needs none."""
         return self.engine_problem() if ENGINE_RULES & set(rule_names) else None
 
-    # --- compiling ahead and the measuring workers --------------------------------------------------
-    def compile_ahead(self, measure_jobs: list[dict]) -> str | None:
-        """Compile ahead the kernels of the measure jobs about to run (their wildcards), one call of
-        fabench.measure.launch.precompile per run (Plan.compile_ahead_command), before Snakemake
-        starts any job (onstart); its record in results/<run>/compile-ahead.json. Never fails the
-        workflow: what went wrong is one line to print, and the jobs compile for themselves."""
-        notes = []
-        compiling = self.plan.compiles_ahead(self.cluster)  # decided once (measure.compile_ahead)
-        for run in self.plan.runs:
-            cmd = self.plan.compile_ahead_command(run, measure_jobs, self.cluster)
-            if cmd is None:
-                continue
-            # An earlier workflow's record describes no process measured from now on.
-            Path(self.plan.compile_ahead_record(run)).unlink(missing_ok=True)
-            if not compiling:
-                continue
-            code = subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
-            if code != 0:
-                notes.append(f"note: compiling ahead for run {run} ended with exit code {code}; "
-                             f"each job compiles its own kernels")
-        return "\n".join(notes) or None
-
+    # --- the measuring workers ---------------------------------------------------------------------
     def stop_measuring_workers(self) -> str | None:
         """At the workflow's end, its measuring workers end at once instead of when idle. Called by
         the Snakefile's handlers, which must not fail themselves: a workers' folder that cannot be

@@ -12,10 +12,41 @@
 # worker, the default on the local executor) or by a new process (isolate); see docs/worker.md.
 
 
+# Before a run's first measuring process, the kernels of its jobs built at once, side by side on one
+# leased GPU, and that GPU's measuring workers started (they import meanwhile), so that no job
+# compiles while it holds a GPU (fabench.measure.launch.precompile; docs/worker.md). The run's
+# measure jobs wait for its record (compile_ahead_first); rule write_report reads it. It runs when
+# its record is missing or its params change (a job's spec, measure.compile_ahead), not when only
+# some processes are measured again (their kernels are in the compile cache; each job's launcher
+# starts its worker). Where it compiles nothing (measure.compile_ahead, the docker runtime, a
+# cluster executor: Plan.not_compiling_ahead) its record says why, and no device is touched. It
+# never fails: what went wrong is in its record, and the jobs compile for themselves.
+#
+# A checkpoint, not a rule: Snakemake 9 masks the jobs downstream of a job to run, and drops those
+# whose only link to it is an ancient input without checking their own reasons (a changed spec:
+# the measure jobs were not measured again and the report refused their results). Jobs after a
+# checkpoint are judged again once it has run, each on its own reasons; a dry run lists them all
+# while it is still to run.
+checkpoint compile_ahead:
+    output:
+        "results/{run}/compile-ahead.json",
+    log:
+        "logs/{run}/compile-ahead.log",
+    priority: PLAN.compile_ahead_priority
+    params:
+        python=PYTHON,
+        ahead=lambda wildcards: PLAN.compile_ahead_args(wildcards.run, CLUSTER),
+        measure=measure_options,
+    shell:
+        "PYTHONUNBUFFERED=1 {params.python:q} -m fabench.measure.launch.precompile {params.ahead} {params.measure} "
+        "--out {output:q} 2>&1 | tee {log:q}"
+
+
 rule measure:
     input:
         kernel_config="results/{run}/aiter-config/{variant}.json",
         manifest=docker_manifest,
+        compile_ahead=compile_ahead_first,
     output:
         "results/{run}/{variant}/{shape}/process-{process}.json",
     log:

@@ -10,7 +10,7 @@ from snakemake.utils import min_version, update_config, validate
 min_version("9.0")
 
 from fabench import config_layers
-from fabench.plan import Plan, PlanError, compile_ahead_record
+from fabench.plan import Plan, PlanError
 from fabench.planned_platform import use_docker
 from fabench.workflow_config import layer_user_config
 from fabench.workflow_hooks import WORKFLOW_STARTED, WorkflowHooks
@@ -152,6 +152,14 @@ def docker_manifest(wildcards):
     return manifest
 
 
+def compile_ahead_first(wildcards):
+    """The run's compile-ahead record, made by checkpoint compile_ahead, which holds a GPU and the host's
+    cores while it runs, so its measuring processes wait for it. ancient(): a record written anew
+    (measure.compile_ahead changed, a job's spec changed) makes only the jobs to run anyway
+    measure, not every job of the run."""
+    return ancient(checkpoints.compile_ahead.get(run=wildcards.run).output[0])
+
+
 def job_launcher(wildcards, input):
     return PLAN.launcher(wildcards.run, input.manifest, input.kernel_config)
 
@@ -184,13 +192,6 @@ def check_engine(jobs):
     """A docker run whose engine does not answer stops before its first job (fabench.workflow_hooks)."""
     if problem := HOOKS.engine_problem_for([job.rule.name for job in jobs]):
         raise WorkflowError(problem)
-
-
-def compile_ahead(jobs):
-    """Before any job, the kernels of the measure jobs about to run (fabench.workflow_hooks)."""
-    measuring = [job.wildcards_dict for job in jobs if job.rule.name == "measure"]
-    if note := HOOKS.compile_ahead(measuring):
-        print(note, file=sys.stderr)
 
 
 def stop_measuring_workers():

@@ -13,6 +13,8 @@ rule write_report:
         templates=REPORT_TEMPLATES,
         published=published_numbers(),
         sweep=sweep_summary,
+        # What checkpoint compile_ahead did before the measuring processes, for the report's time line.
+        compile_ahead=rules.compile_ahead.output[0],
     output:
         # per (variant, shape): its processes merged (fabench.results.merge)
         cells=expand(
@@ -70,10 +72,5 @@ rule write_report:
         rule=lambda wildcards: COMPARISON,
         template_dir=TEMPLATE_DIR,
         workflow_started=WORKFLOW_STARTED,
-        # Written before any job when the workflow compiles ahead (fabench.measure.launch.precompile).
-        # A param, not an input: the Snakefile's onstart writes it after Snakemake has planned the
-        # jobs, where an input must already exist or be a rule's output; a run that compiled nothing
-        # ahead has none.
-        compile_ahead=lambda wildcards: compile_ahead_record(wildcards.run),
     script:
         "../scripts/write_report.py"

@@ -46,9 +46,10 @@ try:
                         expected=sm.params.expected)
 except ResultError as err:
     sys.exit(f"fabench collect: {err}")
-# The compile ahead before the measuring processes (Snakefile onstart), for the report's time line.
-ahead = side_file(sm.params.compile_ahead, COMPILE_AHEAD)
-if ahead:
+# The compile ahead before the measuring processes (checkpoint compile_ahead), for the report's time line;
+# one that compiled nothing (`skipped`: why) leaves the time line as a run without one.
+ahead = side_file(sm.input.compile_ahead, COMPILE_AHEAD)
+if ahead and "skipped" not in ahead:
     collected["compile_ahead"] = ahead
 published = load_published(sm.input.published) if sm.input.published else None
 # The report's findings as data (schemas/run_summary.schema.json), for scripts that read results.json.

@@ -3,6 +3,7 @@ measured built at once, in processes side by side on one leased GPU, while no jo
 
     python -m fabench.measure.launch.precompile --spec JSON [--spec JSON ...] --out RECORD.json
         [--timeout-s S] [--mode worker --worker-idle-s S]
+    python -m fabench.measure.launch.precompile --skip WHY --out RECORD.json
 
 Why: the jobs of a round run one after another on a GPU, and each compiled its backends' kernels
 in its first call while holding the GPU. With cold caches that was 45.5 s of a default run on an
@@ -10,8 +11,10 @@ H200 (FlexAttention ~4 s a shape at d=256, aiter's Triton kernel, FlashAttention
 examples/h200-x2-speed-2026-11-27), spent one after another on the run's critical path. Compiling
 is mostly host work (Inductor, Triton's and the CuTe DSL's compilers), so one process per job
 (fabench.measure.precompile_child) builds them side by side here, and the jobs find them cached. No
-timed job runs meanwhile: the Snakefile starts this before any job (onstart), and it holds the
-GPU's lease (fabench.measure.launch.lease) so that no other workflow's job measures there either.
+timed job runs meanwhile: it is checkpoint compile_ahead (workflow/rules/benchmark.smk), whose record every
+measure job waits for, and it holds the GPU's lease (fabench.measure.launch.lease) so that no other
+workflow's job measures there either. With --skip it compiles nothing, touches no device and
+records why (measure.compile_ahead, the runtime, the executor: Plan.not_compiling_ahead).
 
 In worker mode the measuring workers of the leased GPU are started here too
 (worker_client.start_ahead): they import while the kernels compile, and touch no device.
@@ -26,9 +29,9 @@ compiles for itself. Deleting build/compile-cache/ deletes both.
 
 Torch-free, as the runner is. --timeout-s bounds the whole compile ahead (compile_all). Nothing
 here fails the workflow: a process that fails, times out or cannot start is recorded with why, and
-its job compiles for itself as before. The record
-(results/<run>/compile-ahead.json, rule write_report puts it into results.json) gives the report's
-time line its span.
+its job compiles for itself as before; a GPU that cannot be leased is a record that skipped, and
+why. The record (results/<run>/compile-ahead.json, an input of rule write_report, which puts one
+that compiled into results.json) gives the report's time line its span.
 """
 
 from __future__ import annotations
@@ -76,8 +79,9 @@ POLL_S = 0.05
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m fabench.measure.launch.precompile", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", type=job_spec_arg, action="append", required=True,
+    parser.add_argument("--spec", type=job_spec_arg, action="append", default=[],
                         help="a job spec (JSON) whose kernels to build; one per job")
+    parser.add_argument("--skip", metavar="WHY", help="compile nothing, touch no device: a record saying why")
     parser.add_argument("--out", type=Path, required=True, help="the record of what was compiled, JSON")
     parser.add_argument("--timeout-s", type=config_bounded("measure", "job_timeout_s"), default=None, metavar="S",
                         help="the whole compile ahead's bound: after S seconds what still compiles is killed and what "
@@ -85,7 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=MODES, default="isolate",
                         help="worker: the leased GPU's measuring workers are started here as well")
     parser.add_argument("--worker-idle-s", type=config_bounded("measure", "worker_idle_s"), default=None, metavar="S")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if bool(args.spec) == bool(args.skip):
+        parser.error("give either --spec (one or more) or --skip")
+    return args
 
 
 def parallel_processes(jobs: int, cores: int) -> int:
@@ -146,11 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     watch_workflow()
     started_at = process_started_at() or time.time()
+    if args.skip:
+        return skipped(args.out, started_at, args.skip)
     try:
         lease = device_lease.acquire()
-    except DeviceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except DeviceError as err:  # the jobs lease for themselves and say why: nothing compiled, the run goes on
+        return skipped(args.out, started_at, f"no device leased: {err}")
     leased_at = time.time()
     with lease:
         workers = start_workers(args, lease)
@@ -173,6 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[fabench] compiled ahead in {ended_at - leased_at:.1f} s: {compiled_count(processes)} compiled "
           f"backend(s)' first calls in {len(processes)} process(es), "
           f"{sum(1 for p in processes if p.get('reason'))} of them failed", flush=True)
+    return 0
+
+
+def skipped(out: Path, started_at: float, why: str) -> int:
+    """The record of a compile ahead that compiled nothing, and why; it exits 0 (nothing here fails
+    the workflow): the report's input exists, and the report says no kernel was compiled ahead."""
+    write_json(out, {"format": FORMAT, "started_at": started_at, "ended_at": max(started_at, time.time()),
+                     "skipped": why})
+    print(f"[fabench] compiling ahead: nothing ({why})", flush=True)
     return 0
 
 
