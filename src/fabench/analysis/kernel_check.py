@@ -20,10 +20,9 @@ gap (below): one such gap the other way: the L2 clear before a call runs after t
   with timestamps of its own; on an H100 small cells read up to 1.5 us below CUPTI's sum (one gap
   measured 1.5 us there).
 
-The graphs run in a cell's last process only (fabench.measure.cell: in every process they cost an
-H200 default run 7.2 s), so the CUPTI side is that process's trials: both figures from one process,
-a process effect moves them alike. Results that took graphs in every process are judged as before,
-over all their processes' trials.
+The CUPTI side is the trials of the processes whose graphs were taken: every process's, unless a
+capture failed in one, whose trials then stay out, so that the two figures come from the same
+processes and a process effect moves both alike.
 
 `half_width` is the check's power: the larger side of its tolerance; above JUDGE_BOUND (5%) the
 check could not tell a 5% error from agreement and says "could not judge" (agrees null). A
@@ -94,9 +93,8 @@ def kernel_time_check(trials: list[dict], bound: float = JUDGE_BOUND) -> dict | 
 
 
 def _graphed_processes_trials(trials: list[dict], records: list[dict]) -> list[Trial]:
-    """The trials of the processes whose graphs are judged: one process, since the graphs run in a
-    cell's last process alone (every process in older results). Against that process's own trials,
-    a process effect moves both figures alike."""
+    """The trials of the processes whose graphs are judged (all, unless a capture failed in one):
+    against the same processes' trials, a process effect moves both figures alike."""
     graphed = {r["process"] for r in records}
     return [t for t in map(Trial.of, trials) if t.process in graphed]
 
