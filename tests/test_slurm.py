@@ -66,7 +66,7 @@ def _planned_gpus(plan: str) -> dict[str, list[int]]:
     """rule -> the gpu resource of each of its planned jobs (0 when it asks for none)."""
     asked: dict[str, list[int]] = {}
     for block in re.split(r"\n(?=\[)", plan):
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        rule = re.search(r"^(?:local)?(?:rule|checkpoint) (\w+):", block, re.M)
         resources = re.search(r"^\s+resources: (.*)$", block, re.M)
         if rule and resources:
             gpu = re.search(r"\bgpu=(\d+)", resources.group(1))
