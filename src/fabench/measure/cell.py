@@ -187,9 +187,9 @@ class Cell:
         agreement asks its median only. The kernels' own time by graphs in every process: their
         tolerance holds the spread of their per-process medians, and the processes stay alike. Graphs in
         the last process alone saved an H200 default run 3.6 s but made the rounds unlike: on one card the
-        round with graphs read FlexAttention and Triton at (4,1024,8,256) 3.4% slower than the round
-        without, in every run, and same-card pairs answered 57% of cells against 98% (the acceptance
-        lease of 2026-11-28, examples/h200-x2-house-2026-11-28). On a CPU, none."""
+        round with graphs read FlexAttention at (4,1024,8,256) 3.4% slower than the round without (Triton
+        2.1%), in every run, and same-card pairs answered 57% of cells against 98% (the acceptance lease
+        of 2026-11-28, examples/h200-x2-house-2026-11-28). On a CPU, none."""
         if not self.gpu:
             return {}
         checks = {"do_bench_ms": None, "host_call_ms": None}
