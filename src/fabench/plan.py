@@ -304,7 +304,7 @@ class Plan:
         why = self.not_compiling_ahead(cluster)
         if why is not None:
             return shlex.join(["--skip", why])
-        cells = sorted((cell for cell in self.job_order if cell[0] == run), key=self.job_order.get)
+        cells = [cell for cell in self.job_order if cell[0] == run]  # job_order is in the plan's order
         return shlex.join([arg for cell in cells for arg in ("--spec", self.job_spec_json(*cell))])
 
     @cached_property

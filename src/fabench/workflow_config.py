@@ -23,7 +23,7 @@ def layer_user_config(command_line: dict, configfiles: list, config_args: list[s
     fabench.config_layers describes; returns --config's values typed as in a YAML file (the caller
     merges them as Snakemake merges, then calls config_layers.replace_whole_values). `config_args`
     is Snakemake's own record of --config's `key=value` texts (workflow.config_settings.config_args)."""
-    schema = fabench_config.shipped_yaml(schemas / "config.schema.yaml")
+    schema = _config_schema(schemas)
     typed = config_layers.command_line_values(dict(command_line), schema, config_args)
     # Snakemake has read these files already (a missing or broken one stops it before this).
     files = [yaml.safe_load(Path(path).read_text()) or {} for path in configfiles]
@@ -34,7 +34,7 @@ def check_config(config: dict, project: Path, schemas: Path = SCHEMA_DIR) -> Non
     """ConfigError for the first thing that would stop the run: a schema violation, a rule across keys
     the schema cannot state, the sweep's rules, or a published-numbers file that is missing or not
     what the report reads. Relative paths in the config are relative to `project`."""
-    schema = fabench_config.shipped_yaml(schemas / "config.schema.yaml")
+    schema = _config_schema(schemas)
     problem = (fabench_config.schema_error(config, schema) or fabench_config.consistency_error(config)
                or sweep_settings.config_error(config)
                or published_error(config.get("published"), schemas, project))
@@ -54,3 +54,11 @@ def published_error(published: str | None, schemas: Path, project: Path) -> str 
     except PublishedError as err:
         return f"published: {err}"
     return None
+
+
+def _config_schema(schemas: Path) -> dict:
+    """The config schema in `schemas`: the package's, read once (fabench.config.config_schema), unless
+    a caller names another folder."""
+    if schemas == SCHEMA_DIR:
+        return fabench_config.config_schema()
+    return fabench_config.shipped_yaml(schemas / "config.schema.yaml")
