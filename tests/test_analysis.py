@@ -75,6 +75,18 @@ def test_do_bench_cannot_judge_a_call_that_takes_longer_to_queue_than_to_run():
     assert analysis.do_bench_check([0.0250], 0.0251, 0.03, None, [0.020])["agrees"] is True
 
 
+def test_do_bench_not_run_where_the_host_took_the_kernels_time_says_so():
+    """The measuring process skips do_bench where a call took the host at least its kernels' time
+    to queue (Cell._cross_check_trial): the trial keeps host_call_ms and no do_bench_ms, and the
+    check says why it cannot judge, as it says for a do_bench that ran host-bound."""
+    got = analysis.do_bench_check([], 0.0389, 0.03, None, [0.073])
+    assert got["agrees"] is None and got["do_bench_ms"] is None
+    assert got["reason"].startswith("do_bench host-bound, not run: a call takes 0.0730 ms to queue")
+    assert analysis.do_bench_check([], 0.0389, 0.03, "Triton is not installed", [0.073])["reason"] == \
+        "Triton is not installed"
+    assert analysis.do_bench_check([], 0.0389, 0.03, None, []) is None  # nothing taken, nothing said
+
+
 def process_result(process, devices, kernels_sha="a" * 64):
     entry = backend_entry("X", trials=[trial(process, i, 0.3, d) for i, d in enumerate(devices)],
                           kernels={"names": ["k"], "launch": {"num_stages": 1}, "source_sha256": kernels_sha})

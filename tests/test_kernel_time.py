@@ -243,15 +243,50 @@ def test_a_kernel_stream_short_of_the_minimum_time_is_topped_up_not_repeated():
     assert stopping.batch_size(rule, 1000, [0.025] * 1000, 0.001) == 1000  # only the noise left to settle
 
 
-def test_a_profiled_batch_fits_the_minimum_times_share_of_the_timeout_in_host_time():
-    """At 0.33 ms of host time a sample (H200, a 0.02 ms kernel under the profiler) a fifth of 250 ms
-    fits 151 samples: the first batch, asked for 1000 (20 ms of kernel time), is cut to what fits at
-    the 0.35 ms assumed before any was measured, later ones to the measured cost."""
+def test_a_profiled_batch_fits_what_is_left_of_the_minimum_time_in_host_time():
+    """At 0.33 ms of host time a sample (H200, a 0.02 ms kernel under the profiler) the minimum, a
+    fifth of 250 ms, takes 152 samples: the first batch, asked for 1000 (20 ms of kernel time), is cut
+    to what reaches it at the 0.35 ms assumed before any was measured; a later one to what is left of
+    the minimum at the measured cost; once the minimum is met, to a whole fifth for the noise."""
     rule = stopping.StopRule(max_noise=0.01, min_samples=10, min_trial_ms=20.0, max_trial_ms=250)
-    assert stopping.batch_size(rule, 1000, [], None) == int(50 / stopping.PROFILED_SAMPLE_HOST_MS)
-    assert stopping.batch_size(rule, 1000, [0.02] * 142, 0.33) == 151
+    assert stopping.batch_size(rule, 1000, [], None) == math.ceil(50 / stopping.PROFILED_SAMPLE_HOST_MS)
+    assert stopping.batch_size(rule, 1000, [0.02] * 130, 0.33, host_ms=130 * 0.33) == 22  # 7.1 ms left
+    assert stopping.batch_size(rule, 1000, [0.02] * 142, 0.33, host_ms=142 * 0.33) == 10  # never below min_samples
+    assert stopping.batch_size(rule, 1000, [0.02] * 160, 0.33, host_ms=60.0) == 152  # met: a fifth for the noise
     assert stopping.batch_size(rule, 10, [], None) == 10  # a long kernel's few calls: nothing to cut
     assert stopping.batch_size(rule, 10, [], 100.0) == 10  # never below min_samples
+
+
+def _trial_at_host_cost(rule, cost_ms: float, carried: float | None) -> dict:
+    """One trial through stopping.collect on a clock that advances cost_ms per sample, with the
+    batches sized as Cell._profiled_stream sizes them; quiet samples (the noise is never what stops it)."""
+    clock = {"ms": 0.0}
+    taken: list[float] = []
+
+    def take() -> list[float]:
+        per_sample = clock["ms"] / len(taken) if taken else carried
+        n = stopping.batch_size(rule, 1000, taken, per_sample, clock["ms"])
+        clock["ms"] += n * cost_ms
+        batch = [0.05 * (1 + 0.001 * (i % 3)) for i in range(n)]
+        taken.extend(batch)
+        return batch
+
+    return stopping.collect(rule, take, clock=lambda: clock["ms"] / 1000.0)[1]
+
+
+def test_a_trial_sized_by_the_previous_trials_host_cost_stops_at_the_minimum_time_not_past_it():
+    """A 0.05 ms kernel whose profiled samples cost the host 1 ms each (an H200's Python-launched
+    kernels cost 0.5-1.4 ms): the first trial, sized by the 0.35 ms assumed, takes 143 samples and
+    143 ms where the minimum is 50 ms; the next, given the cost the first measured, stops at 50.
+    Blind side: a constant cost per sample; where it moves between trials, a batch that ends short
+    of the minimum is topped up by one of at least min_samples (the test above)."""
+    rule = stopping.StopRule(max_noise=0.02, min_samples=10, min_trial_ms=20.0, max_trial_ms=250)
+    first = _trial_at_host_cost(rule, 1.0, None)
+    later = _trial_at_host_cost(rule, 1.0, first["elapsed_ms"] / first["samples"])
+    assert (first["samples"], first["stopped"]) == (143, stopping.CONVERGED)
+    assert first["elapsed_ms"] == pytest.approx(143.0)
+    assert (later["samples"], later["stopped"]) == (50, stopping.CONVERGED)
+    assert later["elapsed_ms"] == pytest.approx(50.0)
 
 
 def test_later_trials_warm_up_until_settled_without_the_first_trials_minimum():

@@ -365,6 +365,10 @@ def do_bench_check(values: list[float], device_median: float | None, tolerance: 
     but for medians further apart on a GPU whose clocks were held down and moved more than the
     tolerance (power_capped): null again, with the difference and the clocks.
     """
+    host = stats.median(list(host_call_ms)) if host_call_ms else None
+    if not values and not why_not and host is not None:  # not run: the host took the kernels' time to queue a call
+        why_not = (f"do_bench host-bound, not run: a call takes {host:.4f} ms to queue on the host, at least its kernels' "
+                   "time in the trial before, so do_bench's per-call events would time the host")
     if not values:
         return {"do_bench_ms": None, "agrees": None, "reason": why_not} if why_not else None
     value = stats.median(values)
@@ -375,7 +379,6 @@ def do_bench_check(values: list[float], device_median: float | None, tolerance: 
                           f"> {tolerance:.0%})"}
     if device_median is None:
         return {"do_bench_ms": value, "agrees": None, "reason": "no device figure to compare"}
-    host = stats.median(list(host_call_ms)) if host_call_ms else None
     if host is not None and host >= device_median:
         return {"do_bench_ms": value, "agrees": None,
                 "reason": f"do_bench host-bound: a call takes {host:.4f} ms to queue on the host, its kernels "

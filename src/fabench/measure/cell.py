@@ -55,6 +55,7 @@ class Cell:
         self.device_fallback: str | None = None  # why the device time is not from graph replays
         self.launches_per_call: int | None = None  # kernels one call launches, where profiled
         self.first_call_ms: float | None = None  # sizes a CPU trial's loop before any trial ran
+        self.profiled_host_ms: float | None = None  # a profiled sample's host cost in the last trial here
 
     @property
     def gpu(self) -> bool:
@@ -266,8 +267,8 @@ class Cell:
 
         def batch() -> list[float]:
             began = time.perf_counter()
-            per_sample = host["ms"] / len(taken) if taken else None
-            wanted = stopping.batch_size(rule, calls, taken, per_sample)
+            per_sample = host["ms"] / len(taken) if taken else self.profiled_host_ms
+            wanted = stopping.batch_size(rule, calls, taken, per_sample, host["ms"])
             counts = self.timer.chunk_counts(wanted)
             trace, chunks, sleeps = kernels.profiled_chunks(self.timer, counts)
             figures, why_not = kernels.stream_figures(trace, counts, self.launches_per_call,
@@ -297,6 +298,8 @@ class Cell:
             return figures["kernel_ms"]
 
         samples, stop = stopping.collect(rule, batch)
+        if taken:
+            self.profiled_host_ms = host["ms"] / len(taken)
         return {"kernel_samples_ms": _rounded(samples), **{k: _rounded(v) for k, v in record.items()},
                 **(clocks if clocks["sleep_clock_mhz"] and sum(clocks["chunk_calls"]) == len(samples) else {}),
                 **counters, "kernel_shares": kernels.kernel_shares(by_kernel, len(samples)), "stop": stop}
@@ -324,9 +327,10 @@ class Cell:
         return {**out, "kernels_per_call": per_call}
 
     def _cross_check_trial(self, estimate_ms: float | None = None) -> dict:
-        """triton.testing.do_bench on the eager call right after each trial (so both see the GPU in
-        the same state), and how long a call takes on the host: where that exceeds the kernels'
-        time, do_bench's per-call events time the host and its figure cannot judge ours."""
+        """How long a call takes on the host, then triton.testing.do_bench on the eager call right after
+        the trial (so both see the GPU in the same state), unless the host needs at least the kernels'
+        time (`estimate_ms`) to queue a call: do_bench's per-call events would then time the host, and
+        its figure could not judge ours (15 of an H200 default run's 40 cells, ~1.4 s of its round 0)."""
         none = {"do_bench_ms": None, "host_call_ms": None} if self.gpu else {}
         if self.timer is None or not self.job.timing.do_bench or self.do_bench_reason:
             return none
@@ -336,9 +340,11 @@ class Cell:
             self.do_bench_reason = f"Triton is not installed ({err})"
             return none
         try:
+            host = timing.host_call_ms(self.prepared.fn)
+            if estimate_ms is not None and host >= estimate_ms:
+                return {"do_bench_ms": None, "host_call_ms": host}
             return {"do_bench_ms": timing.do_bench_ms(self.prepared.fn, estimate_ms,
-                                                      self.job.timing.cross_check_tolerance),
-                    "host_call_ms": timing.host_call_ms(self.prepared.fn)}
+                                                      self.job.timing.cross_check_tolerance), "host_call_ms": host}
         except Exception as err:
             self.do_bench_reason = f"do_bench failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
             return none
