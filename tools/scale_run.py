@@ -104,10 +104,16 @@ def output_folder(out: Path, entry_dir: Path) -> Path:
 
 
 def scaled_run(entry: Path, out: Path, factor: float, run: str | None) -> None:
+    rebuilt_run(entry, out, lambda results, config: injected(results, factor) if factor != 1 else results, run)
+
+
+def rebuilt_run(entry: Path, out: Path, change, run: str | None) -> None:
+    """The entry's run written to `out` in a run folder's layout, its results as `change(results,
+    config)` returns them (tools/replay_batches.py cuts trials with it)."""
     collected, config = read_entry(entry)
     output_folder(out, entry)
     published = stored_published(config, ROOT, f"{entry}/config.json")
-    results = injected(collected["results"], factor) if factor != 1 else collected["results"]
+    results = change(collected["results"], config)
     run = run or collected["run"]
     config["run"] = run
     for index, result in enumerate(results):

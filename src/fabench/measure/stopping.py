@@ -194,8 +194,8 @@ def batch_size(rule: StopRule, calls: int, taken: list[float], host_ms_per_sampl
     timeout, before the rule was asked at all. Sized by the fixed 0.35 ms, a short kernel's batch
     cost 0.5-1.4 ms a sample (aiter's Triton kernel and FlexAttention at (4,512,8,256) on an H200:
     100-230 ms of host time where the minimum is 50 ms); replayed through this rule, the recorded
-    trials of six H200 runs spent 7% less host time in their kernel loops with the comparison's
-    answers unchanged (docs/timing.md)."""
+    trials of 16 H200 runs spent 6-12% less host time in their kernel loops, the comparison's
+    answers unchanged (tools/replay_batches.py, docs/timing.md)."""
     per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
     minimum_ms = rule.min_time_share * rule.max_trial_ms
     left_ms = minimum_ms - host_ms
