@@ -287,3 +287,70 @@ def test_the_workflow_on_two_declared_gpus_runs_two_jobs_at_once_each_on_its_own
     assert len(held) == 4 and {h["gpu"] for h in held} == {"0", "1"}
     assert all(h["source"] == "lease" and h["visible_devices"]["CUDA_VISIBLE_DEVICES"] == h["gpu"] for h in held)
     assert (tmp_path / "results" / "tiny" / "report.md").is_file()
+
+
+HOLD = ("import sys, time; from fabench.measure.launch import lease; held = lease.acquire(); "
+        "print('took', held.gpu, time.time(), held.waited_s, flush=True); sys.stdin.readline(); "
+        "print('released', time.time(), flush=True); held.release()")
+
+
+def holding(env: dict) -> subprocess.Popen:
+    """A real process that takes a lease (waiting as a job's launcher does) and holds it until told."""
+    return subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def next_line(proc: subprocess.Popen, starts: str) -> list[str]:
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"{proc.args}: ended before a line starting {starts!r}"
+        if line.startswith(starts):
+            return line.split()
+
+
+def let_go(proc: subprocess.Popen) -> float:
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    released = float(next_line(proc, "released")[1])
+    assert proc.wait(timeout=60) == 0
+    return released
+
+
+@pytest.mark.parametrize("gpus", ["0", "0,1"])
+def test_a_launcher_waiting_for_its_own_workflows_job_says_it_is_ready_and_takes_the_lease_at_its_release(
+        tmp_path, gpus):
+    """Blind side: 'within 0.25 s' on this loaded 2-core host; each wake-up took 2-10 ms here (a
+    blocking lock on one GPU, a try every POLL_S on two), the rest is this host's scheduling."""
+    env = {**lease_env(tmp_path, gpus), "FABENCH_WORKFLOW": "host:1"}
+    holders = [holding(env) for _ in gpus.split(",")]
+    first_gpu = [next_line(holder, "took")[1] for holder in holders][0]
+    ready = holding(env)
+    said = " ".join(next_line(ready, "[fabench]"))
+    assert said.startswith("[fabench] ready: waiting for this workflow's job"), said
+    assert all(f"by pid {holder.pid}" in said for holder in holders), said
+    other = holding({**env, "FABENCH_WORKFLOW": "host:2"})  # someone else's job: told who holds them
+    assert " ".join(next_line(other, "[fabench]")).startswith(f"[fabench] waiting for a GPU: all {len(holders)} held")
+    released = let_go(holders[0])
+    _, gpu, taken, waited = next_line(ready, "took")  # the first in line, not the one after it
+    assert gpu == first_gpu and float(taken) - released < 0.25 and float(waited) > 0
+    for proc in (*holders[1:], ready):
+        let_go(proc)
+    next_line(other, "took")
+    let_go(other)
+
+
+def test_launchers_waiting_for_a_pool_of_several_gpus_take_them_in_the_order_they_came(tmp_path):
+    """The first in line takes the first GPU released; the one behind it, the next."""
+    env = lease_env(tmp_path, "0,1")
+    holders = [holding(env) for _ in range(2)]
+    gpus = {next_line(holder, "took")[1]: holder for holder in holders}
+    first = holding(env)
+    next_line(first, "[fabench] waiting")
+    second = holding(env)
+    next_line(second, "[fabench] waiting")
+    let_go(gpus["1"])
+    assert next_line(first, "took")[1] == "1"
+    let_go(gpus["0"])
+    assert next_line(second, "took")[1] == "0"
+    for proc in (first, second):
+        let_go(proc)
