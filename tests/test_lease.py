@@ -354,3 +354,61 @@ def test_launchers_waiting_for_a_pool_of_several_gpus_take_them_in_the_order_the
     assert next_line(second, "took")[1] == "0"
     for proc in (first, second):
         let_go(proc)
+
+
+def leases_taken(results: Path) -> list[dict]:
+    """Each measuring process of a workflow run: its shape and process, its GPU, when its launcher
+    started and took the lease, and when its measuring process ended, in the order of the leases."""
+    taken = []
+    for path in results.glob("*/process-*.json"):
+        result = json.loads(path.read_text())
+        [ended] = result["method"]["process_exits"]
+        taken.append({"job": (int(path.stem.split("-")[1]), path.parent.name),
+                      "gpu": result["provenance"]["device_lease"]["gpu"],
+                      "taken_at": ended["launcher"]["leased_at"],
+                      "started_at": ended["launcher"]["started_at"], "exited_at": ended["exited_at"]})
+    return sorted(taken, key=lambda t: t["taken_at"])
+
+
+def measure_jobs_run(tmp_path: Path, env: dict, cores: str) -> tuple[list[dict], str]:
+    """The CPU test experiment's variant `default`, two shapes, two processes each: four measure jobs."""
+    config = tiny_config(run="ready")
+    config["cpu"]["repeats"] = 2
+    targets = [f"results/ready/default/{shape}.json" for shape in ("b1-s64-h2-d32", "b1-s128-h2-d64")]
+    proc = snakemake(tmp_path, "--cores", cores, *targets, config=config, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = "".join(p.read_text() for p in (tmp_path / "logs" / "ready").rglob("process-*.log"))
+    return leases_taken(tmp_path / "results" / "ready" / "default"), logs
+
+
+@pytest.mark.slow
+def test_on_a_declared_gpu_the_next_jobs_launcher_waits_ready_beside_the_job_and_takes_the_lease_in_turn(
+        tmp_path, worker_dir):
+    """Snakemake with one declared GPU and --cores 1 (fabench.slots: two measuring slots for it): a
+    launcher starts while the job before it measures, the GPU is held by one job at a time, and
+    its leases follow the priorities (process 0 of each job, then process 1). The first two jobs
+    start together (both slots free) and take it in the order they reach its lock: which of the
+    two measures first is not the priorities'. Blind side: a real GPU's timing (examples/)."""
+    env = {**lease_env(tmp_path, "0"), "FABENCH_WORKER_DIR": str(worker_dir)}
+    env.pop("OMP_NUM_THREADS")  # as Snakemake sets it (0 for a job of no core)
+    taken, logs = measure_jobs_run(tmp_path, env, "1")
+    assert [t["gpu"] for t in taken] == ["0"] * 4
+    for before, after in zip(taken, taken[1:]):  # one holder at a time: taken once the one before had ended
+        assert after["taken_at"] >= before["exited_at"], taken
+    ready = [after for before, after in zip(taken, taken[1:]) if after["started_at"] < before["exited_at"]]
+    assert len(ready) >= 2, taken  # started while the job before it measured
+    assert {t["job"] for t in taken[:2]} == {(0, "b1-s64-h2-d32"), (0, "b1-s128-h2-d64")}, taken
+    assert [t["job"] for t in taken[2:]] == [(1, "b1-s64-h2-d32"), (1, "b1-s128-h2-d64")], taken
+    assert "ready: waiting for this workflow's job before it (GPU 0 by pid" in logs
+    assert "Invalid value for environment variable" not in logs  # no thread count of 0 reached torch
+
+
+@pytest.mark.slow
+def test_on_a_cpu_host_no_launcher_starts_before_the_job_before_it_has_ended(tmp_path, worker_dir):
+    """The same jobs on a CPU host under --cores 2: one at a time, each launcher after the end."""
+    env = {**lease_env(tmp_path, "0"), "FABENCH_WORKER_DIR": str(worker_dir)}
+    env.pop(devices.DECLARED_ENV)
+    taken, _ = measure_jobs_run(tmp_path, env, "2")
+    assert len(taken) == 4 and all(t["gpu"] is None for t in taken)
+    for before, after in zip(taken, taken[1:]):
+        assert after["started_at"] >= before["exited_at"], taken
