@@ -8,8 +8,8 @@ slots alone bound how many run. The run measures on N GPUs: the user's --resourc
 min(--cores, the GPUs a job may lease here). Where N covers every GPU of that pool, the slots are two
 per GPU: one job measuring, and the next job's launcher started beside it, ready, waiting for the
 lease (fabench.measure.launch.lease), its interpreter, imports, spec check and workers' start-up
-made while the GPU measures. On two H200s the launchers took 5.9 s of a 97 s run between one job's
-process and the next, each started only once the job before it had ended
+made while the GPU measures. On two H200s the launchers took 5.9 s of the 87 s the measure jobs
+spanned, between one job's process and the next, each started only once the job before it had ended
 (examples/h200-x2-house-2026-11-28, report w1). Where N is fewer than the pool, the slots stay N: a
 launcher started ahead would lease a free GPU the run was not meant to use.
 """
