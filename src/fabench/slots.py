@@ -38,7 +38,8 @@ def gpu_host_slots(given: int | None, cores: int | None, pool: int) -> tuple[int
     if measured_on >= pool:
         return 2 * pool, None
     note = None if given is not None else (
-        f"note: --cores {cores} on a host of {pool} GPUs: the jobs measure on {measured_on} at a time, each "
+        f"note: --cores {cores} on a host of {pool} GPUs: the jobs measure on {measured_on} GPU"
+        f"{'s' if measured_on != 1 else ''} at a time, each "
         f"job's launcher started once the job before it has ended; --cores {pool} (or --resources gpu={pool}) "
         "measures on all, the next job's launcher ready beside each")
     return measured_on, note
