@@ -12,8 +12,8 @@ a lease:
   by the Slurm job, each set the way Slurm sets them.
 * Otherwise a lock per GPU (fcntl.flock on ``<lease dir>/gpu-<id>.lock``, one directory for the
   whole host): the first free GPU of the pool (fabench.measure.launch.devices) is taken; when every GPU
-  is held the job waits (taking the next released within milliseconds, in the order the jobs
-  came: wait_for_gpu), saying who holds them, and never measures on a shared one. The kernel
+  is held the job waits (taking one within milliseconds of its release: wait_for_gpu), saying who
+  holds them, and never measures on a shared one. The kernel
   drops a flock when the last process holding its file closes, so a lease ends with its holders
   however they end (exit, exception, SIGKILL); the processes the job starts inherit the lock's
   file so that an orphaned measuring process still holds its GPU. Beside each lock a holder file
