@@ -51,6 +51,7 @@ REMIND_EVERY_S = 60.0
 # How often the first job in line looks for a released GPU of a pool of several (one of one waits in
 # the kernel's lock instead): a launcher started ahead of its job waits for nearly every lease.
 POLL_S = 0.02
+LINE_GRACE_S = 0.5  # a job queued behind the first in line says it waits once it has waited this long
 
 
 @dataclass
@@ -253,7 +254,8 @@ def first_in_line(pool: list[Gpu], directory: Path, reminder: "Reminder"):
     fd = open_lock(path)
     try:
         if not lock_at_once(fd):
-            reminder.start()
+            # The one in line may be taking a free GPU this very moment: say so only if this lasts.
+            reminder.start(delay_s=LINE_GRACE_S)
             fcntl.flock(fd, fcntl.LOCK_EX)
         if os.fstat(fd).st_uid == os.getuid():
             os.fchmod(fd, 0o666)  # another user's jobs queue on it too
@@ -269,16 +271,25 @@ class Reminder:
     def __init__(self, line, say):
         self.line, self.say = line, say
         self.done = threading.Event()
+        self.said = threading.Lock()  # taken by the first saying
         self.thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        if self.thread is not None:
-            return
-        self.say(self.line(), flush=True)
-        self.thread = threading.Thread(target=self.repeat, name="fabench-lease-reminder", daemon=True)
-        self.thread.start()
+    def start(self, delay_s: float = 0.0) -> None:
+        """Say it now, or after `delay_s` unless the wait has ended by then; then every REMIND_EVERY_S."""
+        if not delay_s:
+            self.say_once()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self.repeat, args=(delay_s,), name="fabench-lease-reminder",
+                                           daemon=True)
+            self.thread.start()
 
-    def repeat(self) -> None:
+    def say_once(self) -> None:
+        if self.said.acquire(blocking=False):
+            self.say(self.line(), flush=True)
+
+    def repeat(self, delay_s: float) -> None:
+        if delay_s and not self.done.wait(delay_s):
+            self.say_once()
         while not self.done.wait(REMIND_EVERY_S):
             self.say(self.line(), flush=True)
 
