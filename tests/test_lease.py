@@ -287,3 +287,132 @@ def test_the_workflow_on_two_declared_gpus_runs_two_jobs_at_once_each_on_its_own
     assert len(held) == 4 and {h["gpu"] for h in held} == {"0", "1"}
     assert all(h["source"] == "lease" and h["visible_devices"]["CUDA_VISIBLE_DEVICES"] == h["gpu"] for h in held)
     assert (tmp_path / "results" / "tiny" / "report.md").is_file()
+
+
+HOLD = ("import sys, time; from fabench.measure.launch import lease; held = lease.acquire(); "
+        "print('took', held.gpu, time.time(), held.waited_s, flush=True); sys.stdin.readline(); "
+        "print('released', time.time(), flush=True); held.release()")
+
+
+def holding(env: dict) -> subprocess.Popen:
+    """A real process that takes a lease (waiting as a job's launcher does) and holds it until told."""
+    return subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def next_line(proc: subprocess.Popen, starts: str) -> list[str]:
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"{proc.args}: ended before a line starting {starts!r}"
+        if line.startswith(starts):
+            return line.split()
+
+
+def let_go(proc: subprocess.Popen) -> float:
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    released = float(next_line(proc, "released")[1])
+    assert proc.wait(timeout=60) == 0
+    return released
+
+
+@pytest.mark.parametrize("gpus", ["0", "0,1"])
+def test_a_launcher_waiting_for_its_own_workflows_job_says_it_is_ready_and_takes_the_lease_at_its_release(
+        tmp_path, gpus):
+    """Blind side: 'within 0.25 s' on this loaded 2-core host; each wake-up took 2-10 ms here (a
+    blocking lock on one GPU, a try every POLL_S on two), the rest is this host's scheduling."""
+    env = {**lease_env(tmp_path, gpus), "FABENCH_WORKFLOW": "host:1"}
+    holders = [holding(env) for _ in gpus.split(",")]
+    first_gpu = [next_line(holder, "took")[1] for holder in holders][0]
+    ready = holding(env)
+    said = " ".join(next_line(ready, "[fabench]"))
+    assert said.startswith("[fabench] ready: waiting for this workflow's job"), said
+    assert all(f"by pid {holder.pid}" in said for holder in holders), said
+    other = holding({**env, "FABENCH_WORKFLOW": "host:2"})  # someone else's job: told who holds them
+    assert " ".join(next_line(other, "[fabench]")).startswith(f"[fabench] waiting for a GPU: all {len(holders)} held")
+    released = let_go(holders[0])
+    _, gpu, taken, waited = next_line(ready, "took")  # the first in line, not the one after it
+    assert gpu == first_gpu and float(taken) - released < 0.25 and float(waited) > 0
+    for proc in (*holders[1:], ready):
+        let_go(proc)
+    next_line(other, "took")
+    let_go(other)
+
+
+def test_launchers_waiting_for_a_pool_of_several_gpus_take_them_in_the_order_they_came(tmp_path):
+    """The first in line takes the first GPU released; the one behind it, the next."""
+    env = lease_env(tmp_path, "0,1")
+    holders = [holding(env) for _ in range(2)]
+    gpus = {next_line(holder, "took")[1]: holder for holder in holders}
+    first = holding(env)
+    next_line(first, "[fabench] waiting")
+    second = holding(env)
+    next_line(second, "[fabench] waiting")
+    let_go(gpus["1"])
+    assert next_line(first, "took")[1] == "1"
+    let_go(gpus["0"])
+    assert next_line(second, "took")[1] == "0"
+    for proc in (first, second):
+        let_go(proc)
+
+
+def leases_taken(results: Path) -> list[dict]:
+    """Each measuring process of a workflow run: its shape and process, its GPU, when its launcher
+    started and took the lease, and when its measuring process ended, in the order of the leases."""
+    taken = []
+    for path in results.glob("*/process-*.json"):
+        result = json.loads(path.read_text())
+        [ended] = result["method"]["process_exits"]
+        taken.append({"job": (int(path.stem.split("-")[1]), path.parent.name),
+                      "gpu": result["provenance"]["device_lease"]["gpu"],
+                      "taken_at": ended["launcher"]["leased_at"],
+                      "started_at": ended["launcher"]["started_at"], "exited_at": ended["exited_at"]})
+    return sorted(taken, key=lambda t: t["taken_at"])
+
+
+def measure_jobs_run(tmp_path: Path, env: dict, cores: str, mode: str = "worker") -> tuple[list[dict], str]:
+    """The CPU test experiment's variant `default`, two shapes, two processes each: four measure jobs."""
+    config = tiny_config(run="ready")
+    config["cpu"]["repeats"] = 2
+    config["measure"] = {**config.get("measure", {}), "mode": mode}
+    targets = [f"results/ready/default/{shape}.json" for shape in ("b1-s64-h2-d32", "b1-s128-h2-d64")]
+    proc = snakemake(tmp_path, "--cores", cores, *targets, config=config, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = "".join(p.read_text() for p in (tmp_path / "logs" / "ready").rglob("process-*.log"))
+    return leases_taken(tmp_path / "results" / "ready" / "default"), logs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["worker", "isolate"])
+def test_on_a_declared_gpu_the_next_jobs_launcher_waits_ready_beside_the_job_and_takes_the_lease_in_turn(
+        tmp_path, worker_dir, mode):
+    """Snakemake with one declared GPU and --cores 1 (fabench.slots: two measuring slots for it): a
+    launcher starts while the job before it measures, the GPU is held by one job at a time, and
+    its leases follow the priorities (process 0 of each job, then process 1). The first two jobs
+    start together (both slots free) and take it in the order they reach its lock: which of the
+    two measures first is not the priorities'. Blind side: a real GPU's timing (examples/)."""
+    env = {**lease_env(tmp_path, "0"), "FABENCH_WORKER_DIR": str(worker_dir)}
+    env.pop("OMP_NUM_THREADS")  # as Snakemake sets it (0 for a job of no core)
+    taken, logs = measure_jobs_run(tmp_path, env, "1", mode)
+    assert [t["gpu"] for t in taken] == ["0"] * 4
+    for before, after in zip(taken, taken[1:]):  # one holder at a time: taken once the one before had ended
+        assert after["taken_at"] >= before["exited_at"], taken
+    ready = [after for before, after in zip(taken, taken[1:]) if after["started_at"] < before["exited_at"]]
+    assert len(ready) >= 2, taken  # started while the job before it measured
+    assert {t["job"] for t in taken[:2]} == {(0, "b1-s64-h2-d32"), (0, "b1-s128-h2-d64")}, taken
+    assert [t["job"] for t in taken[2:]] == [(1, "b1-s64-h2-d32"), (1, "b1-s128-h2-d64")], taken
+    assert "ready: waiting for this workflow's job before it (GPU 0 by pid" in logs
+    # Snakemake exported OMP_NUM_THREADS=0 to these jobs: libgomp, loaded with torch, would say so at
+    # once, into the job's log from a measuring process (a worker's start-up log is gone with it).
+    assert "Invalid value for environment variable" not in logs
+
+
+@pytest.mark.slow
+def test_on_a_cpu_host_no_launcher_starts_before_the_job_before_it_has_ended(tmp_path, worker_dir):
+    """The same jobs on a CPU host under --cores 2: one at a time, each launcher after the end."""
+    env = {**lease_env(tmp_path, "0"), "FABENCH_WORKER_DIR": str(worker_dir)}
+    env.pop(devices.DECLARED_ENV)
+    taken, _ = measure_jobs_run(tmp_path, env, "2")
+    assert len(taken) == 4 and all(t["gpu"] is None for t in taken)
+    for before, after in zip(taken, taken[1:]):
+        assert after["started_at"] >= before["exited_at"], taken

@@ -72,6 +72,38 @@ def test_measuring_jobs_run_one_at_a_time_on_a_cpu():
     assert gpu.measuring_slots(None, 8) == (None, None) and gpu.measuring_slots(4, 8) == (4, None)
 
 
+@pytest.mark.parametrize("gpus, given, cores, slots", [
+    ("0,1", None, 2, 4), ("0,1", None, 8, 4), ("0,1", 2, 1, 4), ("0,1", 3, 1, 4), ("0", None, 1, 2),
+    ("0,1", None, 1, 1), ("0,1", 1, 8, 1), ("0,1,2,3", None, 2, 2)])
+def test_on_a_gpu_host_each_gpu_has_a_job_measuring_and_the_next_ready_where_the_run_measures_on_all(
+        monkeypatch, gpus, given, cores, slots):
+    """Two slots per GPU where the run measures on every GPU a job may lease (the user's --resources
+    gpu, else --cores, covers the pool); fewer GPUs, one slot each and no launcher ahead."""
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "FABENCH_DEVICE_LEASE",
+                "SLURM_JOB_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FABENCH_GPUS", gpus)
+    plan = Plan(cpu_plan().config, REPO, docker=False, platform="cuda")
+    found, note = plan.measuring_slots(given, cores)
+    assert found == slots
+    assert (note is not None) == (given is None and cores < len(gpus.split(","))), note
+    assert plan.measure_threads(cluster=False) == 0  # the jobs take no core: the slots bound them
+    assert plan.measuring_slots(given, cores, cluster=True) == (given, None) and plan.measure_threads(True) == 1
+
+
+def test_where_no_gpu_is_leased_the_measure_jobs_take_a_core_and_the_slots_are_as_given(monkeypatch):
+    monkeypatch.setenv("FABENCH_GPUS", "0;1")  # unreadable: Plan.checked refuses it before any job
+    plan = Plan(cpu_plan().config, REPO, docker=False, platform="cuda")
+    assert plan.measuring_slots(None, 4) == (None, None) and plan.measure_threads(False) == 1
+    monkeypatch.setenv("FABENCH_GPUS", "0")
+    monkeypatch.setenv("FABENCH_DEVICE_LEASE", "{}")  # a lease inherited: every job adopts that one
+    plan = Plan(plan.config, REPO, docker=False, platform="cuda")
+    assert plan.measuring_slots(2, 4) == (2, None) and plan.measure_threads(False) == 1
+    monkeypatch.delenv("FABENCH_GPUS")
+    monkeypatch.delenv("FABENCH_DEVICE_LEASE")
+    assert cpu_plan().measure_threads(False) == 1 and cpu_plan().measure_threads(True) == 1
+
+
 def test_snakemake_on_a_cpu_with_two_cores_says_so_and_refuses_two_measuring_slots(tmp_path):
     proc = snakemake(tmp_path, "-n", "--cores", "2", "report", config=tiny_config(), timeout=300)
     assert proc.returncode == 0, proc.stderr

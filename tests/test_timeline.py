@@ -100,6 +100,29 @@ def test_the_time_between_jobs_on_a_device_is_split_where_the_next_launcher_reco
     assert between["split"] == 1
     assert (between["before_launcher_s"], between["launcher_s"], between["to_measuring_s"]) == pytest.approx((0.3, 0.2, 0.1))
     assert run_time_line([first])["between_jobs"] is None
+    assert between["ready"] == 0
+
+
+def test_a_launcher_ready_before_the_previous_process_ended_splits_its_gap_at_the_lease():
+    """A launcher started ahead (fabench.slots) waited for the lease while the job before it measured:
+    its gap runs from that job's end to the lease, then to the measurement; the old split is kept
+    for a launcher started after the end, and each is counted."""
+    first = timed("default", "GPU-1", 0.0, 20.0)
+    ready = timed("tuned", "GPU-1", 20.3, 30.0, {"started_at": 12.0, "leased_at": 20.01})
+    after = timed("other", "GPU-1", 31.0, 40.0, {"started_at": 30.2, "leased_at": 30.8})
+    lost = timed("more", "GPU-1", 41.0, 42.0, {"started_at": 35.0, "leased_at": 39.0})  # leased before the end
+    between = run_time_line([first, ready, after, lost])["between_jobs"]
+    assert between["gaps"] == 3 and between["seconds"] == pytest.approx(0.3 + 1.0 + 1.0)
+    assert (between["split"], between["ready"]) == (1, 1)
+    assert (between["ready_to_lease_s"], between["ready_to_measuring_s"]) == pytest.approx((0.01, 0.29))
+    assert (between["before_launcher_s"], between["launcher_s"], between["to_measuring_s"]) == pytest.approx((0.2, 0.6, 0.2))
+
+
+def timed(variant, gpu, start, end, launcher=None):
+    timeline = {"process": 0, "phases": [{"phase": "warm-up", "start": start, "end": end}]}
+    ended = {"index": 0, "exited_at": end, "gpu_uuid": gpu, "host": "h", **({"launcher": launcher} if launcher else {})}
+    return {"variant": variant, "shape_id": "b1-s64-h2-d32", "platform": "cuda", "timelines": [timeline],
+            "method": {"process_exits": [ended]}, "backends": {}}
 
 
 # ---------------------------------------------------------------- kinds of work, jobs, stops, the setting
@@ -187,6 +210,42 @@ def test_the_report_names_jobs_processes_the_stops_and_the_setting():
     text = render(collected, config, None)
     assert re.search(r"GPU trials, by why they stopped: (\d+) converged .*, \1 with their noise settled above it, "
                      r"\1 at `timing.max_trial_ms`", text)
+
+
+@pytest.mark.parametrize("ready_every", [0, 1, 2])
+def test_the_report_splits_the_gaps_of_launchers_started_after_the_end_and_of_those_ready_before_it(ready_every):
+    """The jobs one after another on one GPU, 0.5 s apart; each next job's launcher started 0.1 s
+    after the end, or (every `ready_every`th) 5 s before it, ready, leasing 0.02 s after the end."""
+    collected, config = timed_gpu_run(processes=1)
+    clock = 0.0
+    for n, result in enumerate(collected["results"]):
+        phases = result["timelines"][0]["phases"]
+        shift = clock - phases[0]["start"]
+        for phase in phases:
+            phase["start"], phase["end"] = phase["start"] + shift, phase["end"] + shift
+        [ended] = result["method"]["process_exits"]
+        launcher = ({"started_at": clock - 5.5, "leased_at": clock - 0.48} if ready_every and n % ready_every == 0
+                    else {"started_at": clock - 0.4, "leased_at": clock - 0.2})
+        ended.update({"spawned_at": clock, "exited_at": phases[-1]["end"], "gpu_uuid": "GPU-1",
+                      **({"launcher": launcher} if n else {})})
+        result["timelines"][0]["spawned_at"] = clock
+        clock = phases[-1]["end"] + 0.5
+    text = render(collected, config, None)
+    [said] = re.findall(r"Between one job's process and the next on the same GPU: [^(]*\(.*?\)\.", text)
+    ready = 0 if not ready_every else len(range(ready_every, 10, ready_every))
+    assert said.startswith("Between one job's process and the next on the same GPU: 9 gaps, 4.5 s in all (")
+    old = ("until the next job's launcher started, Snakemake's scheduling and the previous launcher's exit; "
+           "1.8 s in the launchers until each held its device, their interpreters, imports and leases; "
+           "1.8 s from the lease to the measurement's start")
+    if not ready:
+        assert said.endswith(f"(0.9 s {old}).")  # as before this split was made
+    else:
+        ahead = (f"{ready} launcher{'s' if ready != 1 else ''} ready, started before the previous process ended: "
+                 f"{0.02 * ready:.1f} s from the previous process's end to the lease, the previous launcher's exit and "
+                 f"the lease's wake-up, and {0.48 * ready:.1f} s from the lease to the measurement's start).")
+        assert said.endswith(ahead), said
+        mixed = f"{9 - ready} launchers started after the previous process ended: "
+        assert (mixed in said) == (ready < 9) and ("until the next job's launcher started" in said) == (ready < 9), said
 
 
 def test_the_report_says_workers_started_beside_the_compile_ahead_only_where_they_did():

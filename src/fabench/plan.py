@@ -20,7 +20,7 @@ import time
 from functools import cached_property
 from pathlib import Path
 
-from fabench import aiter_config
+from fabench import aiter_config, slots
 from fabench import config as fabench_config
 from fabench.container import recipe as image_recipe
 from fabench.gitinfo import git_commit
@@ -28,6 +28,7 @@ from fabench.measure.launch import lease
 from fabench.measure.launch.devices import DECLARED_ENV, DeviceError
 from fabench.measure.launch.runner import MEASURED_AGAIN_MAX
 from fabench.measure.spec import CPU_OVERRIDES, Settings, job_settings, job_spec
+from fabench.places import check_env_places
 from fabench.results.merge import times_lost
 from fabench.platforms import PlatformError, PlatformName
 from fabench.planned_platform import PLATFORM_HINT, planned_platform
@@ -77,12 +78,6 @@ def place_problems(env) -> list[str]:
     like) checked before any job, a line each naming the variable and the fix: a file, a dangling
     link, a folder read-only, another user's or writable by others, a path too long for a socket.
     The check is fabench.places', the one the jobs make at run time too."""
-    try:
-        from fabench.places import check_env_places
-    except ModuleNotFoundError as err:  # fabench.places is written beside this (issue 32), merged apart
-        if err.name != "fabench.places":
-            raise
-        return []
     return check_env_places(dict(env))
 
 
@@ -193,21 +188,30 @@ class Plan:
     submits_jobs = staticmethod(submits_jobs)
     def measuring_slots(self, given: int | None, cores: int | None,
                         cluster: bool = False) -> tuple[int | None, str | None]:
-        """How many measuring jobs (resource `gpu`, one per job) may run at once, and a warning line.
-
-        On a GPU host that is the user's --resources gpu=N (unset: any number; each job still
-        leases a GPU of its own). On a CPU the jobs time the cores they share, so one at a time,
-        whatever --cores says; a --resources gpu above 1 is refused. GPUs the operator declared
-        (FABENCH_GPUS) are leased as GPUs, one job each, whatever the platform planned; under a
-        cluster executor each job runs in an allocation of its own, whatever this host is."""
-        if self.platform.is_gpu or cluster or os.environ.get(DECLARED_ENV):
+        """How many measuring jobs (resource `gpu`, one per job) may run at once, and a warning line: on
+        a GPU host's local executor fabench.slots' (GPUs declared in FABENCH_GPUS count as GPUs); under a
+        cluster executor (each job in an allocation of its own) the user's --resources gpu; on a CPU one
+        at a time whatever --cores says (the jobs time the cores they share), a --resources gpu above 1 refused."""
+        if cluster:
             return given, None
+        if self.platform.is_gpu or os.environ.get(DECLARED_ENV):
+            return slots.gpu_host_slots(given, cores, self.leasable_gpus)
         if given is not None and given > 1:
             raise PlanError(f"--resources gpu={given}: the jobs measure on this host's CPU, and jobs timed side "
                             "by side share its cores; leave gpu unset (or 1) on a CPU host")
         note = (f"note: --cores {cores} on a CPU host: the measuring jobs run one at a time (each times the "
                 "cores the others would share); only the host steps run beside them") if (cores or 1) > 1 else None
         return 1, note
+
+    def measure_threads(self, cluster: bool) -> int:
+        """Rule measure's threads: none where its jobs lease this host's GPUs on the local executor
+        (fabench.slots), else one (a CPU job times the cores; a cluster job's threads are its cpus)."""
+        return 0 if not cluster and self.leasable_gpus else 1
+
+    @cached_property
+    def leasable_gpus(self) -> int:
+        """The GPUs a measure job leases among on this host (fabench.slots); 0 on a CPU host."""
+        return slots.leasable_gpus(dict(os.environ)) if self.platform.is_gpu or os.environ.get(DECLARED_ENV) else 0
 
     def require_sweep(self) -> None:
         """One line naming what stops this run from sweeping, before any job starts: the config, or

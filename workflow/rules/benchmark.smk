@@ -52,6 +52,9 @@ rule measure:
     log:
         "logs/{run}/{variant}/{shape}/process-{process}.log",
     priority: process_priority
+    # On a GPU host's local executor no core and two measuring slots per GPU (common.smk): the next
+    # job's launcher starts while the job before it measures, and waits, ready, for its GPU's lease.
+    threads: measure_threads
     resources:
         gpu=1,
     params:

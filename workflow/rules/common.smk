@@ -49,7 +49,10 @@ def make_plan():
 CLUSTER = Plan.submits_jobs(workflow.resource_settings.nodes, workflow.remote_exec)
 
 
-def measuring_slots():  # one measuring job at a time on a CPU host (fabench.plan)
+# How many measure jobs run at once (resource `gpu`, one per measure job; fabench.plan, fabench.slots):
+# one at a time on a CPU host; on a GPU host's local executor, two per GPU where the run measures on
+# every GPU it may lease, one measuring and the next job's launcher ready beside it.
+def measuring_slots():
     given = workflow.global_resources.get("gpu")
     given = getattr(given, "value", given)
     slots, note = PLAN.measuring_slots(given, workflow.resource_settings.cores, CLUSTER)
@@ -158,6 +161,14 @@ def compile_ahead_first(wildcards):
     (measure.compile_ahead changed, a job's spec changed) makes only the jobs to run anyway
     measure, not every job of the run."""
     return ancient(checkpoints.compile_ahead.get(run=wildcards.run).output[0])
+
+
+def measure_threads(wildcards):
+    """Rule measure's threads: 0 where its jobs lease this host's GPUs on the local executor, which
+    they measure on without computing on the host's cores, so that the next job's launcher starts
+    beside the one measuring (the measuring slots bound them); 1 on a CPU host (the job times the
+    cores) and under a cluster executor (a job's threads are its cpus there)."""
+    return PLAN.measure_threads(CLUSTER)
 
 
 def job_launcher(wildcards, input):

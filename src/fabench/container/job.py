@@ -32,6 +32,7 @@ from typing import Iterator
 
 from fabench.aiter_config import sidecar_path
 from fabench.container.image import TAIL_LINES, ContainerError, client, last_lines, load_manifest, write_now
+from fabench.measure.invocation import thread_counts
 from fabench.measure.launch import lease as device_lease
 
 # Where the job container sees the variant's patched config (the runner is given this path)
@@ -41,7 +42,8 @@ CONTAINER_CACHE = "/fabench/cache"
 RUNNER_MODULE = "fabench.measure"
 SWEEP_MODULE = "fabench.tune"  # a sweep job (fabench.tune.job)
 JOB_LABEL = "fabench.job"
-# Passed through from the caller: its CPU threads (which GPU comes from the job's lease).
+# Passed through from the caller: its CPU threads, a 0 given as 1 (fabench.measure.invocation.thread_counts;
+# which GPU comes from the job's lease).
 _PASS_ENV = ("OMP_NUM_THREADS",)
 _CACHE_SUBDIRS = ("home", "triton", "aiter-jit", "inductor", "xdg")
 
@@ -213,7 +215,7 @@ def _job_environment(m: dict, mount_target: str | None, lease: device_lease.Leas
     }
     if m.get("aiter_dir"):
         env["AITER_JIT_DIR"] = f"{CONTAINER_CACHE}/aiter-jit"
-    env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
+    env.update(thread_counts({k: os.environ[k] for k in _PASS_ENV if k in os.environ}))
     if lease.device_nodes:  # the container has this GPU's nodes alone: it needs no visibility variable
         lease = dataclasses.replace(lease, visible_devices=dict.fromkeys(lease.visible_devices))
     env = lease.environment(env)

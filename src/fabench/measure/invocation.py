@@ -4,7 +4,8 @@ compile caches under build/compile-cache/ and the settings below.
 
 Inductor compiles in a pool of worker processes that start (each importing torch) while the job
 measures: CPU load that enters every host-side figure, and their shutdown delays the exit. One
-compile thread compiles in the measuring process itself; a value set by the caller wins.
+compile thread compiles in the measuring process itself; a value set by the caller wins. A thread
+count of 0, which Snakemake exports to a job that takes no core, is given as 1 (thread_counts).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ MEASURING_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "FLASH_ATTENTION_CUTE_DSL
 COMPILE_CACHE = Path("build") / "compile-cache"
 CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
              "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": "flash-attn-cute"}
+# The thread counts Snakemake exports to a job from its rule's threads (snakemake.shell). Rule measure
+# takes no core on a GPU host's local executor (threads 0: fabench.slots), and a 0 must not reach
+# what measures: libgomp refuses it ("Invalid value for environment variable OMP_NUM_THREADS", on
+# stderr) and torch then computes on every core. It is given as 1, what these processes ran with
+# while the rule took one core, so that they measure as before.
+SNAKEMAKE_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                         "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 USAGE = 2  # the exit code of a spec or argument that cannot run: no process result is written
 
 
@@ -37,8 +45,13 @@ def measuring_environment(lease=None) -> dict:
     """The measuring process's environment: with a lease (fabench.measure.launch.lease), the job's GPU
     alone and the lease it records."""
     cache = Path.cwd() / COMPILE_CACHE
-    env = {**MEASURING_ENV, **{key: str(cache / sub) for key, sub in CACHE_ENV.items()}, **os.environ}
+    env = thread_counts({**MEASURING_ENV, **{key: str(cache / sub) for key, sub in CACHE_ENV.items()}, **os.environ})
     return lease.environment(env) if lease is not None else env
+
+
+def thread_counts(env: dict) -> dict:
+    """`env` with each of Snakemake's thread counts that is 0 given as 1 (SNAKEMAKE_THREAD_VARS)."""
+    return {**env, **{key: "1" for key in SNAKEMAKE_THREAD_VARS if env.get(key, "").strip() == "0"}}
 
 
 class Parser(argparse.ArgumentParser):

@@ -291,25 +291,33 @@ def compiled_while_measuring(processes: list[dict], record: dict | None) -> list
 def between_jobs(processes: list[dict]) -> dict | None:
     """The time on each device between one process's end and the next one's measurement, summed
     (None when no process followed another). Where the next job's launcher recorded when it started
-    and held its device (fabench.measure.launch.runner), each gap is split in three: until that
-    launcher started (Snakemake noticing the end and starting the next job, the last launcher's
-    exit, the shell), in the launcher until it held the device (its interpreter, imports and lease),
-    and from then to the measurement's start (the worker reached, the job handed over; in isolate
-    mode the measuring process started). Jobs that ran side by side on one device leave no gap."""
-    gaps, parts = [], []
+    and held its device (fabench.measure.launch.runner), each gap is split. A launcher started after
+    the end: in three, until it started (Snakemake noticing the end and starting the next job, the
+    last launcher's exit, the shell), in the launcher until it held the device (its interpreter,
+    imports and lease), and from then to the measurement's start (the worker reached, the job
+    handed over; in isolate mode the measuring process started). A launcher started before the end,
+    ready and waiting for the lease (fabench.slots): in two, from the end to the lease (the previous
+    launcher's exit, the lease's wake-up) and from the lease to the measurement's start. Jobs that
+    ran side by side on one device leave no gap."""
+    gaps, parts, ready = [], [], []
     for latest, after in _one_after_another(processes):
         begins = _on_gpu_from(after)
         if begins > latest["end"]:
             gaps.append(begins - latest["end"])
             launcher = after.get("launcher") or {}
             started, leased = launcher.get("started_at"), launcher.get("leased_at")
-            if started is not None and leased is not None and latest["end"] <= started <= leased <= begins:
+            if started is None or leased is None or not started <= leased <= begins:
+                continue
+            if latest["end"] <= started:
                 parts.append((started - latest["end"], leased - started, begins - leased))
+            elif latest["end"] <= leased:
+                ready.append((leased - latest["end"], begins - leased))
     if not gaps:
         return None
     return {"gaps": len(gaps), "seconds": sum(gaps), "split": len(parts),
             "before_launcher_s": sum(p[0] for p in parts), "launcher_s": sum(p[1] for p in parts),
-            "to_measuring_s": sum(p[2] for p in parts)}
+            "to_measuring_s": sum(p[2] for p in parts), "ready": len(ready),
+            "ready_to_lease_s": sum(r[0] for r in ready), "ready_to_measuring_s": sum(r[1] for r in ready)}
 
 
 def _one_after_another(processes: list[dict]):

@@ -63,7 +63,9 @@ def context(run: Run, published: dict | None) -> dict | None:
         "between": between and {"gaps": between["gaps"], "seconds": seconds(between["seconds"]),
                                 "split": between["split"], "before_launcher": seconds(between["before_launcher_s"]),
                                 "launcher": seconds(between["launcher_s"]),
-                                "to_measuring": seconds(between["to_measuring_s"])},
+                                "to_measuring": seconds(between["to_measuring_s"]), "ready": between["ready"],
+                                "ready_to_lease": seconds(between["ready_to_lease_s"]),
+                                "ready_to_measuring": seconds(between["ready_to_measuring_s"])},
         # Workers start beside the compile ahead in worker mode on a GPU only (its record says how many).
         "compile_ahead": ahead and {**ahead, "seconds": seconds(ahead["seconds"]),
                                     "workers_started": (run.compile_ahead or {}).get("workers_started", 0)},
