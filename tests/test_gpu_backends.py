@@ -68,7 +68,10 @@ def test_compiled_flex_runs_its_triton_kernel_and_is_right():
     assert launched["launch"]["num_warps"] == 4 and launched["launch"]["num_stages"] == 1, launched["launch"]
     assert launched["launch"]["block_sizes"]["BLOCK_M"] == 64 and launched["launch"]["grid"], launched["launch"]
     assert len(launched["source_sha256"]) == 64
-    assert entry["cross_check"]["do_bench_ms"] > 0, entry["cross_check"]
+    # do_bench ran, or (a call this small takes the host longer to queue than its kernels run) was
+    # not run, and the check says why (Cell._cross_check_trial).
+    check = entry["cross_check"]
+    assert (check["do_bench_ms"] or 0) > 0 or check["reason"].startswith("do_bench host-bound, not run"), check
 
 
 @pytest.mark.parametrize("method", ["queued", "graph"])

@@ -220,16 +220,20 @@ def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: f
 
 def exchange(conn: socket.socket, request: dict, lease, timeout_s: float | None, out, began: float,
              started: bool) -> dict:
-    """Send the job, relay the worker's output, and return how the job ended."""
-    socket.send_fds(conn, [b"F"], list(lease.inheritable_fds()))
-    conn.sendall(json.dumps(request).encode() + b"\n")
+    """Send the job, relay the worker's output, and return how the job ended. A worker that dies
+    before it took the job (its connection reset, or closed, before its hello: a job whose launcher
+    was ready connects the moment the job before it ends) is WorkerGone: the job is sent again."""
     lines = conn.makefile("rb")
     waited = timeout_s + START_TIMEOUT_S if timeout_s else None
-    conn.settimeout(waited)  # a worker busy with another job (CPU jobs side by side) answers after it
     try:
+        socket.send_fds(conn, [b"F"], list(lease.inheritable_fds()))
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        conn.settimeout(waited)  # a worker busy with another job (CPU jobs side by side) answers after it
         hello = read_mark(lines)
     except TimeoutError:
         raise RuntimeError(f"the measuring worker did not take the job within {waited:g} s") from None
+    except (ConnectionResetError, BrokenPipeError):
+        raise WorkerGone() from None
     conn.settimeout(None)
     if hello is None:
         raise WorkerGone()
