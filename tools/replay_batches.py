@@ -56,15 +56,8 @@ def before_batch_size(rule: stopping.StopRule, calls: int, taken: list[float], p
     """stopping.batch_size before 61a0698: a whole min_time_share at the cost measured in this
     trial alone (host_ms unused), rounded down."""
     per = per_sample or max(stopping.PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
-    fit = max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per))
-    if not taken:
-        return min(calls, fit)
-    short_ms = rule.min_trial_ms - sum(taken)
-    if len(taken) < rule.min_samples or short_ms > 0:
-        mean = sum(taken) / len(taken)
-        wanted = max(rule.min_samples - len(taken), math.ceil(max(short_ms, 0.0) / max(mean, 1e-6))) + 1
-        return min(wanted, fit)
-    return min(calls, fit)
+    return stopping.batch_within(rule, calls, taken,
+                                 max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per)))
 
 
 SIZE = {"before": before_batch_size, "current": stopping.batch_size}

@@ -199,7 +199,12 @@ def batch_size(rule: StopRule, calls: int, taken: list[float], host_ms_per_sampl
     per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
     minimum_ms = rule.min_time_share * rule.max_trial_ms
     left_ms = minimum_ms - host_ms
-    fit = max(rule.min_samples, math.ceil((left_ms if left_ms > 0 else minimum_ms) / per_sample))
+    fit_ms = left_ms if left_ms > 0 else minimum_ms
+    return batch_within(rule, calls, taken, max(rule.min_samples, math.ceil(fit_ms / per_sample)))
+
+
+def batch_within(rule: StopRule, calls: int, taken: list[float], fit: int) -> int:
+    """The next batch's calls at most `fit` (batch_size's, or a replay's: tools/replay_batches.py)."""
     if not taken:
         return min(calls, fit)
     short_ms = rule.min_trial_ms - sum(taken)
