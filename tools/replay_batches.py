@@ -31,6 +31,7 @@ import json
 import math
 import statistics
 import sys
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +56,7 @@ def before_batch_size(rule: stopping.StopRule, calls: int, taken: list[float], p
                       host_ms: float) -> int:
     """stopping.batch_size before 61a0698: a whole min_time_share at the cost measured in this
     trial alone (host_ms unused), rounded down."""
-    per = per_sample or max(stopping.PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
+    per = stopping.sample_cost(rule, calls, per_sample)
     return stopping.batch_within(rule, calls, taken,
                                  max(rule.min_samples, math.floor(rule.min_time_share * rule.max_trial_ms / per)))
 
@@ -105,7 +106,7 @@ def stop_rule(config: dict) -> stopping.StopRule:
     missing = [name for name in fields if not isinstance(timing.get(name), (int, float))]
     if missing:
         raise scale_run.ScaleError(f"config.json: timing.{missing[0]} is not recorded: the run's stopping rule is unknown")
-    return stopping.StopRule(**{name: timing[name] for name in fields})
+    return stopping.StopRule.from_timing(types.SimpleNamespace(**{name: timing[name] for name in fields}))
 
 
 def cut(trial: dict, keep: int) -> None:

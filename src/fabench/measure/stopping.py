@@ -196,11 +196,17 @@ def batch_size(rule: StopRule, calls: int, taken: list[float], host_ms_per_sampl
     100-230 ms of host time where the minimum is 50 ms); replayed through this rule, the recorded
     trials of 16 H200 runs spent 6-12% less host time in their kernel loops, the comparison's
     answers unchanged (tools/replay_batches.py, docs/timing.md)."""
-    per_sample = host_ms_per_sample or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
+    per_sample = sample_cost(rule, calls, host_ms_per_sample)
     minimum_ms = rule.min_time_share * rule.max_trial_ms
     left_ms = minimum_ms - host_ms
     fit_ms = left_ms if left_ms > 0 else minimum_ms
     return batch_within(rule, calls, taken, max(rule.min_samples, math.ceil(fit_ms / per_sample)))
+
+
+def sample_cost(rule: StopRule, calls: int, measured_ms: float | None) -> float:
+    """A profiled sample's host cost: as measured, else the larger of PROFILED_SAMPLE_HOST_MS and the
+    kernel time the first batch of `calls` was sized by."""
+    return measured_ms or max(PROFILED_SAMPLE_HOST_MS, rule.min_trial_ms / max(calls, 1))
 
 
 def batch_within(rule: StopRule, calls: int, taken: list[float], fit: int) -> int:

@@ -64,6 +64,7 @@ def context(run: Run, published: dict | None) -> dict | None:
                                 "split": between["split"], "before_launcher": seconds(between["before_launcher_s"]),
                                 "launcher": seconds(between["launcher_s"]),
                                 "to_measuring": seconds(between["to_measuring_s"]), "ready": between["ready"],
+                                "recorded": between["split"] + between["ready"],
                                 "ready_to_lease": seconds(between["ready_to_lease_s"]),
                                 "ready_to_measuring": seconds(between["ready_to_measuring_s"])},
         # Workers start beside the compile ahead in worker mode on a GPU only (its record says how many).
