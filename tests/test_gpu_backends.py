@@ -174,6 +174,34 @@ def test_the_profiler_is_warmed_once_per_process():
     assert time.perf_counter() - began < 0.01
 
 
+@pytest.mark.parametrize("local_memory, placed", [("per_trial", 2), ("per_process", 0)])
+def test_each_trial_is_timed_with_its_local_memory_placed_anew(local_memory, placed):
+    """The driver takes the stack limit's change and keeps its value, and a trial asks for it once
+    per backend: the compiled FlexAttention kernel (it spills registers) ran with every placement,
+    and its figures are sound. Blind side: the driver does not say where local memory lies, so
+    this cannot see that the placement moved; tools/placement_probe.py showed that it does and what
+    that does to the times (docs/timing.md)."""
+    from cuda.bindings import driver
+
+    from fabench.measure import timeline
+    from fabench.measure.device.accelerator import named
+
+    stack = driver.CUlimit.CU_LIMIT_STACK_SIZE
+    torch.cuda.synchronize()
+    before = driver.cuCtxGetLimit(stack)[1]
+    assert named("cuda").place_local_memory_anew() is None
+    assert driver.cuCtxGetLimit(stack)[1] == before
+    clock = timeline.restart()
+    p = problem(64, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
+    entry = measure_backend(BACKENDS["flex"], p, reference_output(p.q, p.k, p.v, True),
+                            settings(local_memory=local_memory))
+    assert entry["status"] == "ok", entry["reason"]
+    phases = [ph for ph in clock.record()["phases"] if ph["phase"] == "local memory placed anew"]
+    assert [ph["trial"] for ph in phases] == list(range(placed))
+    assert all(ph["end"] - ph["start"] < 0.5 for ph in phases)
+    assert entry["device_ms"]["n"] == 2 and entry["correctness"]["passed"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability(0) != (9, 0),
                     reason="the shared-memory limit checked is Hopper's (232448 bytes a block)")
 def test_flex_tiles_too_big_for_shared_memory_become_a_failed_cell():

@@ -25,7 +25,7 @@ def written_method(platform: str) -> dict:
     """The method the measuring code writes for a job of the default config on `platform`."""
     config = with_defaults(default_config())
     spec = job_spec(config, next(iter(config["variants"])), config["shapes"][0], platform=platform)
-    return _method(measurement(spec.settings, platform, spec.shape), GpuState(platform), {})
+    return _method(measurement(spec.settings, platform, spec.shape), GpuState(platform), {}, {})
 
 
 @pytest.mark.parametrize("platform", ["cpu", "cuda", "rocm"])

@@ -169,3 +169,22 @@ def test_a_job_whose_reference_does_not_fit_still_writes_its_result(tmp_path, sh
         assert entry["trials"] == [] and entry["stats"] is None
     assert result["backends"]["ck"]["status"] == "unavailable"  # could not have run here anyway
     assert collect([out])["results"][0]["reference"]["status"] == "failed"  # a valid result
+
+
+def test_a_cpu_job_places_no_local_memory_and_the_merge_keeps_each_backends_reason(monkeypatch):
+    """On a CPU the method records no local-memory setting (it moves no CPU time, and CPU runs of
+    either setting stay one experiment); a GPU process that could not place a backend's local
+    memory anew says why, and the job's merged method keeps that reason whichever process said it.
+    Blind side: no GPU here; the GPU test (test_gpu_backends) checks that a trial asks for it."""
+    from fabench.results.merge import merge
+
+    monkeypatch.setitem(BACKENDS, "steady", stand_in("steady", lambda n: 1.0))
+    config = tiny_config(backends=["steady"])
+    config["cpu"].update(warmup=1, iters=2, trials=2)
+    first, second = (run_job(job_spec(config, "tuned", SHAPE), None, "test", process) for process in (0, 1))
+    assert first["method"]["local_memory"] is None and first["method"]["local_memory_kept"] == {}
+    second["method"]["local_memory_kept"] = {"steady": "not done on ROCm: no binding"}
+    exits = [{"index": i, "exit_code": 0, "wrote_result": True} for i in (0, 1)]
+    merged = merge([first, second], exits)
+    assert merged["method"]["local_memory_kept"] == {"steady": "not done on ROCm: no binding"}
+    jsonschema.validate(merged, result_schema())

@@ -25,6 +25,10 @@
 #           their archive.
 #   verdicts: the accept plan's warm runs only (w1; w2 beside k1; w3 beside k2; m1), compared:
 #           fresh runs for the comparison rule's acceptance, in half the device time.
+#   local-memory: the GPU tests beside c1 (cold) as in accept, w1 alone, then three rounds on both
+#           cards of the default (local memory placed anew per trial: w2, k1, w3) against
+#           timing.local_memory per_process (p1, p2, p3, archive-per-process), each setting on each
+#           card in turn; both archives' detector checks; then m1 and the preview.
 #   tests:  the GPU tests on card 1 alone.
 # Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
@@ -233,12 +237,42 @@ plan_verdicts() {  # the runs of the verdicts' acceptance alone: no GPU tests, n
     compare_all w1 w2 k1 w3 k2 m1
 }
 
+plan_local_memory() {  # local memory placed anew per trial (the default) against per process, same cards
+    # The setting joins `--config run=NAME` (experiment's first option): a second --config would replace it.
+    local tests other per_process="timing={local_memory: per_process}"
+    gpu_tests 1 &
+    tests=$!
+    default_run c1 0 --cores 1
+    wait "$tests"
+    default_run w1 0 --cores 1
+    # Three rounds on both cards, each setting on each card in turn: per process into an archive of
+    # its own (another experiment: the setting is part of its identity).
+    experiment p1 1 "$out/archive-per-process" "$per_process" --cores 1 &
+    other=$!
+    default_run w2 0 --cores 1
+    wait "$other"
+    default_run k1 1 --cores 1 &
+    other=$!
+    experiment p2 0 "$out/archive-per-process" "$per_process" --cores 1
+    wait "$other"
+    experiment p3 1 "$out/archive-per-process" "$per_process" --cores 1 &
+    other=$!
+    default_run w3 0 --cores 1
+    wait "$other"
+    compare_all c1 w1 w2 k1 w3
+    timed detector-check-per-process run_cmd fabench detector-check --root "$out/archive-per-process" \
+        --out-md "$out/detector-check-per-process.md" --out-json "$out/detector-check-per-process.json"
+    default_run m1 0,1 --profile profiles/multi-gpu --resources gpu=2
+    experiment pv 0 "$out/archive-preview" --cores 1 --configfile config/preview.yaml
+}
+
 plan() {  # plan: run it here, in the foreground
     case $1 in
     accept) plan_accept ;;
     verdicts) plan_verdicts ;;
+    local-memory) plan_local_memory ;;
     tests) gpu_tests 1 ;;
-    *) note "no such plan: $1 (accept, verdicts or tests)"; return 2 ;;
+    *) note "no such plan: $1 (accept, verdicts, local-memory or tests)"; return 2 ;;
     esac
 }
 

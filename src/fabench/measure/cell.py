@@ -56,6 +56,7 @@ class Cell:
         self.launches_per_call: int | None = None  # kernels one call launches, where profiled
         self.first_call_ms: float | None = None  # sizes a CPU trial's loop before any trial ran
         self.profiled_host_ms: float | None = None  # a profiled sample's host cost in the last trial here
+        self.local_memory_kept: str | None = None  # why its local memory could not be placed anew
 
     @property
     def gpu(self) -> bool:
@@ -149,6 +150,11 @@ class Cell:
     def _measure(self, index: int, gpu_state: GpuState) -> TrialRun:
         """The trial's steps, in the order they run."""
         settings = self.job.timing
+        if self.gpu and settings.local_memory == "per_trial" and self.local_memory_kept is None:
+            # Where the kernels' local memory lies is fixed per process and moved a spilling kernel's
+            # time as much as its processes differ: each trial is timed at a placement of its own.
+            with self._phase("local memory placed anew", index):
+                self.local_memory_kept = named(self.job.platform).place_local_memory_anew()
         start = gpu_state.read()
         first = not self.entry["trials"]
         warm = self._warm_up(index, first, gpu_state)

@@ -95,8 +95,9 @@ def run_job(spec: JobSpec, kernel_config_path: Path | None, project_commit: str 
         del inputs
     results = {name: cell.finish() for name, cell in cells.items()}
     fallbacks = {name: cell.device_fallback for name, cell in cells.items() if cell.device_fallback}
+    kept = {name: cell.local_memory_kept for name, cell in cells.items() if cell.local_memory_kept}
     with clock.phase("provenance"):
-        result = _result(spec, job, kernel_config, reference_status, results, fallbacks, gpu_state,
+        result = _result(spec, job, kernel_config, reference_status, results, fallbacks, kept, gpu_state,
                          {"started": started, "process": process,
                           **provenance.collect(plat.named(platform), sha256_json(settings.to_dict()), project_commit)})
     if shared:
@@ -130,7 +131,7 @@ def backend_here(name: str, settings: Settings, platform: PlatformName) -> Backe
 
 
 def _result(spec: JobSpec, job: Measurement, kernel_config: dict, reference_status: dict, results: dict,
-            fallbacks: dict, gpu_state: GpuState, provenance_fields: dict) -> dict:
+            fallbacks: dict, kept: dict, gpu_state: GpuState, provenance_fields: dict) -> dict:
     settings, platform = spec.settings, job.platform
     return {
         "schema_version": SCHEMA_VERSION,
@@ -142,7 +143,7 @@ def _result(spec: JobSpec, job: Measurement, kernel_config: dict, reference_stat
         "causal": settings.causal,
         "platform": platform,
         "roles": settings.roles[platform],
-        "method": _method(job, gpu_state, fallbacks),
+        "method": _method(job, gpu_state, fallbacks, kept),
         "flops": job.flops,
         "flop_convention": FLOP_CONVENTION,
         "tolerance": dataclasses.asdict(settings.tolerance),
@@ -246,7 +247,7 @@ def _trial_text(cell: Cell) -> str:
     return ", ".join(part for part in (wall, device) if part) or "measured"
 
 
-def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
+def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict, kept: dict) -> dict:
     """How this result was measured: the published method's counts and the timing actually used."""
     timing, platform = job.timing, job.platform
     gpu = platform.is_gpu
@@ -258,6 +259,7 @@ def _method(job: Measurement, gpu_state: GpuState, fallbacks: dict) -> dict:
         "device_figure": KERNEL_TIME if gpu else None,
         "period": PERIOD if gpu else None,
         "device_fallbacks": fallbacks,
+        "local_memory_kept": kept,
         "gpu_state": gpu_state.describe(),
         "environment": {key: os.environ.get(key) for key in (*MEASURING_ENV, *CACHE_ENV)},
         "cpu_threads": torch.get_num_threads(),

@@ -85,6 +85,7 @@ def method_settings(job: Measurement) -> dict:
         "stopping": StopRule.from_timing(timing).describe() if gpu else None,
         "trials": timing.trials, "min_trial_ms": timing.min_trial_ms, "repeats": timing.repeats,
         "clear_l2": timing.clear_l2 and gpu,
+        "local_memory": timing.local_memory if gpu else None,
         "warmup_settle": {"window_ms": timing.warmup_window_ms, "tolerance": timing.warmup_tolerance,
                           "clock_tolerance": timing.warmup_clock_tolerance, "min_ms": timing.min_warmup_ms,
                           "max_ms": timing.max_warmup_ms,

@@ -56,6 +56,7 @@ class Timing:
     max_warmup_ms: float
     stable_spread: float
     clear_l2: bool
+    local_memory: Literal["per_trial", "per_process"]
     do_bench: bool
     cross_check_tolerance: float
 

@@ -50,7 +50,8 @@ def merge(results: list[dict], processes: list[dict], lost: list[dict] = ()) -> 
             backends[name].update(status="failed", failure_kind="error", reason=lost_reason(lost, ids))
     merged = with_method(with_backends(copy.deepcopy(results[0]), backends),
                          process_exits=[dict(p, **_where(typed, p["index"])) for p in processes],
-                         device_fallbacks=_fallbacks(typed))
+                         device_fallbacks=_per_backend(typed, "device_fallbacks"),
+                         local_memory_kept=_per_backend(typed, "local_memory_kept"))
     failed_reference = next((r.reference for r in typed if r.reference["status"] != "ok"), None)
     if failed_reference:
         merged["reference"] = copy.deepcopy(dict(failed_reference))
@@ -253,12 +254,13 @@ def kernel_differences(entries: list[dict], ids: list[int]) -> list[dict]:
                                           "source_sha256": k.get("source_sha256")} for i, k in profiled])]
 
 
-def _fallbacks(results: list[Result]) -> dict:
-    fallbacks: dict = {}
+def _per_backend(results: list[Result], key: str) -> dict:
+    """A method's per-backend reasons (`key`) over the job's processes: each backend's first."""
+    reasons: dict = {}
     for result in results:
-        for name, reason in (result.method.get("device_fallbacks") or {}).items():
-            fallbacks.setdefault(name, reason)
-    return fallbacks
+        for name, reason in (result.method.get(key) or {}).items():
+            reasons.setdefault(name, reason)
+    return reasons
 
 
 if __name__ == "__main__":

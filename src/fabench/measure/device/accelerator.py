@@ -23,6 +23,10 @@ import torch
 
 from fabench.platforms import PlatformName
 
+# Bytes a thread by which the stack limit is raised and set back to have the local memory placed
+# anew (Cuda.place_local_memory_anew): any change reallocates it; 256 B is the probe's step.
+LOCAL_MEMORY_STEP = 256
+
 Graph = torch.cuda.CUDAGraph  # a captured graph's type, for the timers' annotations
 Event = torch.cuda.Event
 
@@ -57,6 +61,11 @@ class Platform:
 
     def graph(self) -> Graph:
         raise NotImplementedError(f"no graph capture on {self.name}")
+
+    def place_local_memory_anew(self) -> str | None:
+        """Have the driver place the device's local memory (the stacks and spilled registers of the
+        kernels launched next) somewhere new: None when it did, else why it could not."""
+        return f"no local memory to place on {self.name}"
 
     def capture(self, graph: Graph):
         raise NotImplementedError(f"no graph capture on {self.name}")
@@ -125,6 +134,25 @@ class Cuda(Platform):
     def graph(self) -> Graph:
         return torch.cuda.CUDAGraph()
 
+    def place_local_memory_anew(self) -> str | None:
+        """The context's stack limit raised by LOCAL_MEMORY_STEP bytes a thread and set back
+        (cuCtxSetLimit): the driver allocates the local memory of every resident thread again, and
+        with it places it anew. Where a process's local memory lies moved a spilling Triton kernel's
+        time by up to 1.7% on an H200, as much as its processes differ (docs/timing.md, "Local memory
+        placed anew before each trial")."""
+        try:
+            from cuda.bindings import driver
+        except ImportError as err:
+            return f"cuda-bindings cannot be imported ({err}): pip install -r envs/gpu.txt"
+        torch.cuda.synchronize()  # a limit is set on an idle context only; this one is torch's, current here
+        limit = driver.CUlimit.CU_LIMIT_STACK_SIZE
+        err, size = driver.cuCtxGetLimit(limit)
+        for value in (size + LOCAL_MEMORY_STEP, size):
+            if err != driver.CUresult.CUDA_SUCCESS:
+                return f"the driver refused the stack limit ({err.name})"
+            (err,) = driver.cuCtxSetLimit(limit, value)
+        return None if err == driver.CUresult.CUDA_SUCCESS else f"the driver refused the stack limit ({err.name})"
+
     def capture(self, graph: Graph):
         """The context in which the calls made are captured into `graph`."""
         return torch.cuda.graph(graph)
@@ -169,6 +197,11 @@ class Rocm(Cuda):
     # HIP's clock64() is s_memtime, which on CDNA counts a constant reference clock, not the shader
     # clock (unverified here: no AMD GPU); a sleep's duration would then say nothing of the clock.
     sleep_counts_sm_cycles = False
+
+    def place_local_memory_anew(self) -> str | None:
+        # HIP has the call (hipDeviceSetLimit), but no binding of it is installed here and no AMD GPU
+        # was at hand to see what it does to a kernel's time: the result says it was not done.
+        return "not done on ROCm: no binding of HIP's hipDeviceSetLimit is installed"
 
     def toolkit(self) -> dict:
         return {"cuda": None, "hip": torch.version.hip, "cudnn": None}
