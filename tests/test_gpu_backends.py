@@ -139,16 +139,21 @@ def test_a_long_kernel_keeps_the_gpu_busy_while_it_is_timed():
 def test_a_cells_device_figure_is_its_kernels_own_time_confirmed_by_the_second_method():
     """cuDNN at (2,512,4,64): the device figure is the CUPTI sum of the call's kernels, below the
     per-call period (gaps, the L2 clear in it); the period by events and by CUPTI agree within the
-    tolerance; each kernel one call launches is named with its share; each trial says why it stopped."""
+    tolerance; each kernel one call launches is named with its share; each trial says why it stopped.
+    Blind side: a trial whose every chunk the host queued too late (held up beside another run) has
+    no event pairs or periods, by design; in default H200 runs 5-10% of trials are so, with local
+    memory placed anew or not (examples/h200-local-memory-2026-11-28), so one of three trials with
+    fed chunks is asked for, and the others are checked to say so consistently."""
     p = problem(64, {})
     entry = measure_backend(BACKENDS["sdpa_cudnn"], p, reference_output(p.q, p.k, p.v, True),
                             settings(trials=3))
     assert entry["status"] == "ok", entry["reason"]
     assert all(t["kernel_samples_ms"] and t["stop"]["stopped"] in stopping.STOP_REASONS for t in entry["trials"])
     # One stream per trial: the figure's samples, and from its chunks proven fed the event pairs and periods.
+    fed = [t for t in entry["trials"] if t["unfed_chunks"] < t["chunks"]]
+    assert fed and all(t["period_profiled_events_ms"] for t in fed), entry["trials"]
     for t in entry["trials"]:
-        assert t["unfed_chunks"] < t["chunks"] and t["period_profiled_events_ms"] and "period_events_ms" not in t
-        assert len(t["device_samples_ms"]) <= len(t["kernel_samples_ms"])
+        assert "period_events_ms" not in t and len(t["device_samples_ms"]) <= len(t["kernel_samples_ms"])
         assert (len(t["device_samples_ms"]) == len(t["kernel_samples_ms"])) == (t["unfed_chunks"] == 0)
     assert entry["device_ms"]["median"] < entry["stats"]["period_ms"]["median"], entry["stats"]
     # Each chunk's SM clock from its sleep, one per chunk, covering the samples; within the card's
