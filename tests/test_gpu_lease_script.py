@@ -48,16 +48,19 @@ def environment_and_command(line: str) -> tuple[dict[str, str], list[str]]:
     return dict(w.split("=", 1) for w in assignments), words[1 + len(assignments):]
 
 
-@pytest.fixture(scope="module")
-def accept_plan(tmp_path_factory) -> list[tuple[dict, list[str]]]:
-    """The accept plan's commands, in the order the dry run wrote them."""
-    tmp_path = tmp_path_factory.mktemp("dry")
+def dry_plan(tmp_path: Path, plan: str) -> list[tuple[dict, list[str]]]:
+    """A plan's commands, in the order the dry run wrote them."""
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", str(SCRIPT), "start", str(out), "accept"], cwd=REPO, capture_output=True,
+    proc = subprocess.run(["bash", str(SCRIPT), "start", str(out), plan], cwd=REPO, capture_output=True,
                           text=True, timeout=300, env=script_env(tmp_path, FABENCH_LEASE_DRY_RUN="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "plan accept: done, exit 0" in (out / "summary.txt").read_text()
+    assert f"plan {plan}: done, exit 0" in (out / "summary.txt").read_text()
     return [environment_and_command(line) for line in (out / "commands.txt").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def accept_plan(tmp_path_factory) -> list[tuple[dict, list[str]]]:
+    return dry_plan(tmp_path_factory.mktemp("dry"), "accept")
 
 
 def runs_of(plan) -> dict[str, tuple[dict, list[str]]]:
@@ -89,17 +92,38 @@ def test_the_lease_runs_each_measurement_on_its_cards_with_a_lease_and_workers_o
     assert installs[1][-2] == "-e" and installs[1][-1].endswith("stage")
 
 
-def test_every_run_is_archived_and_every_pair_of_default_runs_compared(accept_plan):
+def test_every_default_run_is_archived_the_preview_not_and_every_pair_compared(accept_plan):
     stored = {command[3]: command[command.index("--root") + 1] for _, command in accept_plan
               if command[:3] == ["fabench", "archive", "store"]}
-    assert set(stored) == {f"results/{name}" for name in DEFAULT_RUNS | {"pv"}}
+    assert set(stored) == {f"results/{name}" for name in DEFAULT_RUNS}  # the archive refuses the preview
     root = stored["results/c1"]
-    assert {stored[f"results/{name}"] for name in DEFAULT_RUNS} == {root} and stored["results/pv"] != root
+    assert {stored[f"results/{name}"] for name in DEFAULT_RUNS} == {root}
+    [preview] = [command for _, command in accept_plan if "run=pv" in command]
+    assert preview[preview.index("--configfile") + 1] == "config/preview.yaml"
     pairs = [frozenset(c[2:4]) for _, c in accept_plan if c[:2] == ["fabench", "compare"]]
     assert sorted(map(sorted, pairs)) == sorted(sorted({f"ENTRY-{a}", f"ENTRY-{b}"})
                                                 for a, b in itertools.combinations(sorted(DEFAULT_RUNS), 2))
     [check] = [c for _, c in accept_plan if c[:2] == ["fabench", "detector-check"]]
     assert check[check.index("--root") + 1] == root
+
+
+def test_the_local_memory_plan_runs_each_setting_on_each_card_into_an_archive_of_its_own(tmp_path):
+    """The per-process runs give the setting inside the run's one --config (a second --config would
+    replace `run=`), land in their own archive, and each card measures both settings."""
+    plan = dry_plan(tmp_path, "local-memory")
+    runs = runs_of(plan)
+    per_process = {name for name, (_, command) in runs.items()
+                   if "timing={local_memory: per_process}" in command}
+    assert per_process == {"p1", "p2", "p3"}
+    assert all(command.count("--config") == 1 for _, command in runs.values())
+    cards = {name: env["CUDA_VISIBLE_DEVICES"] for name, (env, _) in runs.items()}
+    assert {cards[n] for n in per_process} == {"0", "1"} and {cards[n] for n in ("w2", "k1", "w3")} == {"0", "1"}
+    stored = {command[3]: command[command.index("--root") + 1] for _, command in plan
+              if command[:3] == ["fabench", "archive", "store"]}
+    assert {stored[f"results/{n}"] for n in per_process} == {str(tmp_path / "out" / "archive-per-process")}
+    assert stored["results/w2"] == str(tmp_path / "out" / "archive") and "results/pv" not in stored
+    checked = {c[c.index("--root") + 1] for _, c in plan if c[:2] == ["fabench", "detector-check"]}
+    assert checked == {stored["results/w2"], stored["results/p1"]}
 
 
 def collected(args: list[str]) -> set[str]:

@@ -20,8 +20,8 @@
 #           alone (w1); warm on card 0 (w2) beside one on card 1 (k1); both cards (m1, the multi-gpu
 #           profile); a second round, warm on card 0 (w3) beside warm on card 1 (k2); the preview
 #           on card 0 (pv). Each run timed to its report (Snakemake's `report` target; its report's
-#           own time line is quoted too), then archived with `fabench archive store` (the preview
-#           into an archive of its own: another experiment); then `fabench compare` of every pair of default runs and `fabench detector-check` on
+#           own time line is quoted too), then archived with `fabench archive store` (not the
+#           preview, which the archive refuses); then `fabench compare` of every pair of default runs and `fabench detector-check` on
 #           their archive.
 #   verdicts: the accept plan's warm runs only (w1; w2 beside k1; w3 beside k2; m1), compared:
 #           fresh runs for the comparison rule's acceptance, in half the device time.
@@ -161,20 +161,32 @@ work_kinds() {  # run: the report's time by kind of work ("Where the run's time 
                      printf "%s%s %s s (%s)", sep, $2, $3, $4; sep = "; "}'
 }
 
-experiment() {  # name, cards, archive root, snakemake options...: one run timed to its report, then archived
-    local name=$1 cards=$2 root=$3 rc
-    shift 3
+run_timed() {  # name, cards, snakemake options...: one run timed to its report, its report kept in OUT
+    local name=$1 cards=$2 rc
+    shift 2
     timed "$name" on_cards "$name" "$cards" python3 -m snakemake report --config "run=$name" "$@"
     rc=$?
     [ -z "$DRY" ] && note "$name: to the report by its time line: $(report_time "$name")"
     # Its time by kind of work in the summary, and its report beside it: a preview is archived
-    # nowhere that keeps its time line, and a lease taken back early leaves only the summary.
+    # nowhere, and a lease taken back early leaves only the summary.
     [ -z "$DRY" ] && note "$name: by kind of work: $(work_kinds "$name")"
     [ -z "$DRY" ] && cp "results/$name/report.md" "$out/report-$name.md" 2>/dev/null
+    return $rc
+}
+
+experiment() {  # name, cards, archive root, snakemake options...: one run timed to its report, then archived
+    local name=$1 cards=$2 root=$3 rc
+    shift 3
+    run_timed "$name" "$cards" "$@"
+    rc=$?
     # The entry's folder (stdout of archive store) names it in the comparisons.
     run_cmd fabench archive store "results/$name" --root "$root" > "$out/entry-$name.txt" 2> "$out/archive-$name.log"
     note "$name: archived, exit $? ($(cat "$out/entry-$name.txt" 2>/dev/null))"
     return $rc
+}
+
+preview_run() {  # name, cards: the preview timed to its report; never archived (archive store refuses a preview)
+    run_timed "$1" "$2" --cores 1 --configfile config/preview.yaml
 }
 
 default_run() {  # name, cards, snakemake options...: the default experiment (config.yaml), into OUT/archive
@@ -217,7 +229,7 @@ plan_accept() {
     tests=$!
     default_run w3 0 --cores 1
     wait "$tests"
-    experiment pv 0 "$out/archive-preview" --cores 1 --configfile config/preview.yaml
+    preview_run pv 0
     host_costs
     compare_all c1 w1 w2 k1 m1 w3 k2
 }
@@ -263,7 +275,7 @@ plan_local_memory() {  # local memory placed anew per trial (the default) agains
     timed detector-check-per-process run_cmd fabench detector-check --root "$out/archive-per-process" \
         --out-md "$out/detector-check-per-process.md" --out-json "$out/detector-check-per-process.json"
     default_run m1 0,1 --profile profiles/multi-gpu --resources gpu=2
-    experiment pv 0 "$out/archive-preview" --cores 1 --configfile config/preview.yaml
+    preview_run pv 0
 }
 
 plan() {  # plan: run it here, in the foreground
