@@ -7,8 +7,11 @@ the profiled kernel loop) in one process under two kinds of change that a proces
 
 - inputs: q, k, v copied to the device anew for each of PLACEMENTS placements, each behind a pad
   of its own size, every placement kept alive (so each lies elsewhere);
-- local memory: the CUDA runtime's stack limit set to another size, which makes the driver place
-  the local memory (where spilled registers go) anew, the first placement's cells timed again.
+- local memory: the context's stack limit set to another size (cuCtxSetLimit, as
+  fabench.measure.device.accelerator does), which makes the driver place the local memory (where
+  spilled registers go) anew, the first placement's cells timed again. The run committed in
+  examples/h200-local-memory-2026-11-28 set it through the runtime's cudaDeviceSetLimit (the same
+  limit of the same primary context), before the pipeline had the driver call.
 
 Run it in several processes: where the inputs' placements within one process spread as far as
 processes do, the process effect is the inputs' placement. Writes one JSON: per backend and seq,
@@ -20,9 +23,7 @@ each condition's trial figures.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
-import json
 import random
 import sys
 import tempfile
@@ -34,6 +35,7 @@ import torch
 from fabench.aiter_config import patch_local
 from fabench.analysis.stats import trial_figure
 from fabench.config import config_schema, read_config_file, schema_error
+from fabench.files import output_file_arg, write_json
 from fabench.measure.backends.registry import BACKENDS, Problem
 from fabench.measure.cell import Cell
 from fabench.measure.device.gpu_state import GpuState
@@ -49,31 +51,25 @@ STACK_SIZES = (1024 + 256, 1024 + 512, 1024)  # bytes a thread; 1024 is CUDA's d
 STACK_TRIALS = 2
 
 
-def cudart():
-    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+def set_stack(size: int) -> str:
+    """The context's stack limit set to `size` bytes a thread: the driver places local memory anew."""
+    from cuda.bindings import driver
 
-
-def set_stack(lib, size: int) -> str:
     torch.cuda.synchronize()
-    err = lib.cudaDeviceSetLimit(ctypes.c_int(0), ctypes.c_size_t(size))  # cudaLimitStackSize
-    got = ctypes.c_size_t(0)
-    lib.cudaDeviceGetLimit(ctypes.byref(got), ctypes.c_int(0))
-    return f"set {size}: error {err}, now {got.value}"
+    (err,) = driver.cuCtxSetLimit(driver.CUlimit.CU_LIMIT_STACK_SIZE, size)
+    return f"set {size}: {err.name}, now {driver.cuCtxGetLimit(driver.CUlimit.CU_LIMIT_STACK_SIZE)[1]}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=output_file_arg)
     parser.add_argument("--process", type=int, default=0)
     args = parser.parse_args()
     random.seed(args.process)
     config = read_config_file("config.yaml")
-    assert schema_error(config, config_schema()) is None
+    problem = schema_error(config, config_schema())  # also sets the schema's defaults
+    if problem:
+        parser.error(f"config.yaml: {problem}")
     settings = Settings.of(config, "cuda")
     # No process's last trial: the checks and the wall loop are not what is probed.
     settings = dataclasses.replace(settings, timing=dataclasses.replace(settings.timing, trials=10_000, do_bench=False))
@@ -90,9 +86,10 @@ def main() -> int:
         for placement in range(PLACEMENTS):
             pad = torch.empty(random.randint(1, 48) * (1 << 21) + random.randint(0, 255) * 4096,
                               dtype=torch.uint8, device="cuda")
-            q, k, v = make_inputs(shape, torch.float16, settings.seed, "cuda")
+            q, k, v = make_inputs(shape, torch.float16, settings.seed, "cuda")  # the same values each time
             keep.extend([pad, q, k, v])
-            reference = reference_output(q, k, v, settings.causal) if placement == 0 else reference
+            if not placement:
+                reference = reference_output(q, k, v, settings.causal)
             problem = Problem(q, k, v, settings.causal, "cuda", kernel_config["values"], configs / "default.json")
             for name in BACKEND_NAMES:
                 cell = Cell(BACKENDS[name], problem, reference, job, args.process)
@@ -111,12 +108,8 @@ def main() -> int:
             record = cell.entry["trials"][-1]
             out["cells"][f"{name} {seq}"][f"inputs {placement}"]["trials"].append(
                 trial_figure(record["kernel_samples_ms"]))
-    lib = cudart()
     for size in STACK_SIZES:
-        if lib is None:
-            out["stack"].append("no libcudart found")
-            break
-        out["stack"].append(set_stack(lib, size))
+        out["stack"].append(set_stack(size))
         for (seq, placement, name), cell in cells.items():
             if placement:
                 continue
@@ -129,7 +122,7 @@ def main() -> int:
     for key, conditions in out["cells"].items():
         line = "  ".join(f"{c}: " + ",".join(f"{t * 1000:.2f}" for t in v["trials"]) for c, v in conditions.items())
         print(f"{key} (us) {line}", flush=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    write_json(args.out, out)
     return 0
 
 

@@ -138,7 +138,7 @@ class Cuda(Platform):
         """The context's stack limit raised by LOCAL_MEMORY_STEP bytes a thread and set back
         (cuCtxSetLimit): the driver allocates the local memory of every resident thread again, and
         with it places it anew. Where a process's local memory lies moved a spilling Triton kernel's
-        time by up to 1.7% on an H200, as much as its processes differ (docs/timing.md, "Local memory
+        time by up to 1.8% on an H200, as much as its processes differ (docs/timing.md, "Local memory
         placed anew before each trial")."""
         try:
             from cuda.bindings import driver
@@ -146,12 +146,12 @@ class Cuda(Platform):
             return f"cuda-bindings cannot be imported ({err}): pip install -r envs/gpu.txt"
         torch.cuda.synchronize()  # a limit is set on an idle context only; this one is torch's, current here
         limit = driver.CUlimit.CU_LIMIT_STACK_SIZE
+        ok = driver.CUresult.CUDA_SUCCESS
         err, size = driver.cuCtxGetLimit(limit)
         for value in (size + LOCAL_MEMORY_STEP, size):
-            if err != driver.CUresult.CUDA_SUCCESS:
-                return f"the driver refused the stack limit ({err.name})"
-            (err,) = driver.cuCtxSetLimit(limit, value)
-        return None if err == driver.CUresult.CUDA_SUCCESS else f"the driver refused the stack limit ({err.name})"
+            if err == ok:
+                (err,) = driver.cuCtxSetLimit(limit, value)
+        return None if err == ok else f"the driver refused the stack limit ({err.name})"
 
     def capture(self, graph: Graph):
         """The context in which the calls made are captured into `graph`."""
