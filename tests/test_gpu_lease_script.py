@@ -21,7 +21,7 @@ from support.runs import make_run
 from workflow_util import REPO
 
 SCRIPT = REPO / "tools" / "gpu-lease.sh"
-DEFAULT_RUNS = {"c1", "w1", "w2", "k1", "m1", "w3", "k2"}
+DEFAULT_RUNS = {"c1", "w1", "w2", "k1", "m1", "m2", "w3", "k2"}
 
 
 def script_env(tmp_path: Path, **extra: str) -> dict:
@@ -76,12 +76,19 @@ def test_the_lease_runs_each_measurement_on_its_cards_with_a_lease_and_workers_o
     runs = runs_of(accept_plan)
     assert set(runs) == DEFAULT_RUNS | {"pv"}
     cards = {name: env["CUDA_VISIBLE_DEVICES"] for name, (env, _) in runs.items()}
-    assert cards == {"c1": "0", "w1": "0", "w2": "0", "k1": "1", "m1": "0,1", "w3": "0", "k2": "1", "pv": "0"}
-    assert runs["m1"][1][-4:] == ["--profile", "profiles/multi-gpu", "--resources", "gpu=2"]
+    assert cards == {"c1": "0", "w1": "0", "w2": "0", "k1": "1", "m1": "0,1", "m2": "0,1", "w3": "0", "k2": "1",
+                     "pv": "0"}
+    assert runs["m1"][1][-4:] == runs["m2"][1][-4:] == ["--profile", "profiles/multi-gpu", "--resources", "gpu=2"]
     assert runs["pv"][1][-2:] == ["--configfile", "config/preview.yaml"]
     measuring = [env for env, _ in accept_plan if env]  # the runs and the GPU tests' steps
-    for key in ("FABENCH_LEASE_DIR", "FABENCH_WORKER_DIR"):
-        assert len({env[key] for env in measuring}) == len(measuring), key
+    assert len({env["FABENCH_LEASE_DIR"] for env in measuring}) == len(measuring)
+    # Workers: the runs on the same cards share a folder (each adopts the spares of the one before),
+    # runs on other cards and the tests' steps have their own.
+    folder = {name: env["FABENCH_WORKER_DIR"] for name, (env, _) in runs.items()}
+    for name in runs:
+        assert {n for n in runs if folder[n] == folder[name]} == {n for n in runs if cards[n] == cards[name]}
+    tests_folders = [env["FABENCH_WORKER_DIR"] for env, command in accept_plan if "pytest" in command]
+    assert len(set(tests_folders)) == len(tests_folders) and not set(tests_folders) & set(folder.values())
     # The GPU tests on card 1, the backends' tests before the rest.
     tests = [(env, command) for env, command in accept_plan if "pytest" in command]
     assert {env["CUDA_VISIBLE_DEVICES"] for env, _ in tests} == {"1"} and len(tests) == 3
@@ -214,3 +221,21 @@ def test_the_summary_carries_each_runs_time_by_kind_of_work(tmp_path):
     kinds = {kind: float(seconds) for kind, seconds in re.findall(r"([a-z][^;]*?) ([0-9.]+) s \(\d+%\)", proc.stdout)}
     assert len(kinds) == len(proc.stdout.split("; ")) >= 4, proc.stdout
     assert kinds["inputs and fp32 reference"] == 40.0, proc.stdout  # 2.0 s in each of 20 processes
+
+
+def test_the_one_card_plan_runs_the_tests_before_the_runs_and_each_run_after_the_last_on_its_workers(tmp_path):
+    """A host of one GPU: nothing beside the GPU tests (one timed job per GPU), every run on card 0
+    and in one workers' folder (each adopts the spares the run before left), the preview not archived."""
+    plan = dry_plan(tmp_path, "one-card")
+    runs = runs_of(plan)
+    assert list(runs) == ["c1", "w1", "pv", "w2", "pv0", "w3"]
+    # w2 and pv0 leave no spares: pv0 and w3 start their own workers (the comparison with spares).
+    assert [n for n, (_, command) in runs.items() if "measure={spare_worker_s: 0}" in command] == ["w2", "pv0"]
+    assert all(command.count("--config") == 1 for _, command in runs.values())
+    assert {env["CUDA_VISIBLE_DEVICES"] for env, _ in runs.values()} == {"0"}
+    assert len({env["FABENCH_WORKER_DIR"] for env, _ in runs.values()}) == 1
+    tests = [i for i, (_, command) in enumerate(plan) if "pytest" in command]
+    assert len(tests) == 3 and max(tests) < plan.index(runs["c1"])
+    assert {plan[i][0]["CUDA_VISIBLE_DEVICES"] for i in tests} == {"0"}
+    stored = [command[3] for _, command in plan if command[:3] == ["fabench", "archive", "store"]]
+    assert stored == ["results/c1", "results/w1", "results/w2", "results/w3"]

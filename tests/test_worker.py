@@ -344,6 +344,82 @@ def test_a_worker_ends_when_its_workflow_is_gone(tmp_path, worker_dir):
         time.sleep(0.2)
 
 
+def spare_pids(worker_dir) -> list[int]:
+    """The live spares in `worker_dir` (a record whose identity is a spare's)."""
+    spares = [r for r in worker_dir.glob("w-*.json") if json.loads(r.read_text())["identity"].get("spare")]
+    return [pid for pid in live_workers(worker_dir) if any(json.loads(r.read_text())["pid"] == pid for r in spares)]
+
+
+def until(condition, what: str, within_s: float = 60):
+    deadline = time.monotonic() + within_s
+    while not (found := condition()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+    return found
+
+
+def test_a_worker_ended_with_its_workflow_leaves_a_spare_that_the_next_run_adopts(tmp_path, worker_dir):
+    """The workflow's end (stop_workers with spare_s, as its onsuccess asks on a GPU run) leaves a
+    fresh worker of the same identity for no workflow; the next run's job adopts it instead of
+    starting one: another process than the first run's, its start-up made before that run, which
+    records only what it waited for. Blind side: the seconds a GPU run saves (the report's time
+    line, in a GPU lease), and whether a spare's imports slow a run measuring beside them."""
+    env = {"FABENCH_WORKER_DIR": str(worker_dir)}
+    first_workflow, next_workflow = (subprocess.Popen(["sleep", "600"]) for _ in range(2))  # Snakemakes' stand-ins
+    try:
+        proc, out = launch(tmp_path, worker_dir, "first", workflow=f"{socket.gethostname()}:{first_workflow.pid}")
+        assert finished(proc)[0] == 0
+        first = json.loads(out.read_text())["timeline"]["worker"]
+        assert stop_workers(f"{socket.gethostname()}:{first_workflow.pid}", env=env, spare_s=120)
+        [spare] = until(lambda: spare_pids(worker_dir), "no spare came up")
+        assert spare != first["pid"]
+        until(lambda: first["pid"] not in live_workers(worker_dir), "the first run's worker did not end")
+
+        began = time.time()
+        proc, out = launch(tmp_path, worker_dir, "next", workflow=f"{socket.gethostname()}:{next_workflow.pid}")
+        code, output = finished(proc)
+        assert code == 0, output
+        result = json.loads(out.read_text())
+        adopted = result["timeline"]["worker"]
+        assert adopted["pid"] == spare and adopted["jobs_before"] == 0, adopted
+        assert adopted["adoption"]["spare_started_at"] < began <= adopted["adoption"]["adopted_at"], adopted
+        [imports] = [p for p in result["timeline"]["phases"] if p["phase"] == "imports"]
+        assert imports["start"] >= adopted["adoption"]["adopted_at"], (imports, adopted)
+        assert result["method"]["process_exits"][0]["worker"]["started_by_this_job"] is True
+        assert not spare_pids(worker_dir), "still a spare after its adoption"
+        # The report's time line counts it (the merge files each process's time line under its index).
+        assert run_time_line([{**result, "timelines": [dict(result["timeline"], process=0)]}])["adopted_workers"] == 1
+        # Adopted, it serves the next run's workflow: it ends with it, as a worker started by it does.
+        next_workflow.kill()
+        next_workflow.wait()
+        until(lambda: spare not in live_workers(worker_dir), "the adopted spare outlived the workflow that adopted it")
+    finally:
+        for stand_in in (first_workflow, next_workflow):
+            stand_in.kill()
+
+
+def test_a_spare_nobody_adopts_ends_after_its_time_and_a_stop_for_all_ends_it_at_once(tmp_path, worker_dir):
+    """A spare waits `spare_s` and ends, even mid-import, leaving no file; stop_workers without a
+    workflow (a user's, the tests' clean-up) ends the spares too; a worker stopped without spare_s
+    leaves none. Blind side: a spare's memory while it waits (a torch import's, on the host)."""
+    env = {"FABENCH_WORKER_DIR": str(worker_dir)}
+    proc, _ = launch(tmp_path, worker_dir, "first")
+    assert finished(proc)[0] == 0
+    stop_workers(env=env, spare_s=30)
+    [spare] = until(lambda: spare_pids(worker_dir), "no spare came up")
+    assert stop_workers(env=env)  # the spare
+    until(lambda: not live_workers(worker_dir), "the spare did not stop")
+    assert not list(worker_dir.iterdir())
+
+    proc, _ = launch(tmp_path, worker_dir, "again")
+    assert finished(proc)[0] == 0
+    stop_workers(env=env, spare_s=5)
+    [spare] = until(lambda: spare_pids(worker_dir), "no spare came up")
+    until(lambda: not live_workers(worker_dir), "the spare outlived its 5 s", within_s=30)
+    time.sleep(0.5)
+    assert not list(worker_dir.iterdir())
+
+
 def test_between_jobs_aiter_config_is_forgotten_and_the_generators_reseeded(tmp_path):
     """aiter's real loader on the CPU (as tests/test_aiter_config.py runs it): the config it cached
     for one job is gone before the next."""
@@ -522,3 +598,19 @@ def test_asking_a_stopped_worker_to_end_does_not_hang(tmp_path, worker_dir):
         assert time.monotonic() - began < worker_client.STOP_ANSWER_S + 5
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("platform, docker, cluster, mode, spare_s, expected", [
+    ("cuda", False, False, "worker", 900, 900), ("rocm", False, False, "worker", 60, 60),
+    ("cuda", False, False, "worker", 0, 0), ("cpu", False, False, "worker", 900, 0),
+    ("cuda", True, False, "worker", 900, 0), ("cuda", False, True, "worker", 900, 0),
+    ("cuda", False, False, "isolate", 900, 0)])
+def test_a_workflow_leaves_spares_only_on_a_gpu_run_in_worker_mode(platform, docker, cluster, mode, spare_s, expected):
+    """Blind side: that the Snakefile's onsuccess and onerror pass this on (a GPU run's workflow, in
+    a GPU lease: its report counts the workers it adopted)."""
+    from fabench.plan import Plan
+    from test_plan import with_defaults
+    from workflow_util import default_config
+
+    config = with_defaults({**default_config(), "measure": {"mode": mode, "spare_worker_s": spare_s}})
+    assert Plan(config, REPO, docker=docker, platform=platform).spare_worker_s(cluster) == expected

@@ -18,8 +18,9 @@
 # Plans:
 #   accept: the GPU tests on card 1 beside a cold default run on card 0 (c1); then warm on card 0
 #           alone (w1); warm on card 0 (w2) beside one on card 1 (k1); both cards (m1, the multi-gpu
-#           profile); a second round, warm on card 0 (w3) beside warm on card 1 (k2); the preview
-#           on card 0 (pv). Each run timed to its report (Snakemake's `report` target; its report's
+#           profile) twice (m1, m2: m2 adopts m1's spares); a second round, warm on card 0 (w3)
+#           beside warm on card 1 (k2); the preview on card 0 (pv). The runs on the same cards share
+#           a workers' folder, so that each adopts the spares of the run before (docs/worker.md). Each run timed to its report (Snakemake's `report` target; its report's
 #           own time line is quoted too), then archived with `fabench archive store` (not the
 #           preview, which the archive refuses); then `fabench compare` of every pair of default runs and `fabench detector-check` on
 #           their archive.
@@ -29,6 +30,9 @@
 #           cards of the default (local memory placed anew per trial: w2, k1, w3) against
 #           timing.local_memory per_process (p1, p2, p3, archive-per-process), each setting on each
 #           card in turn; both archives' detector checks; then m1 and the preview.
+#   one-card: a host of one GPU: the GPU tests alone on it, then one after another c1 (cold), w1 and
+#           the preview (each adopting the spares of the run before), w2 and a preview pv0 that leave
+#           none, w3 (its own workers), and the comparisons of the default runs.
 #   tests:  the GPU tests on card 1 alone.
 # Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
@@ -74,12 +78,15 @@ run_cmd() {  # command...: run it, or in a dry run write it (its environment ass
     "$@"
 }
 
-on_cards() {  # name, cards ("0", "1" or "0,1"), command...: the command on those GPUs, leases and workers of its own
-    local name=$1 cards=$2
+on_cards() {  # name, cards ("0", "1" or "0,1"), command...: the command on those GPUs, a lease folder of its own;
+    # workers of its own, or with WORKERS=cards those of its cards: the runs on the same cards one after
+    # another share them, so that each adopts the spares the run before left (docs/worker.md, Spares)
+    local name=$1 cards=$2 workers=$1
     shift 2
+    [ "${WORKERS:-}" = cards ] && workers="cards-${cards//,/+}"
     mkdir -p "$SCRATCH"
     run_cmd env CUDA_VISIBLE_DEVICES="$cards" FABENCH_LEASE_DIR="$SCRATCH/lease-$name" \
-        FABENCH_WORKER_DIR="$SCRATCH/workers-$name" "$@"
+        FABENCH_WORKER_DIR="$SCRATCH/workers-$workers" "$@"
 }
 
 timed() {  # name, command...: its output to OUT/name.log; its exit status and wall time to the summary
@@ -164,7 +171,7 @@ work_kinds() {  # run: the report's time by kind of work ("Where the run's time 
 run_timed() {  # name, cards, snakemake options...: one run timed to its report, its report kept in OUT
     local name=$1 cards=$2 rc
     shift 2
-    timed "$name" on_cards "$name" "$cards" python3 -m snakemake report --config "run=$name" "$@"
+    WORKERS=cards timed "$name" on_cards "$name" "$cards" python3 -m snakemake report --config "run=$name" "$@"
     rc=$?
     [ -z "$DRY" ] && note "$name: to the report by its time line: $(report_time "$name")"
     # Its time by kind of work in the summary, and its report beside it: a preview is archived
@@ -225,13 +232,29 @@ plan_accept() {
     default_run w2 0 --cores 1          # ... beside warm on card 0
     wait "$tests"
     default_run m1 0,1 --profile profiles/multi-gpu --resources gpu=2
+    default_run m2 0,1 --profile profiles/multi-gpu --resources gpu=2  # adopting m1's spares, as w2 w1's
     default_run k2 1 --cores 1 &        # a second round on both cards: more pairs of each kind
     tests=$!
     default_run w3 0 --cores 1
     wait "$tests"
     preview_run pv 0
     host_costs
-    compare_all c1 w1 w2 k1 m1 w3 k2
+    compare_all c1 w1 w2 k1 m1 m2 w3 k2
+}
+
+plan_one_card() {  # a host of one GPU: the GPU tests alone, then the runs one after another on it
+    # With spares (the default) against without (measure.spare_worker_s 0, joining `--config run=NAME`):
+    # w1 and pv adopt the spares of the run before; w2 and pv0 leave none, so pv0 and w3 start their own.
+    local no_spare="measure={spare_worker_s: 0}"
+    gpu_tests 0
+    default_run c1 0 --cores 1          # cold: a fresh copy of the checkout, no compile cache
+    default_run w1 0 --cores 1          # warm, adopting c1's spares
+    preview_run pv 0                    # adopting w1's round-0 spare
+    default_run w2 0 "$no_spare" --cores 1
+    run_timed pv0 0 "$no_spare" --cores 1 --configfile config/preview.yaml
+    default_run w3 0 --cores 1          # warm, starting its own workers
+    host_costs
+    compare_all c1 w1 w2 w3
 }
 
 plan_verdicts() {  # the runs of the verdicts' acceptance alone: no GPU tests, no cold run, no preview
@@ -283,8 +306,9 @@ plan() {  # plan: run it here, in the foreground
     accept) plan_accept ;;
     verdicts) plan_verdicts ;;
     local-memory) plan_local_memory ;;
+    one-card) plan_one_card ;;
     tests) gpu_tests 1 ;;
-    *) note "no such plan: $1 (accept, verdicts, local-memory or tests)"; return 2 ;;
+    *) note "no such plan: $1 (accept, verdicts, local-memory, one-card or tests)"; return 2 ;;
     esac
 }
 

@@ -279,6 +279,15 @@ class Plan:
             options += ["--mode", self.measure_mode(cluster), "--worker-idle-s", str(settings["worker_idle_s"])]
         return HowToMeasure(shlex.join(options))
 
+    def spare_worker_s(self, cluster: bool) -> float:
+        """How long each measuring worker this workflow ends leaves a spare waiting for the next run
+        (fabench.measure.launch.worker.Worker.leave_spare): measure.spare_worker_s in worker mode on
+        a GPU run; 0 on a CPU, whose cores a spare's imports would take from the next run's timed
+        jobs (no worker is started ahead there either)."""
+        if self.measure_mode(cluster) != "worker" or not self.platform.is_gpu:
+            return 0
+        return self.config["measure"]["spare_worker_s"]
+
     @staticmethod
     def measured_again(process_file: str) -> str:
         """The runner's --measured-again for a job's process file (fabench.results.merge.times_lost):

@@ -75,7 +75,7 @@ class WorkflowHooks:
         if unusable:  # stop_workers would find no worker there: say why, once
             return f"note: the measuring workers were not told to stop: {unusable[0]}; they end when idle"
         try:
-            stop_workers(os.environ[WORKFLOW_ENV])
+            stop_workers(os.environ[WORKFLOW_ENV], spare_s=self.plan.spare_worker_s(self.cluster))
         except OSError as err:
             return (f"note: the measuring workers were not told to stop ({err}); they end when idle. "
                     f"Check {WORKER_DIR_ENV} (or XDG_RUNTIME_DIR)")

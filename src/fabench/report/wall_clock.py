@@ -162,7 +162,10 @@ def job_processes(result: dict) -> list[dict]:
                           # A worker started ahead, idle from its start-up's end to its first job:
                           # no work of the run's, so not in the processes' time.
                           "waiting_s": on_gpu_from - max(started_up) if on_device and started_up else 0.0,
-                          "worker": worker_name(timeline, ended), "phases": phases})
+                          "worker": worker_name(timeline, ended),
+                          # A spare an earlier run left (worker.Worker.leave_spare), adopted by this one.
+                          "adopted": bool((timeline.get("worker") or {}).get("adoption")),
+                          "phases": phases})
     return processes
 
 
@@ -206,12 +209,18 @@ def run_time_line(results: list[dict], workflow_started_at: float | None = None,
         "gpus": sorted({p["gpu"] for p in processes if p["gpu"]}),
         "workers": workers,
         "in_workers": sum(1 for p in processes if p["worker"]),
+        "adopted_workers": adopted_workers(processes),
         "overlaps": gpu_overlaps(processes) + compiled_while_measuring(processes, ahead),
         "compile_ahead": ahead and compile_ahead_summary(ahead),
         "between_jobs": between_jobs(processes),
         "trial_stops": stops,
         "largest": largest_item(groups, cpu, stops, workers, loops_at_minimum(results)),
     }
+
+
+def adopted_workers(processes: list[dict]) -> int:
+    """How many of the measuring workers were spares an earlier run left (docs/worker.md, Spares)."""
+    return len({p["worker"] for p in processes if p["worker"] and p["adopted"]})
 
 
 def _this_workflows(compile_ahead: dict | None, workflow_started_at: float | None) -> dict | None:

@@ -16,28 +16,34 @@ its lock and log are never opened through a link.
 
 from __future__ import annotations
 
+import os
 import time
 
 IMPORTS_BEGAN = time.time()
+# The environment this worker was started with, before any import could add to it (torch sets
+# CUDA_MODULE_LOADING as it starts CUDA): the one a spare it leaves starts with (Worker.leave_spare).
+STARTED_WITH = dict(os.environ)
 
 import argparse
 import contextlib
 import gc
 import json
-import os
 import random
 import socket
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from fabench.files import write_json
 from fabench.config import SpecError
 from fabench.measure.invocation import USAGE, config_bounded
 from fabench.measure.spec import JobSpec
-from fabench.measure.launch.worker_client import MARK, Address
+from fabench.measure.launch.worker_client import MARK, Address, name_of, spare_facts, spawn_process
+from fabench.measure.timeline import SPAWNED_AT_ENV
+from fabench.measure import timeline
 from fabench.places import WORKER_DIR_ENV, lock_at_once, open_file, private_dir
-from fabench.watchdog import watch_workflow
+from fabench.watchdog import WORKFLOW_ENV, watch_workflow
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,17 +60,31 @@ def main(argv: list[str] | None = None) -> int:
                              "[batch, seq, heads, head_dim, dtype, seed] (fabench.measure.inputs.draw_ahead)")
     args = parser.parse_args(argv)
     where = Address(args.name, private_dir(args.folder, WORKER_DIR_ENV))
-    if take_lock(where.lock) is None:
+    lock = take_lock(where.lock)
+    if lock is None:
         print(f"[fabench worker] {args.name}: another worker of this name runs; ending", flush=True)
         return 0
+    server = listening(where)
+    # A spare answers whoever adopts it from its first moment, its imports made meanwhile.
+    spare = Spare(where, lock, server, args.identity, args.idle_s) if args.identity.get("spare") else None
+    watch_workflow()  # a spare has no workflow: it watches the one that adopts it
+    worker = Worker(where, args.identity, args.idle_s, [n for n in args.start_up.split(",") if n], args.inputs,
+                    log=where.log, record=spare is None)
+    if spare is not None:
+        server = worker.adopted(spare.wait())
+    worker.serve(server)
+    return 0
+
+
+def listening(where: Address) -> socket.socket:
+    """The worker's socket at `where`, bound and listening: a launcher that connects while the worker
+    still imports is answered once it serves."""
     with contextlib.suppress(FileNotFoundError):
         where.socket.unlink()  # left by a worker that died: its lock is free, so it is gone
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(where.socket))
     server.listen(8)
-    watch_workflow()
-    Worker(where, args.identity, args.idle_s, [n for n in args.start_up.split(",") if n], args.inputs).serve(server)
-    return 0
+    return server
 
 
 def inputs_arg(text: str) -> list[tuple]:
@@ -103,11 +123,15 @@ def take_lock(path: Path) -> int | None:
 
 class Worker:
     def __init__(self, where: Address, facts: dict, idle_s: float, start_up: list[str] = (),
-                 inputs: list[tuple] = ()) -> None:
+                 inputs: list[tuple] = (), log: Path | None = None, record: bool = True) -> None:
         from fabench.measure import job  # torch and the measuring code: the start-up paid once
         from fabench.measure.backends.registry import start_up as backends_start_up
 
         self.job = job
+        self.backends_start_up = backends_start_up
+        self.log = log or where.log  # where its output goes (a spare keeps its own file when adopted)
+        self.start_up, self.inputs = list(start_up), [list(w) for w in inputs]
+        self.adoption: dict | None = None
         # The CPU inputs of the jobs to come drawn beside the imports below: drawing them was most of
         # a job's "inputs and fp32 reference" (0.3-0.55 s a shape on an H200 host, 3.1 s of a
         # one-card run, 5.6 s on two cards, where a worker sees fewer of a shape's jobs). torch's
@@ -141,12 +165,38 @@ class Worker:
         self.where, self.facts, self.idle_s = where, facts, idle_s
         self.jobs_run = 0
         self.pid = os.getpid()
-        write_json(where.record, {"identity": facts, "pid": self.pid, "started_at": IMPORTS_BEGAN,
-                                  "log": str(where.log), "started_up": self.started_up,
-                                  "inputs_drawn": self.inputs_drawn})
+        if record:  # a spare's is its Spare's, until its adoption gives it its own (adopted)
+            self.write_record()
         print(f"[fabench worker] {where.name} (pid {self.pid}) ready after "
               f"{self.imports[1] - self.imports[0]:.1f} s of imports; {self.inputs_drawn} shape(s)' inputs drawn"
               + "".join(f"; {name} {outcome}" for name, outcome in self.started_up.items()), flush=True)
+
+    def write_record(self) -> None:
+        write_json(self.where.record, {"identity": self.facts, "pid": self.pid, "started_at": IMPORTS_BEGAN,
+                                       "log": str(self.log), "started_up": self.started_up,
+                                       "inputs_drawn": self.inputs_drawn, "adoption": self.adoption})
+
+    def adopted(self, adoption: "Adoption") -> socket.socket:
+        """This spare, its imports made, made the worker of the run that adopted it (Spare.wait): its
+        name, identity and idle time are that worker's; the backends' start-up imports and the CPU
+        inputs that run's jobs name and the spare lacks are made now. Its socket, to serve."""
+        self.where, self.facts, self.idle_s = adoption.where, adoption.facts, adoption.idle_s
+        missing = [name for name in adoption.start_up if name not in self.started_up]
+        self.started_up.update(self.backends_start_up(missing))
+        drawn: dict = {}
+        draw_inputs_ahead(adoption.inputs, drawn)  # those the spare drew are kept: drawn again at once
+        self.inputs_drawn = drawn.get("inputs_drawn", 0)
+        self.start_up, self.inputs = sorted({*self.start_up, *adoption.start_up}), adoption.inputs
+        ready = time.time()
+        # The start-up this run waited for: from the adoption (the spare's imports, made before it,
+        # were an earlier run's time) to now. Its first job records it as its imports.
+        self.imports = (max(self.imports[0], adoption.at), max(self.imports[1], ready))
+        self.adoption = {"spare_started_at": IMPORTS_BEGAN, "adopted_at": adoption.at, "ready_at": ready}
+        timeline.current().spawned_at = adoption.at
+        self.write_record()
+        print(f"[fabench worker] adopted as {self.where.name}, ready {ready - adoption.at:.1f} s after; "
+              f"{self.inputs_drawn} shape(s)' inputs drawn", flush=True)
+        return adoption.server
 
     def serve(self, server: socket.socket) -> None:
         server.settimeout(self.idle_s)
@@ -166,7 +216,7 @@ class Worker:
             # Removed while the lock is still held: a worker that opened the file meanwhile finds
             # it gone once it gets the lock, and takes a new one (take_lock). Only a worker that
             # died leaves its files, its log saying why.
-            for path in (self.where.socket, self.where.record, self.where.log, self.where.lock):
+            for path in (self.where.socket, self.where.record, self.log, self.where.lock):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 
@@ -175,8 +225,12 @@ class Worker:
         _, fds, _, _ = socket.recv_fds(conn, 1, 4)
         try:
             request = json.loads(conn.makefile("rb").readline() or b"{}")
-            if request.get("stop") or "spec" not in request:
-                return not request.get("stop")
+            if request.get("stop"):
+                if request.get("spare_s"):
+                    self.leave_spare(float(request["spare_s"]))
+                return False
+            if "spec" not in request:
+                return True
             self.measure(conn, request)
         except OSError as err:  # its launcher is gone (killed, cancelled): the next job is served all the same
             print(f"[fabench worker] job {self.jobs_run}: connection lost ({err})", flush=True)
@@ -186,9 +240,24 @@ class Worker:
         self.jobs_run += 1
         return True
 
+    def leave_spare(self, spare_s: float) -> None:
+        """Start the spare this worker leaves as the workflow ends it: a fresh worker of its identity
+        for no workflow (worker_client.spare_facts), started as this one was, that makes the same
+        start-up and draws the same inputs, then waits `spare_s` seconds for the next run of this
+        checkout to adopt it (worker_client.adopt_spare). It never touched a device or measured a
+        job: it is a new measuring process, whose start-up the next run does not wait for."""
+        facts = spare_facts(self.facts)
+        where = Address(name_of(facts), self.where.folder)
+        env = {k: v for k, v in STARTED_WITH.items() if k != WORKFLOW_ENV}
+        env[SPAWNED_AT_ENV] = repr(time.time())
+        try:
+            spawn_process(where, facts, env, spare_s, self.start_up, self.inputs)
+        except OSError as err:  # the workflow's end must not fail on it: the next run starts its own
+            print(f"[fabench worker] no spare left: {err}", flush=True)
+
     def measure(self, conn: socket.socket, request: dict) -> None:
         worker = {"name": self.where.name, "pid": self.pid, "jobs_before": self.jobs_run,
-                  "started_at": IMPORTS_BEGAN}
+                  "started_at": IMPORTS_BEGAN, **({"adoption": self.adoption} if self.adoption else {})}
         conn.sendall(MARK + json.dumps(worker).encode() + b"\n")
         try:
             spec = JobSpec.from_json(request["spec"])
@@ -210,6 +279,108 @@ class Worker:
                 request.get("project_commit"), request["process"], Path(request["out"]),
                 start_up=start_up, worker=worker)
         conn.sendall(MARK + json.dumps({"exit_code": code}).encode() + b"\n")
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """A run's claim on a spare: the worker it becomes (its address, socket and lock, taken), and
+    what that run's jobs need of it."""
+
+    where: Address
+    facts: dict
+    idle_s: float
+    start_up: list[str]
+    inputs: list[tuple]
+    server: socket.socket
+    lock: int
+    at: float
+
+
+class Spare:
+    """A worker left by a run for the next one (Worker.leave_spare), from its start until a run adopts
+    it: a thread answers its socket, taking an adoption (worker_client.adopt_spare) or a stop while
+    the worker still imports, so that the run waits for no more of the start-up than is left. A spare
+    nobody adopts within its idle time ends, as does one asked to stop."""
+
+    def __init__(self, where: Address, lock: int, server: socket.socket, facts: dict, idle_s: float) -> None:
+        self.where, self.lock, self.server, self.facts, self.idle_s = where, lock, server, facts, idle_s
+        self.taken: Adoption | None = None
+        self.decided = threading.Event()
+        # Its record from its first moment: stop_workers finds workers by their records.
+        write_json(where.record, {"identity": facts, "pid": os.getpid(), "started_at": IMPORTS_BEGAN,
+                                  "log": str(where.log), "spare_s": idle_s})
+        threading.Thread(target=self.answer, name="fabench-spare", daemon=True).start()
+
+    def wait(self) -> Adoption:
+        self.decided.wait()
+        return self.taken
+
+    def answer(self) -> None:
+        self.server.settimeout(self.idle_s)
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                self.end(f"not adopted within {self.idle_s:g} s: ending")
+            conn.settimeout(None)
+            with conn:
+                _, fds, _, _ = socket.recv_fds(conn, 1, 4)
+                for fd in fds:  # a spare holds no lease
+                    os.close(fd)
+                request = json.loads(conn.makefile("rb").readline() or b"{}")
+                if request.get("stop"):
+                    self.end("asked to stop: ending")
+                taken, why = self.take(request.get("adopt") or {})
+                with contextlib.suppress(OSError):
+                    conn.sendall(MARK + json.dumps({"adopted": taken is not None, "reason": why}).encode() + b"\n")
+            if taken is not None:
+                self.server.close()
+                for path in (self.where.socket, self.where.record, self.where.lock):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                os.close(self.lock)
+                self.taken = taken
+                self.decided.set()
+                return
+
+    def take(self, wanted: dict) -> tuple[Adoption | None, str]:
+        """The adoption asked for, its name's lock taken and its socket listening; or None and why
+        not: another identity than this spare's (code, interpreter, GPU, round, environment), or a
+        worker of that name already running."""
+        facts = wanted.get("identity") or {}
+        try:
+            if spare_facts(facts) != self.facts or wanted.get("name") != name_of(facts):
+                return None, "another identity"
+            idle_s = config_bounded("measure", "worker_idle_s")(str(wanted["idle_s"]))
+            start_up = [str(name) for name in wanted.get("start_up") or []]
+            inputs = inputs_arg(json.dumps(wanted.get("inputs") or []))
+        except (KeyError, TypeError, ValueError, argparse.ArgumentTypeError) as err:
+            return None, f"not an adoption: {err}"
+        where = Address(name_of(facts), self.where.folder)
+        lock = take_lock(where.lock)
+        if lock is None:
+            return None, "a worker of that name runs"
+        try:
+            server = listening(where)
+        except OSError as err:
+            os.close(lock)
+            return None, f"its socket: {err}"
+        if facts.get("workflow"):  # from now on it ends with the workflow that adopted it
+            os.environ[WORKFLOW_ENV] = facts["workflow"]
+            watch_workflow()
+        # Found by stop_workers under its new name at once (Worker.adopted completes the record).
+        write_json(where.record, {"identity": facts, "pid": os.getpid(), "started_at": IMPORTS_BEGAN,
+                                  "log": str(self.where.log)})
+        print(f"[fabench worker] spare {self.where.name} adopted as {where.name}", flush=True)
+        return Adoption(where, facts, idle_s, start_up, inputs, server, lock, time.time()), "adopted"
+
+    def end(self, why: str) -> None:
+        """The spare ends where it stands, even mid-import: it holds no device and measured nothing."""
+        print(f"[fabench worker] spare {self.where.name}: {why}", flush=True)
+        for path in (self.where.socket, self.where.record, self.where.log, self.where.lock):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        os._exit(0)
 
 
 @contextlib.contextmanager

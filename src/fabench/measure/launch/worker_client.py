@@ -105,9 +105,19 @@ def identity(lease, process: int, env: dict | None = None) -> dict:
     }
 
 
+def name_of(facts: dict) -> str:
+    return "w-" + hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+
+
 def address(facts: dict, env: dict | None = None) -> Address:
-    name = "w-" + hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
-    return Address(name, runtime_folder(env))
+    return Address(name_of(facts), runtime_folder(env))
+
+
+def spare_facts(facts: dict) -> dict:
+    """The identity of the spare a worker of `facts` leaves for the next run (worker.Worker.leave_spare):
+    the same facts for no workflow, marked a spare, so that no job is ever sent to it by name (a job
+    started by hand has no workflow either) and only an adoption reaches it."""
+    return {**facts, "workflow": None, "spare": True}
 
 
 def run_in_worker(request: dict, lease, process: int, idle_s: float, timeout_s: float | None,
@@ -174,9 +184,35 @@ def start_ahead(lease, rounds: list[int], idle_s: float, start_up: tuple[str, ..
         if conn is not None:
             conn.close()  # its worker serves the next request of its own; an empty one is no job
             continue
-        spawn(where, facts, lease, idle_s, time.time(), start_up, inputs)
+        if not adopt_spare(where, facts, idle_s, start_up, inputs):
+            spawn(where, facts, lease, idle_s, time.time(), start_up, inputs)
         started.append(where.name)
     return started
+
+
+# How long a launcher waits for a spare's answer to its adoption (it answers from its first moment).
+ADOPT_ANSWER_S = 10.0
+
+
+def adopt_spare(where: Address, facts: dict, idle_s: float, start_up: tuple[str, ...] = (),
+                inputs: list = ()) -> bool:
+    """Make the spare an earlier run left for these facts (worker.Worker.leave_spare) the worker at
+    `where`: whether it did. A spare answers while it still imports, and listens at `where` before it
+    says yes; it then makes the start-up imports and draws the inputs the spare lacked."""
+    conn = connect(Address(name_of(spare_facts(facts)), where.folder))
+    if conn is None:
+        return False
+    request = {"adopt": {"name": where.name, "identity": facts, "idle_s": idle_s, "start_up": list(start_up),
+                         "inputs": [list(w) for w in inputs]}}
+    with conn:
+        conn.settimeout(ADOPT_ANSWER_S)
+        try:
+            socket.send_fds(conn, [b"F"], [])
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            answer = read_mark(conn.makefile("rb"))
+        except OSError:  # TimeoutError included: a spare that does not answer is not waited for
+            return False
+    return bool(answer and answer.get("adopted"))
 
 
 def spawn(where: Address, facts: dict, lease, idle_s: float, began: float,
@@ -187,6 +223,11 @@ def spawn(where: Address, facts: dict, lease, idle_s: float, began: float,
     CPU inputs it draws meanwhile (inputs_of)."""
     env = measuring_environment(lease)
     env[SPAWNED_AT_ENV] = repr(began)
+    return spawn_process(where, facts, env, idle_s, start_up, inputs)
+
+
+def spawn_process(where: Address, facts: dict, env: dict, idle_s: float, start_up=(), inputs=()) -> subprocess.Popen:
+    """The worker process for `where`, in `env`, detached (spawn; a worker leaving a spare)."""
     cmd = [sys.executable, "-m", WORKER_MODULE, "--folder", str(where.folder), "--name", where.name,
            "--idle-s", str(idle_s), "--identity", json.dumps(facts, sort_keys=True),
            "--start-up", ",".join(start_up), "--inputs", json.dumps(list(inputs))]
@@ -204,6 +245,8 @@ def connect_or_start(where: Address, facts: dict, lease, idle_s: float, began: f
     conn = connect(where)
     if conn is not None:
         return conn, False
+    if adopt_spare(where, facts, idle_s, start_up, inputs) and (conn := connect(where)) is not None:
+        return conn, True
     worker = spawn(where, facts, lease, idle_s, began, start_up, inputs)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -272,9 +315,11 @@ def relay(lines, out) -> dict | None:
 STOP_ANSWER_S = 10.0
 
 
-def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[str]:
+def stop_workers(workflow: str | None = None, env: dict | None = None, spare_s: float = 0) -> list[str]:
     """Ask every worker of this user (of `workflow` only, when given) to end; their names. Workers
-    end by themselves when idle too: this is the workflow's end saying so at once."""
+    end by themselves when idle too: this is the workflow's end saying so at once. With `spare_s`,
+    each leaves a spare that waits that long for the next run (worker.Worker.leave_spare); without
+    `workflow` the spares are stopped too."""
     try:
         folder = runtime_folder(env)
     except OSError:  # a folder this user may not use (fabench.places) holds no worker of theirs
@@ -296,7 +341,7 @@ def stop_workers(workflow: str | None = None, env: dict | None = None) -> list[s
             conn.settimeout(STOP_ANSWER_S)
             with contextlib.suppress(OSError):  # TimeoutError included
                 socket.send_fds(conn, [b"F"], [])
-                conn.sendall(b'{"stop": true}\n')
+                conn.sendall(json.dumps({"stop": True, "spare_s": spare_s}).encode() + b"\n")
                 conn.recv(1)  # the worker closes the connection as it ends
         stopped.append(record.stem)
     return stopped

@@ -59,6 +59,7 @@ def context(run: Run, published: dict | None) -> dict | None:
         "gpus": len(line["gpus"]),
         "workers": line["workers"],
         "in_workers": line["in_workers"],
+        "adopted_workers": line.get("adopted_workers", 0),
         "overlaps": [md_text(o) for o in line["overlaps"]],
         "between": between and {"gaps": between["gaps"], "seconds": seconds(between["seconds"]),
                                 "split": between["split"], "before_launcher": seconds(between["before_launcher_s"]),
