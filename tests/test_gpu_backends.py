@@ -10,7 +10,8 @@ import torch
 from fabench.measure import stopping
 from fabench.measure.device import kernels
 from fabench.measure.backends.registry import BACKENDS, Backend, FallbackError, Prepared, Problem, _require_compiled_code
-from fabench.analysis.entry import analyse_measured
+from fabench.analysis.entry import DEFAULT_STABLE_SPREAD, analyse_measured, metric_summary
+from fabench.analysis.figures import trial_values
 from fabench.measure.inputs import reference_output
 from fabench.measure.job import measurement
 from fabench.measure.spec import Settings, Shape
@@ -164,7 +165,14 @@ def test_a_cells_device_figure_is_its_kernels_own_time_confirmed_by_the_second_m
         assert len(t["sleep_clock_mhz"]) == len(t["chunk_calls"]) == t["chunks"], t
         assert sum(t["chunk_calls"]) == len(t["kernel_samples_ms"])
         assert all(400 < clock <= top * 1.02 for clock in t["sleep_clock_mhz"]), (t["sleep_clock_mhz"], top)
-    assert entry["stats"]["device_kcycles"]["median"] > 0
+    # The figure in cycles, kept where its trials agree within timing.stable_spread (else the cell is
+    # judged by its time: fabench.analysis.entry); each timed trial read its clocks either way.
+    assert all(t["device_kcycles"] > 0 for t in entry["trials"] if t["device_ms"] is not None)
+    cycles = metric_summary(*trial_values(entry["trials"], "device_kcycles"))
+    if "device_kcycles" in entry["stats"]:
+        assert entry["stats"]["device_kcycles"]["median"] == pytest.approx(cycles["median"])
+    else:  # once on an H200 (2026-11-28): three trials' cycles further apart than the limit
+        assert cycles["within_spread"] > DEFAULT_STABLE_SPREAD, cycles
     second = entry["cross_check"]["second_method"]
     assert second["agrees"], second
     shares = entry["stats"]["kernel_shares"]

@@ -600,6 +600,31 @@ def test_asking_a_stopped_worker_to_end_does_not_hang(tmp_path, worker_dir):
         os.kill(pid, signal.SIGCONT)
 
 
+def test_the_workflows_end_says_how_many_spares_it_left_and_for_how_long(tmp_path, worker_dir, monkeypatch):
+    """The Snakefile's onsuccess on a GPU run (its plan's spare_worker_s), here with a worker on the CPU:
+    one line naming the spares, the setting and the page. Blind side: a worker that fails to spawn
+    its spare is still counted (its log says why)."""
+    from fabench.plan import Plan
+    from fabench.workflow_hooks import WorkflowHooks
+    from test_plan import with_defaults
+    from workflow_util import default_config
+
+    gpu_run = Plan(with_defaults({**default_config(), "measure": {"spare_worker_s": 30}}), REPO, docker=False,
+                   platform="cuda")  # the plan of a CUDA run (the platform planned, not detected)
+    stand_in = subprocess.Popen(["sleep", "600"])
+    try:
+        workflow = f"{socket.gethostname()}:{stand_in.pid}"
+        proc, _ = launch(tmp_path, worker_dir, "one", workflow=workflow)
+        assert finished(proc)[0] == 0
+        monkeypatch.setenv("FABENCH_WORKER_DIR", str(worker_dir))
+        monkeypatch.setenv("FABENCH_WORKFLOW", workflow)
+        note = WorkflowHooks(gpu_run, cluster=False).stop_measuring_workers()
+        assert note.startswith("note: 1 spare measuring worker(s) wait up to 30 s") and "docs/worker.md" in note, note
+        until(lambda: spare_pids(worker_dir), "no spare came up")
+    finally:
+        stand_in.kill()
+
+
 @pytest.mark.parametrize("platform, docker, cluster, mode, spare_s, expected", [
     ("cuda", False, False, "worker", 900, 900), ("rocm", False, False, "worker", 60, 60),
     ("cuda", False, False, "worker", 0, 0), ("cpu", False, False, "worker", 900, 0),

@@ -74,9 +74,14 @@ class WorkflowHooks:
         unusable = [problem for problem in check_env_places(os.environ) if WORKER_DIR_ENV in problem]
         if unusable:  # stop_workers would find no worker there: say why, once
             return f"note: the measuring workers were not told to stop: {unusable[0]}; they end when idle"
+        spare_s = self.plan.spare_worker_s(self.cluster)
         try:
-            stop_workers(os.environ[WORKFLOW_ENV], spare_s=self.plan.spare_worker_s(self.cluster))
+            stopped = stop_workers(os.environ[WORKFLOW_ENV], spare_s=spare_s)
         except OSError as err:
             return (f"note: the measuring workers were not told to stop ({err}); they end when idle. "
                     f"Check {WORKER_DIR_ENV} (or XDG_RUNTIME_DIR)")
+        if stopped and spare_s:  # processes that outlive the workflow: said where the user looks
+            return (f"note: {len(stopped)} spare measuring worker(s) wait up to {spare_s:g} s for the next run "
+                    f"of this checkout, which adopts them instead of starting its own (measure.spare_worker_s: "
+                    f"0 leaves none; docs/worker.md)")
         return None
