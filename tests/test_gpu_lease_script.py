@@ -239,3 +239,12 @@ def test_the_one_card_plan_runs_the_tests_before_the_runs_and_each_run_after_the
     assert {plan[i][0]["CUDA_VISIBLE_DEVICES"] for i in tests} == {"0"}
     stored = [command[3] for _, command in plan if command[:3] == ["fabench", "archive", "store"]]
     assert stored == ["results/c1", "results/w1", "results/w2", "results/w3"]
+
+
+def test_the_tests_plan_runs_the_gpu_tests_alone_on_the_last_card(tmp_path):
+    """A dry run counts no GPU (it says card 1, a host of two's last); on a GPU host nvidia-smi counts them.
+    Blind side: the count on a GPU host (a device lease runs it)."""
+    plan = dry_plan(tmp_path, "tests")
+    tests = [env for env, command in plan if "pytest" in command]
+    assert len(tests) == 3 and {env["CUDA_VISIBLE_DEVICES"] for env in tests} == {"1"}
+    assert not runs_of(plan)

@@ -33,7 +33,7 @@
 #   one-card: a host of one GPU: the GPU tests alone on it, then one after another c1 (cold), w1 and
 #           the preview (each adopting the spares of the run before), w2 and a preview pv0 that leave
 #           none, w3 (its own workers), and the comparisons of the default runs.
-#   tests:  the GPU tests on card 1 alone.
+#   tests:  the GPU tests alone on the host's last card (card 1 of two, card 0 of one).
 # Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
 # FABENCH_LEASE_DRY_RUN=1: nothing is run or installed; each command is written, with its
@@ -307,9 +307,13 @@ plan() {  # plan: run it here, in the foreground
     verdicts) plan_verdicts ;;
     local-memory) plan_local_memory ;;
     one-card) plan_one_card ;;
-    tests) gpu_tests 1 ;;
+    tests) gpu_tests "$(last_card)" ;;
     *) note "no such plan: $1 (accept, verdicts, local-memory, one-card or tests)"; return 2 ;;
     esac
+}
+
+last_card() {  # the host's last GPU: card 1 of two (beside a run on card 0), card 0 of one
+    if [ -n "$DRY" ]; then echo 1; else echo $(($(nvidia-smi -L | wc -l) - 1)); fi
 }
 
 describe_host() {  # the cards and the commit, to OUT
