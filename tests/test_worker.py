@@ -407,6 +407,12 @@ def test_a_spare_nobody_adopts_ends_after_its_time_and_a_stop_for_all_ends_it_at
     assert finished(proc)[0] == 0
     stop_workers(env=env, spare_s=30)
     [spare] = until(lambda: spare_pids(worker_dir), "no spare came up")
+    [record] = [r for r in worker_dir.glob("w-*.json") if json.loads(r.read_text())["pid"] == spare]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as garbled:  # a client it cannot read
+        garbled.connect(str(record.with_suffix(".sock")))
+        socket.send_fds(garbled, [b"F"], [])
+        garbled.sendall(b"not a request\n")
+        assert garbled.recv(1) == b""  # closed without an answer; the spare waits on
     assert stop_workers(env=env)  # the spare
     until(lambda: not live_workers(worker_dir), "the spare did not stop")
     assert not list(worker_dir.iterdir())

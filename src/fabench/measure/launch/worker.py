@@ -296,6 +296,10 @@ class Adoption:
     at: float
 
 
+# How long a spare waits for a connected client's request before it serves the next one.
+ANSWER_S = 10.0
+
+
 class Spare:
     """A worker left by a run for the next one (Worker.leave_spare), from its start until a run adopts
     it: a thread answers its socket, taking an adoption (worker_client.adopt_spare) or a stop while
@@ -322,12 +326,15 @@ class Spare:
                 conn, _ = self.server.accept()
             except TimeoutError:
                 self.end(f"not adopted within {self.idle_s:g} s: ending")
-            conn.settimeout(None)
+            conn.settimeout(ANSWER_S)  # a client that connects and says nothing does not hold the spare
             with conn:
-                _, fds, _, _ = socket.recv_fds(conn, 1, 4)
-                for fd in fds:  # a spare holds no lease
-                    os.close(fd)
-                request = json.loads(conn.makefile("rb").readline() or b"{}")
+                try:
+                    _, fds, _, _ = socket.recv_fds(conn, 1, 4)
+                    for fd in fds:  # a spare holds no lease
+                        os.close(fd)
+                    request = json.loads(conn.makefile("rb").readline() or b"{}")
+                except (OSError, ValueError):  # a gone or garbled client: the spare waits on
+                    continue
                 if request.get("stop"):
                     self.end("asked to stop: ending")
                 taken, why = self.take(request.get("adopt") or {})
