@@ -31,6 +31,7 @@ report: "workflow/report/workflow.rst"
 
 onstart:
     check_engine(workflow.dag.needrun_jobs())
+    export_spares(workflow.dag.needrun_jobs())
     HOOKS.record_start()
 
 

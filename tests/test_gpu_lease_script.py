@@ -248,3 +248,10 @@ def test_the_tests_plan_runs_the_gpu_tests_alone_on_the_last_card(tmp_path):
     tests = [env for env, command in plan if "pytest" in command]
     assert len(tests) == 3 and {env["CUDA_VISIBLE_DEVICES"] for env in tests} == {"1"}
     assert not runs_of(plan)
+
+
+def test_the_spares_plan_runs_three_runs_on_one_card_and_their_workers(tmp_path):
+    plan = dry_plan(tmp_path, "spares")
+    runs = runs_of(plan)
+    assert list(runs) == ["c1", "w1", "pv"] and not any("pytest" in command for _, command in plan)
+    assert len({env["FABENCH_WORKER_DIR"] for env, _ in runs.values()}) == 1

@@ -631,6 +631,54 @@ def test_the_workflows_end_says_how_many_spares_it_left_and_for_how_long(tmp_pat
         stand_in.kill()
 
 
+def test_a_worker_asked_for_its_spare_once_its_run_is_measured_serves_on_and_leaves_no_second(tmp_path, worker_dir):
+    """leave_spares, as rule write_report calls it once the run's measuring is over: the spare comes
+    up beside the worker, which still serves its workflow; the workflow's end then leaves no second
+    one. Blind side: the seconds the next run saves by it (the spare's imports done before it starts),
+    measured in a GPU lease."""
+    from fabench.measure.launch.worker_client import leave_spares
+
+    env = {"FABENCH_WORKER_DIR": str(worker_dir)}
+    stand_in = subprocess.Popen(["sleep", "600"])
+    try:
+        workflow = f"{socket.gethostname()}:{stand_in.pid}"
+        proc, out = launch(tmp_path, worker_dir, "first", workflow=workflow)
+        assert finished(proc)[0] == 0
+        first = json.loads(out.read_text())["timeline"]["worker"]["pid"]
+        assert len(leave_spares(workflow, 120, env=env)) == 1
+        [spare] = until(lambda: spare_pids(worker_dir), "no spare came up")
+        proc, out = launch(tmp_path, worker_dir, "second", workflow=workflow)
+        assert finished(proc)[0] == 0
+        assert json.loads(out.read_text())["timeline"]["worker"]["pid"] == first  # served on, not adopted
+        leave_spares(workflow, 120, env=env)  # asked again: still the one
+        stop_workers(workflow, env=env, spare_s=120)
+        until(lambda: first not in live_workers(worker_dir), "the worker did not stop")
+        time.sleep(1)
+        assert spare_pids(worker_dir) == [spare]
+    finally:
+        stand_in.kill()
+
+
+@pytest.mark.parametrize("runs, rules, platform, expected", [
+    (1, ["compile_ahead", "measure", "write_report"], "cuda", 900), (1, ["write_report", "archive_run"], "rocm", 900),
+    (1, [], "cuda", 900), (1, ["measure", "sweep_stage", "write_report"], "cuda", 0),
+    (2, ["measure", "write_report"], "cuda", 0), (1, ["measure", "write_report"], "cpu", 0)])
+def test_the_workers_leave_their_spares_at_the_report_only_where_nothing_is_measured_after_it(
+        runs, rules, platform, expected):
+    """Plan.spares_once_measured, which the Snakefile's onstart exports to rule write_report. Blind
+    side: a sweep whose stages all end before the report (its variant among the run's) is taken as
+    measuring after it (the spares then come at the workflow's end)."""
+    from fabench.plan import Plan
+    from test_plan import with_defaults
+    from workflow_util import default_config
+
+    config = {**default_config(), "measure": {"spare_worker_s": 900}}
+    if runs > 1:
+        config["platforms"] = {f"p{i}": {} for i in range(runs)}
+    plan = Plan(with_defaults(config), REPO, docker=False, platform=platform)
+    assert plan.spares_once_measured(False, rules) == expected
+
+
 @pytest.mark.parametrize("platform, docker, cluster, mode, spare_s, expected", [
     ("cuda", False, False, "worker", 900, 900), ("rocm", False, False, "worker", 60, 60),
     ("cuda", False, False, "worker", 0, 0), ("cpu", False, False, "worker", 900, 0),

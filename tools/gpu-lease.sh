@@ -33,6 +33,8 @@
 #   one-card: a host of one GPU: the GPU tests alone on it, then one after another c1 (cold), w1 and
 #           the preview (each adopting the spares of the run before), w2 and a preview pv0 that leave
 #           none, w3 (its own workers), and the comparisons of the default runs.
+#   spares: one GPU, a few minutes: c1 (cold), then w1 and the preview, each adopting the spares the
+#           run before left, and the pair compared.
 #   tests:  the GPU tests alone on the host's last card (card 1 of two, card 0 of one).
 # Everything lands in OUT: summary.txt (one line a step: exit status, seconds, pytest's counts; a line per failed test),
 # each step's log, gpus.txt, commit.txt, the archives, compare/, detector-check.*, the runs' logs/.
@@ -242,6 +244,13 @@ plan_accept() {
     compare_all c1 w1 w2 k1 m1 m2 w3 k2
 }
 
+plan_spares() {  # one GPU, a few minutes: c1 (cold), then w1 and the preview, each adopting the run before's spares
+    default_run c1 0 --cores 1
+    default_run w1 0 --cores 1
+    preview_run pv 0
+    compare_all c1 w1
+}
+
 plan_one_card() {  # a host of one GPU: the GPU tests alone, then the runs one after another on it
     # With spares (the default) against without (measure.spare_worker_s 0, joining `--config run=NAME`):
     # w1 and pv adopt the spares of the run before; w2 and pv0 leave none, so pv0 and w3 start their own.
@@ -307,8 +316,9 @@ plan() {  # plan: run it here, in the foreground
     verdicts) plan_verdicts ;;
     local-memory) plan_local_memory ;;
     one-card) plan_one_card ;;
+    spares) plan_spares ;;
     tests) gpu_tests "$(last_card)" ;;
-    *) note "no such plan: $1 (accept, verdicts, local-memory, one-card or tests)"; return 2 ;;
+    *) note "no such plan: $1 (accept, verdicts, local-memory, one-card, spares or tests)"; return 2 ;;
     esac
 }
 

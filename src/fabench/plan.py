@@ -45,6 +45,11 @@ class PlanError(ValueError):
     """The workflow cannot run as configured: one line naming the key or setting."""
 
 
+# The rules whose jobs measure on the workflow's GPUs apart from a run's report, which may come
+# before them (Plan.spares_once_measured): the sweep's stages.
+MEASURING_APART = frozenset({"sweep_stage"})
+
+
 def submits_jobs(nodes: int | None, remote: bool) -> bool:
     """Whether this Snakemake submits its jobs to a cluster or cloud executor, each job in an
     allocation of its own (so this host's one-at-a-time rule for CPU jobs does not apply there),
@@ -287,6 +292,17 @@ class Plan:
         if self.measure_mode(cluster) != "worker" or not self.platform.is_gpu:
             return 0
         return self.config["measure"]["spare_worker_s"]
+
+    def spares_once_measured(self, cluster: bool, rules_to_run) -> float:
+        """spare_worker_s where the report of the workflow's one run comes after its last measuring
+        job, so that the workers leave their spares then (worker_client.leave_spares) and these
+        import beside the report and Snakemake's end: one run, and none of the jobs to run
+        (`rules_to_run`, their rules' names, as the Snakefile's onstart has them) measuring outside
+        the report's inputs (MEASURING_APART: the sweep's stages). Else 0: their spares come at the
+        workflow's end."""
+        if len(self.runs) != 1 or MEASURING_APART & set(rules_to_run):
+            return 0
+        return self.spare_worker_s(cluster)
 
     @staticmethod
     def measured_again(process_file: str) -> str:

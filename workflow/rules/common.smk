@@ -23,6 +23,7 @@ from fabench.results.output_digests import (
 )
 from fabench.resources import SCHEMA_DIR, TEMPLATE_DIR
 from fabench.shapes import SHAPE_ID_PATTERN
+from fabench.measure.launch.worker_client import SPARES_ENV
 from fabench.watchdog import WORKFLOW_ENV, workflow_marker
 
 
@@ -203,6 +204,14 @@ def check_engine(jobs):
     """A docker run whose engine does not answer stops before its first job (fabench.workflow_hooks)."""
     if problem := HOOKS.engine_problem_for([job.rule.name for job in jobs]):
         raise WorkflowError(problem)
+
+
+def export_spares(jobs):
+    """How long the spares wait that the workers leave as the report starts (docs/worker.md, Spares;
+    0: none then), for the jobs to come (the Snakefile's onstart, once the jobs to run are known).
+    In the environment, as the workflow's marker: as a param of rule write_report it would render a
+    report again whenever the jobs asked for change."""
+    os.environ[SPARES_ENV] = str(PLAN.spares_once_measured(CLUSTER, [job.rule.name for job in jobs]))
 
 
 def stop_measuring_workers():

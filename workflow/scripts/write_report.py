@@ -1,6 +1,7 @@
 """rule write_report: the run's process files -> each (variant, shape)'s result, results.json and
 .csv, the plots, report.md and .html, config.json; in one process (see workflow/rules/report.smk)."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,10 +16,22 @@ from fabench.results.merge import ProcessFileError, merge_files
 from fabench.results.output_digests import record_digests
 from fabench.results.published import load_published
 from fabench.results.results_csv import results_csv
+from fabench.measure.launch.worker_client import SPARES_ENV, leave_spares
 from fabench.side_files import COMPILE_AHEAD, WORKFLOW_STARTED, side_file_or_note
+from fabench.watchdog import WORKFLOW_ENV
 
 sm = snakemake  # noqa: F821
 sys.stderr = open(snakemake.log[0], "w")  # noqa: F821
+
+# The run's measuring is over: its workers leave their spares first thing, so that these import
+# beside this report and Snakemake's end instead of at the next run's start (docs/worker.md,
+# Spares). It never costs the report.
+try:
+    spare_s = float(os.environ.get(SPARES_ENV) or 0)
+    if spare_s and os.environ.get(WORKFLOW_ENV):
+        leave_spares(os.environ[WORKFLOW_ENV], spare_s)
+except (OSError, ValueError) as err:
+    print(f"fabench report: the workers were not asked for their spares ({err})", file=sys.stderr)
 
 
 def side_file(path, kind):

@@ -132,6 +132,7 @@ class Worker:
         self.log = log or where.log  # where its output goes (a spare keeps its own file when adopted)
         self.start_up, self.inputs = list(start_up), [list(w) for w in inputs]
         self.adoption: dict | None = None
+        self.spare_left = False
         # The CPU inputs of the jobs to come drawn beside the imports below: drawing them was most of
         # a job's "inputs and fp32 reference" (0.3-0.55 s a shape on an H200 host, 3.1 s of a
         # one-card run, 5.6 s on two cards, where a worker sees fewer of a shape's jobs). torch's
@@ -225,9 +226,9 @@ class Worker:
         _, fds, _, _ = socket.recv_fds(conn, 1, 4)
         try:
             request = json.loads(conn.makefile("rb").readline() or b"{}")
+            if request.get("spare_s") and not self.spare_left:  # at most one spare a worker
+                self.leave_spare(float(request["spare_s"]))
             if request.get("stop"):
-                if request.get("spare_s"):
-                    self.leave_spare(float(request["spare_s"]))
                 return False
             if "spec" not in request:
                 return True
@@ -241,7 +242,8 @@ class Worker:
         return True
 
     def leave_spare(self, spare_s: float) -> None:
-        """Start the spare this worker leaves as the workflow ends it: a fresh worker of its identity
+        """Start the spare this worker leaves for the next run, once its workflow has measured its
+        last job (worker_client.leave_spares) or as it ends it (stop_workers): a fresh worker of its identity
         for no workflow (worker_client.spare_facts), started as this one was, that makes the same
         start-up and draws the same inputs, then waits `spare_s` seconds for the next run of this
         checkout to adopt it (worker_client.adopt_spare). It never touched a device or measured a
@@ -251,9 +253,11 @@ class Worker:
         env = {k: v for k, v in STARTED_WITH.items() if k != WORKFLOW_ENV}
         env[SPAWNED_AT_ENV] = repr(time.time())
         try:
-            spawn_process(where, facts, env, spare_s, self.start_up, self.inputs)
+            spare = spawn_process(where, facts, env, spare_s, self.start_up, self.inputs)
+            print(f"[fabench worker] left spare {where.name} (pid {spare.pid}), waiting {spare_s:g} s", flush=True)
         except OSError as err:  # the workflow's end must not fail on it: the next run starts its own
             print(f"[fabench worker] no spare left: {err}", flush=True)
+        self.spare_left = True
 
     def measure(self, conn: socket.socket, request: dict) -> None:
         worker = {"name": self.where.name, "pid": self.pid, "jobs_before": self.jobs_run,

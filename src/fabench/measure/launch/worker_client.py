@@ -318,13 +318,31 @@ STOP_ANSWER_S = 10.0
 def stop_workers(workflow: str | None = None, env: dict | None = None, spare_s: float = 0) -> list[str]:
     """Ask every worker of this user (of `workflow` only, when given) to end; their names. Workers
     end by themselves when idle too: this is the workflow's end saying so at once. With `spare_s`,
-    each leaves a spare that waits that long for the next run (worker.Worker.leave_spare); without
-    `workflow` the spares are stopped too."""
+    each that has not left one yet (leave_spares) leaves a spare that waits that long for the next
+    run (worker.Worker.leave_spare); without `workflow` the spares are stopped too."""
+    return tell_workers({"stop": True, "spare_s": spare_s}, workflow, env)
+
+
+# Set by the workflow for its jobs: how long the spares wait that the workers leave as a run's
+# report starts, its measuring over (fabench.plan.Plan.spares_once_measured; 0: none then).
+SPARES_ENV = "FABENCH_SPARES_ONCE_MEASURED"
+
+
+def leave_spares(workflow: str, spare_s: float, env: dict | None = None) -> list[str]:
+    """Ask each worker of `workflow` to leave its spare now and serve on (the names of those asked):
+    said where the workflow has measured its last job (the report of a run of one), so that the
+    spares import beside the report and the workflow's end instead of the next run's start."""
+    return tell_workers({"spare_s": spare_s}, workflow, env)
+
+
+def tell_workers(request: dict, workflow: str | None, env: dict | None) -> list[str]:
+    """`request` sent to every worker of this user (of `workflow` only, when given); the names of
+    those that answered the connection. Each closes it when done with the request."""
     try:
         folder = runtime_folder(env)
     except OSError:  # a folder this user may not use (fabench.places) holds no worker of theirs
         return []
-    stopped = []
+    told = []
     for record in sorted(folder.glob("w-*.json")):
         try:
             facts = json.loads(record.read_text())
@@ -341,7 +359,7 @@ def stop_workers(workflow: str | None = None, env: dict | None = None, spare_s: 
             conn.settimeout(STOP_ANSWER_S)
             with contextlib.suppress(OSError):  # TimeoutError included
                 socket.send_fds(conn, [b"F"], [])
-                conn.sendall(json.dumps({"stop": True, "spare_s": spare_s}).encode() + b"\n")
-                conn.recv(1)  # the worker closes the connection as it ends
-        stopped.append(record.stem)
-    return stopped
+                conn.sendall(json.dumps(request).encode() + b"\n")
+                conn.recv(1)  # the worker closes the connection when done with it
+        told.append(record.stem)
+    return told
