@@ -365,7 +365,7 @@ def test_a_worker_ended_with_its_workflow_leaves_a_spare_that_the_next_run_adopt
     records only what it waited for. Blind side: the seconds a GPU run saves (the report's time
     line, in a GPU lease), and whether a spare's imports slow a run measuring beside them."""
     env = {"FABENCH_WORKER_DIR": str(worker_dir)}
-    first_workflow, next_workflow = (subprocess.Popen(["sleep", "600"]) for _ in range(2))  # Snakemakes' stand-ins
+    first_workflow, next_workflow, last_workflow = (subprocess.Popen(["sleep", "600"]) for _ in range(3))  # Snakemakes
     try:
         proc, out = launch(tmp_path, worker_dir, "first", workflow=f"{socket.gethostname()}:{first_workflow.pid}")
         assert finished(proc)[0] == 0
@@ -389,12 +389,22 @@ def test_a_worker_ended_with_its_workflow_leaves_a_spare_that_the_next_run_adopt
         assert not spare_pids(worker_dir), "still a spare after its adoption"
         # The report's time line counts it (the merge files each process's time line under its index).
         assert run_time_line([{**result, "timelines": [dict(result["timeline"], process=0)]}])["adopted_workers"] == 1
-        # Adopted, it serves the next run's workflow: it ends with it, as a worker started by it does.
-        next_workflow.kill()
-        next_workflow.wait()
-        until(lambda: spare not in live_workers(worker_dir), "the adopted spare outlived the workflow that adopted it")
+        # Adopted, it leaves a spare of its own at its workflow's end, of the spare's name: its log
+        # moved to its own name, the new spare's log is the new spare's and outlives the worker.
+        assert stop_workers(f"{socket.gethostname()}:{next_workflow.pid}", env=env, spare_s=120)
+        [second] = until(lambda: [p for p in spare_pids(worker_dir) if p != spare], "no second spare came up")
+        until(lambda: spare not in live_workers(worker_dir), "the adopted worker did not stop")
+        [record] = [json.loads(r.read_text()) for r in worker_dir.glob("w-*.json")]
+        assert record["pid"] == second and Path(record["log"]).is_file(), record
+        # Adopted, a spare serves the workflow that adopted it: it ends with it, as a worker started by it does.
+        proc, out = launch(tmp_path, worker_dir, "last", workflow=f"{socket.gethostname()}:{last_workflow.pid}")
+        assert finished(proc)[0] == 0
+        assert json.loads(out.read_text())["timeline"]["worker"]["pid"] == second
+        last_workflow.kill()
+        last_workflow.wait()
+        until(lambda: second not in live_workers(worker_dir), "the adopted spare outlived the workflow that adopted it")
     finally:
-        for stand_in in (first_workflow, next_workflow):
+        for stand_in in (first_workflow, next_workflow, last_workflow):
             stand_in.kill()
 
 

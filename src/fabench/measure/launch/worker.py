@@ -182,6 +182,7 @@ class Worker:
         name, identity and idle time are that worker's; the backends' start-up imports and the CPU
         inputs that run's jobs name and the spare lacks are made now. Its socket, to serve."""
         self.where, self.facts, self.idle_s = adoption.where, adoption.facts, adoption.idle_s
+        self.log = self.moved_log()
         missing = [name for name in adoption.start_up if name not in self.started_up]
         self.started_up.update(self.backends_start_up(missing))
         drawn: dict = {}
@@ -198,6 +199,20 @@ class Worker:
         print(f"[fabench worker] adopted as {self.where.name}, ready {ready - adoption.at:.1f} s after; "
               f"{self.inputs_drawn} shape(s)' inputs drawn", flush=True)
         return adoption.server
+
+    def moved_log(self) -> Path:
+        """Its log (its output's file) renamed for the worker it now is: the spare's name is the
+        one the spare it leaves will have (an identity's spares share a name), whose log would
+        otherwise be this one, and be removed with it. A died worker's log of the new name is kept."""
+        target = self.where.log
+        if target.exists() or target.is_symlink():
+            target = self.where.folder / f"{self.where.name}-{self.pid}.log"
+        try:
+            os.replace(self.log, target)
+        except OSError as err:  # costs only the log's name
+            print(f"[fabench worker] log not renamed: {err}", flush=True)
+            return self.log
+        return target
 
     def serve(self, server: socket.socket) -> None:
         server.settimeout(self.idle_s)
