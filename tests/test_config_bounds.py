@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,10 +148,45 @@ def numeric_keys(node: dict, prefix: str = "") -> list[str]:
     return found
 
 
+# Measure durations that no measuring job takes: a spare's wait, which the worker a workflow stops
+# passes to the spare it leaves (test_a_spare_waits_at_the_bounds_of_its_time).
+NOT_IN_JOBS = {"measure.spare_worker_s"}
+
+
 def test_every_numeric_key_of_the_measure_stage_is_run_at_its_bounds():
-    """A new seed-like key or measure duration joins CONSUMED, so that it is run at its bounds."""
+    """A new seed-like key or measure duration joins CONSUMED (or NOT_IN_JOBS, run at its bounds
+    below), so that it is run at its bounds."""
     keys = {k for k in numeric_keys(CONFIG_SCHEMA) if k == "seed" or k.startswith("measure.")}
-    assert keys == set(CONSUMED)
+    assert keys == set(CONSUMED) | NOT_IN_JOBS
+
+
+def test_a_spare_waits_at_the_bounds_of_its_time(tmp_path, worker_dir):
+    """measure.spare_worker_s at its maximum: the spare comes up, waiting that long (its socket's
+    timeout), and ends when asked; at its minimum, 0, none is left. Blind side: the wait itself."""
+    from fabench.measure.launch.worker_client import stop_workers
+    from support.workers import live_workers
+
+    env = {"FABENCH_WORKER_DIR": str(worker_dir)}
+    for value in bound_values("measure.spare_worker_s"):
+        done, _ = measure_job(tmp_path, worker_dir, "worker", {}, [])
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        stop_workers(env=env, spare_s=value)
+        deadline = time.monotonic() + 60
+        while live_workers(worker_dir) and not spares(worker_dir):  # the worker ends, the spare comes up
+            assert time.monotonic() < deadline, "neither a spare nor the worker's end"
+            time.sleep(0.1)
+        time.sleep(1)
+        found = spares(worker_dir)
+        assert [r["spare_s"] for r in found] == ([value] if value else []), (value, found)
+        stop_workers(env=env)
+        while live_workers(worker_dir):
+            assert time.monotonic() < deadline, "the spare did not stop"
+            time.sleep(0.1)
+
+
+def spares(folder: Path) -> list[dict]:
+    records = [json.loads(r.read_text()) for r in folder.glob("w-*.json")]
+    return [r for r in records if r["identity"].get("spare")]
 
 
 def measure_job(tmp_path: Path, worker_dir: Path, mode: str, spec_change: dict, options: list[str]):

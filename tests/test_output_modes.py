@@ -88,6 +88,8 @@ NOT_OUTPUTS = {
     ("src/fabench/results/archive_lock.py", "os.open(Path(root) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)"):
         "the writer lock",
     ("src/fabench/measure/launch/worker.py", "os.open(where.lock, os.O_RDWR | os.O_CREAT, 0o600)"): "the worker's lock",
+    ("src/fabench/measure/launch/worker.py", "os.replace(self.log, target)"):
+        "an adopted spare's log, open and written by the process itself, renamed within the workers' folder",
     ("src/fabench/measure/launch/lease.py", "os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)"): "a GPU lease",
     ("src/fabench/measure/launch/worker_client.py", 'open(where.log, "ab")'): "the worker's log, appended to",
     ("src/fabench/container/image.py", 'open(log_path, "a")'): "the build log, appended to",

@@ -211,7 +211,9 @@ def export_spares(jobs):
     0: none then), for the jobs to come (the Snakefile's onstart, once the jobs to run are known).
     In the environment, as the workflow's marker: as a param of rule write_report it would render a
     report again whenever the jobs asked for change."""
-    os.environ[SPARES_ENV] = str(PLAN.spares_once_measured(CLUSTER, [job.rule.name for job in jobs]))
+    os.environ[SPARES_ENV] = str(
+        PLAN.spares_once_measured(CLUSTER, [job.rule.name for job in jobs])
+    )
 
 
 def stop_measuring_workers():
