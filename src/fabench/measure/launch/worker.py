@@ -91,6 +91,14 @@ def inputs_arg(text: str) -> list[tuple]:
     """argparse type of --inputs: [[batch, seq, heads, head_dim, dtype, seed], ...], checked."""
     try:
         value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a list of [batch, seq, heads, head_dim, dtype, seed]: {err}") from None
+    return checked_inputs(value)
+
+
+def checked_inputs(value) -> list[tuple]:
+    """[[batch, seq, heads, head_dim, dtype, seed], ...] as --inputs or an adoption gives them, checked."""
+    try:
         if not isinstance(value, list):
             raise TypeError(f"{type(value).__name__}, not a list")
         wanted = [(int(b), int(s), int(h), int(d), str(dtype), int(seed)) for b, s, h, d, dtype, seed in value]
@@ -100,6 +108,19 @@ def inputs_arg(text: str) -> list[tuple]:
     if bad:
         raise argparse.ArgumentTypeError(f"not inputs a job draws: {bad[0]}")
     return wanted
+
+
+def write_record(where: Address, facts: dict, log: Path, **more) -> None:
+    """The record by which launchers and stop_workers find a worker (or a spare) at `where`."""
+    write_json(where.record, {"identity": facts, "pid": os.getpid(), "started_at": IMPORTS_BEGAN, "log": str(log),
+                              **more})
+
+
+def remove(*paths: Path) -> None:
+    """A worker's files at its end (or a spare's at its adoption), those already gone skipped."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def take_lock(path: Path) -> int | None:
@@ -173,9 +194,8 @@ class Worker:
               + "".join(f"; {name} {outcome}" for name, outcome in self.started_up.items()), flush=True)
 
     def write_record(self) -> None:
-        write_json(self.where.record, {"identity": self.facts, "pid": self.pid, "started_at": IMPORTS_BEGAN,
-                                       "log": str(self.log), "started_up": self.started_up,
-                                       "inputs_drawn": self.inputs_drawn, "adoption": self.adoption})
+        write_record(self.where, self.facts, self.log, started_up=self.started_up, inputs_drawn=self.inputs_drawn,
+                     adoption=self.adoption)
 
     def adopted(self, adoption: "Adoption") -> socket.socket:
         """This spare, its imports made, made the worker of the run that adopted it (Spare.wait): its
@@ -232,9 +252,7 @@ class Worker:
             # Removed while the lock is still held: a worker that opened the file meanwhile finds
             # it gone once it gets the lock, and takes a new one (take_lock). Only a worker that
             # died leaves its files, its log saying why.
-            for path in (self.where.socket, self.where.record, self.log, self.where.lock):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+            remove(self.where.socket, self.where.record, self.log, self.where.lock)
 
     def handle(self, conn: socket.socket) -> bool:
         """One connection: a job (measured, True), or a request to stop (False)."""
@@ -330,8 +348,7 @@ class Spare:
         self.taken: Adoption | None = None
         self.decided = threading.Event()
         # Its record from its first moment: stop_workers finds workers by their records.
-        write_json(where.record, {"identity": facts, "pid": os.getpid(), "started_at": IMPORTS_BEGAN,
-                                  "log": str(where.log), "spare_s": idle_s})
+        write_record(where, facts, where.log, spare_s=idle_s)
         threading.Thread(target=self.answer, name="fabench-spare", daemon=True).start()
 
     def wait(self) -> Adoption:
@@ -361,9 +378,7 @@ class Spare:
                     conn.sendall(MARK + json.dumps({"adopted": taken is not None, "reason": why}).encode() + b"\n")
             if taken is not None:
                 self.server.close()
-                for path in (self.where.socket, self.where.record, self.where.lock):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+                remove(self.where.socket, self.where.record, self.where.lock)  # its log goes on, its worker's
                 os.close(self.lock)
                 self.taken = taken
                 self.decided.set()
@@ -379,7 +394,7 @@ class Spare:
                 return None, "another identity"
             idle_s = config_bounded("measure", "worker_idle_s")(str(wanted["idle_s"]))
             start_up = [str(name) for name in wanted.get("start_up") or []]
-            inputs = inputs_arg(json.dumps(wanted.get("inputs") or []))
+            inputs = checked_inputs(wanted.get("inputs") or [])
         except (KeyError, TypeError, ValueError, argparse.ArgumentTypeError) as err:
             return None, f"not an adoption: {err}"
         where = Address(name_of(facts), self.where.folder)
@@ -395,17 +410,14 @@ class Spare:
             os.environ[WORKFLOW_ENV] = facts["workflow"]
             watch_workflow()
         # Found by stop_workers under its new name at once (Worker.adopted completes the record).
-        write_json(where.record, {"identity": facts, "pid": os.getpid(), "started_at": IMPORTS_BEGAN,
-                                  "log": str(self.where.log)})
+        write_record(where, facts, self.where.log)
         print(f"[fabench worker] spare {self.where.name} adopted as {where.name}", flush=True)
         return Adoption(where, facts, idle_s, start_up, inputs, server, lock, time.time()), "adopted"
 
     def end(self, why: str) -> None:
         """The spare ends where it stands, even mid-import: it holds no device and measured nothing."""
         print(f"[fabench worker] spare {self.where.name}: {why}", flush=True)
-        for path in (self.where.socket, self.where.record, self.where.log, self.where.lock):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        remove(self.where.socket, self.where.record, self.where.log, self.where.lock)
         os._exit(0)
 
 
